@@ -1,0 +1,276 @@
+"""Request Bucketing Manager (BucketServe, Algorithm 1): length buckets that split and merge.
+
+Queued requests are grouped by sequence length into buckets that partition ``[0, max_len]``
+(half-open ``[low, up)``, the last one closed at ``max_len``). ``adjust`` runs
+ADJUSTBUCKETS: when fewer than ``n_max`` requests are queued every bucket merges back into
+one; otherwise a bucket whose share of requests below its midpoint exceeds ``theta`` and
+that holds more than ``m`` requests is split at the midpoint, repeatedly, until no bucket
+qualifies. The paper scans buckets linearly to place a request (O(k)); here the lower bounds
+are a sorted list and placement is a bisection, O(log k).
+
+Invariants (property-tested): every queued key is in exactly one bucket and that bucket's
+interval holds its length; the buckets tile ``[0, max_len]`` without gaps or overlaps; after
+``adjust`` no bucket qualifies for a split.
+
+Pure bookkeeping: no clock, no I/O. Within a bucket entries are kept sorted by length (for
+SJF/LJF and the midpoint count, both by bisection); one arrival heap over all entries, with
+lazy deletion, finds the longest-waiting bucket.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from dataclasses import dataclass
+from typing import Iterator, Literal
+
+Order = Literal["fcfs", "sjf", "ljf"]
+
+
+@dataclass(frozen=True, slots=True)
+class BucketingConfig:
+    """max_len: L_max, the longest sequence the model takes (its context window).
+    theta: split when more than this share of a bucket lies below its midpoint (paper: 0.5).
+    min_split_size: m; a bucket must hold more than m requests to split. ``None`` means
+        m = N_max, the paper's choice (Algorithm 1: "Minimum split size m = N_max").
+    min_width: a bucket narrower than ``2 * min_width`` tokens is never split, so splitting
+        always terminates (not in the paper, which splits real intervals).
+    split_high: also split when more than ``theta`` lies at or above the midpoint. The paper
+        splits only on a short-heavy bucket; this symmetric variant is off by default.
+    """
+
+    max_len: int = 4096
+    theta: float = 0.5
+    min_split_size: int | None = None
+    min_width: int = 1
+    split_high: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_len < 1:
+            raise ValueError(f"BucketingConfig.max_len must be >= 1, got {self.max_len}")
+        if not 0 <= self.theta < 1:
+            raise ValueError(f"BucketingConfig.theta must be in [0, 1), got {self.theta}")
+        if self.min_split_size is not None and self.min_split_size < 0:
+            raise ValueError(f"BucketingConfig.min_split_size must be >= 0 or None, got {self.min_split_size}")
+        if self.min_width < 1:
+            raise ValueError(f"BucketingConfig.min_width must be >= 1, got {self.min_width}")
+
+
+@dataclass(frozen=True, slots=True)
+class BucketEntry:
+    key: int  # request id
+    length: int  # sequence length S used for bucketing
+    arrival_s: float
+    seq: int  # insertion counter: tie-breaker so orders are total and deterministic
+
+
+@dataclass(frozen=True, slots=True)
+class BucketView:
+    """Read-only summary of one bucket."""
+
+    low: int
+    up: int  # exclusive, except the last bucket which also holds ``max_len``
+    num_requests: int
+    oldest_arrival_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class AdjustResult:
+    num_splits: int
+    merged: bool
+    num_buckets: int
+
+
+class _Bucket:
+    __slots__ = ("low", "up", "by_len", "live")
+
+    def __init__(self, low: int, up: int, entries: list[BucketEntry]) -> None:
+        self.low = low
+        self.up = up
+        self.live: dict[int, BucketEntry] = {e.key: e for e in entries}
+        self.by_len: list[tuple[int, int, int]] = sorted((e.length, e.seq, e.key) for e in entries)
+
+    def __len__(self) -> int:
+        return len(self.live)
+
+    def entries(self) -> list[BucketEntry]:
+        return [self.live[key] for _, _, key in self.by_len]
+
+    def oldest(self) -> BucketEntry | None:
+        return min(self.live.values(), key=lambda e: (e.arrival_s, e.seq), default=None)
+
+
+class BucketManager:
+    """Buckets of queued requests for one task class; see the module docstring."""
+
+    def __init__(self, config: BucketingConfig) -> None:
+        self.config = config
+        self._buckets: list[_Bucket] = [_Bucket(0, config.max_len, [])]
+        self._lows: list[int] = [0]  # sorted lower bounds, parallel to _buckets
+        self._where: dict[int, tuple[int, int]] = {}  # key -> (length, seq); bucket found by bisection
+        self._arrivals: list[tuple[float, int, int]] = []  # global arrival heap, lazy deletion
+        self._seq = 0
+
+    # ---- queries ----
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._where
+
+    @property
+    def num_buckets(self) -> int:
+        return len(self._buckets)
+
+    def bucket_index(self, length: int) -> int:
+        """Index of the bucket whose interval holds ``length``: a bisection, O(log k)."""
+        if not 0 <= length <= self.config.max_len:
+            raise ValueError(f"sequence length {length} is outside [0, {self.config.max_len}]")
+        return bisect.bisect_right(self._lows, length) - 1
+
+    def views(self) -> list[BucketView]:
+        out = []
+        for b in self._buckets:
+            oldest = b.oldest()
+            out.append(BucketView(b.low, b.up, len(b), oldest.arrival_s if oldest else None))
+        return out
+
+    def edges(self) -> list[int]:
+        """Bucket boundaries ``[0, ..., max_len]`` (k + 1 numbers for k buckets)."""
+        return self._lows + [self.config.max_len]
+
+    def entries(self, index: int) -> list[BucketEntry]:
+        return self._buckets[index].entries()
+
+    def __iter__(self) -> Iterator[BucketEntry]:
+        for b in self._buckets:
+            yield from b.entries()
+
+    # ---- membership ----
+    def add(self, key: int, length: int, arrival_s: float) -> None:
+        if key in self._where:
+            raise ValueError(f"request {key} is already bucketed")
+        bucket = self._buckets[self.bucket_index(length)]
+        entry = BucketEntry(key, length, arrival_s, self._seq)
+        self._seq += 1
+        self._where[key] = (length, entry.seq)
+        bucket.live[key] = entry
+        bisect.insort(bucket.by_len, (length, entry.seq, key))
+        heapq.heappush(self._arrivals, (arrival_s, entry.seq, key))
+
+    def remove(self, key: int) -> BucketEntry:
+        where = self._where.pop(key, None)
+        if where is None:
+            raise KeyError(f"request {key} is not bucketed")
+        length = where[0]
+        bucket = self._buckets[self.bucket_index(length)]
+        entry = bucket.live.pop(key)
+        del bucket.by_len[bisect.bisect_left(bucket.by_len, (length, entry.seq, key))]
+        if len(self._arrivals) > 64 and len(self._arrivals) > 4 * len(self._where):
+            self._arrivals = [item for item in self._arrivals if self._where.get(item[2], (0, -1))[1] == item[1]]
+            heapq.heapify(self._arrivals)  # bound the stale items so memory tracks the queue
+        return entry  # its heap item goes stale and are dropped lazily
+
+    # ---- selection ----
+    def oldest_bucket(self) -> int | None:
+        """The non-empty bucket whose oldest request has waited longest (online priority).
+
+        That bucket holds the globally oldest request, so one heap over all entries finds it
+        in O(log n) amortised instead of a scan over the buckets.
+        """
+        heap = self._arrivals
+        while heap:
+            _, seq, key = heap[0]
+            where = self._where.get(key)
+            if where is not None and where[1] == seq:
+                return self.bucket_index(where[0])
+            heapq.heappop(heap)
+        return None
+
+    def fullest_bucket(self) -> int | None:
+        """The bucket with the most requests (ties: the lower one); offline batches fill best there."""
+        sizes = [len(b) for b in self._buckets]
+        top = max(sizes)
+        return sizes.index(top) if top else None
+
+    def candidates(self, index: int, order: Order, limit: int) -> list[BucketEntry]:
+        """Up to ``limit`` entries of bucket ``index`` in ``order``, without removing them."""
+        bucket = self._buckets[index]
+        if limit <= 0 or not bucket.live:
+            return []
+        if order == "sjf":
+            return [bucket.live[k] for _, _, k in bucket.by_len[:limit]]
+        if order == "ljf":
+            return [bucket.live[k] for _, _, k in reversed(bucket.by_len[-limit:])]
+        if order == "fcfs":
+            items = (e for e in bucket.live.values())
+            return heapq.nsmallest(limit, items, key=lambda e: (e.arrival_s, e.seq))
+        raise ValueError(f"unknown order {order!r}; expected fcfs, sjf or ljf")
+
+    # ---- ADJUSTBUCKETS ----
+    def split_threshold(self, n_max: int) -> int:
+        m = self.config.min_split_size
+        return n_max if m is None else m
+
+    def qualifies_for_split(self, index: int, n_max: int) -> bool:
+        b = self._buckets[index]
+        n = len(b)
+        if n <= self.split_threshold(n_max) or n == 0 or b.up - b.low < 2 * self.config.min_width:
+            return False
+        mid = (b.low + b.up) // 2
+        below = bisect.bisect_left(b.by_len, (mid, -1, -1))
+        theta = self.config.theta
+        return below / n > theta or (self.config.split_high and (n - below) / n > theta)
+
+    def adjust(self, n_max: int) -> AdjustResult:
+        """ADJUSTBUCKETS with the largest safe batch ``n_max``; repeats until no bucket qualifies."""
+        if n_max < 0:
+            raise ValueError(f"n_max must be >= 0, got {n_max}")
+        if len(self._where) < n_max:
+            merged = len(self._buckets) > 1
+            if merged:
+                self._merge_all()
+            return AdjustResult(0, merged, 1)
+        num_splits = 0
+        pending = list(range(len(self._buckets)))
+        while pending:
+            # split from the highest index down so lower indices stay valid
+            split = sorted((i for i in pending if self.qualifies_for_split(i, n_max)), reverse=True)
+            pending = []
+            for i in split:
+                self._split(i)
+                num_splits += 1
+                pending = [j + 1 if j > i else j for j in pending] + [i, i + 1]
+        return AdjustResult(num_splits, False, len(self._buckets))
+
+    def _split(self, index: int) -> None:
+        b = self._buckets[index]
+        mid = (b.low + b.up) // 2
+        cut = bisect.bisect_left(b.by_len, (mid, -1, -1))
+        left = [b.live[k] for _, _, k in b.by_len[:cut]]
+        right = [b.live[k] for _, _, k in b.by_len[cut:]]
+        self._buckets[index:index + 1] = [_Bucket(b.low, mid, left), _Bucket(mid, b.up, right)]
+        self._lows.insert(index + 1, mid)
+
+    def _merge_all(self) -> None:
+        entries = [e for b in self._buckets for e in b.live.values()]
+        self._buckets = [_Bucket(0, self.config.max_len, entries)]
+        self._lows = [0]
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the buckets do not tile [0, max_len] or an entry is misplaced."""
+        assert self._lows == [b.low for b in self._buckets], "lower bounds out of sync"
+        assert self._buckets[0].low == 0 and self._buckets[-1].up == self.config.max_len, "buckets do not span"
+        for a, b in zip(self._buckets, self._buckets[1:]):
+            assert a.up == b.low and a.low < a.up, f"gap or overlap at {a.up}/{b.low}"
+        seen = 0
+        for i, b in enumerate(self._buckets):
+            last = i == len(self._buckets) - 1
+            assert len(b.by_len) == len(b.live), f"bucket {i}: length index out of sync"
+            for length, seq, key in b.by_len:
+                entry = b.live[key]
+                assert entry.seq == seq and entry.length == length, f"request {key}: stale index entry"
+                assert b.low <= length < b.up or (last and length == b.up), f"request {key} misplaced"
+                assert self._where[key] == (length, seq), f"request {key}: lookup table disagrees"
+            seen += len(b)
+        assert seen == len(self._where), "a request is in no bucket or in two"

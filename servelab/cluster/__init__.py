@@ -1,0 +1,1 @@
+"""Cluster layer: which instances exist, their roles and policies, the router, the links."""

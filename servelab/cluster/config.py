@@ -1,0 +1,86 @@
+"""Cluster configuration: groups of identical instances, a router, and the links between them.
+
+Frozen and validated on construction; no I/O. The simulator builds instances from it, and
+the real engine (one instance, or a Ray cluster later) reads the same object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+_ROLES = ("mixed", "prefill", "decode")
+
+
+@dataclass(frozen=True)
+class InstanceGroup:
+    """``count`` instances of the same hardware, model, parallelism, role and policy."""
+
+    count: int = 1
+    role: str = "mixed"
+    policy: str = "vllm"
+    policy_params: Mapping[str, Any] = field(default_factory=dict)
+    gpu: str = "A100-80GB"
+    model: str = "Llama-2-7B"
+    tp: int = 1
+    pp: int = 1
+    max_batch_tokens: int = 8192
+    max_num_seqs: int = 256
+    memory_reserve_fraction: float = 0.1
+    block_size: int = 16
+    host_kv_gb: float = 0.0  # host-memory KV pool for swapping (0 disables swap)
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ValueError(f"InstanceGroup.count must be >= 1, got {self.count}")
+        if self.role not in _ROLES:
+            raise ValueError(f"InstanceGroup.role must be one of {_ROLES}, got {self.role!r}")
+        if self.tp < 1 or self.pp < 1:
+            raise ValueError(f"tp and pp must be >= 1, got tp={self.tp} pp={self.pp}")
+        if self.max_batch_tokens < 1 or self.max_num_seqs < 1 or self.block_size < 1:
+            raise ValueError("max_batch_tokens, max_num_seqs and block_size must be >= 1")
+        if not 0 <= self.memory_reserve_fraction < 1:
+            raise ValueError(f"memory_reserve_fraction must be in [0, 1), got {self.memory_reserve_fraction}")
+        if self.host_kv_gb < 0:
+            raise ValueError(f"host_kv_gb must be >= 0, got {self.host_kv_gb}")
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """KV transfer path between instances (NVLink inside a node by default)."""
+
+    bandwidth_bytes_per_s: float = 300e9
+    latency_s: float = 10e-6
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth_bytes_per_s > 0 or self.latency_s < 0:
+            raise ValueError(f"invalid link {self}")
+
+    def transfer_time_s(self, num_bytes: float) -> float:
+        return self.latency_s + num_bytes / self.bandwidth_bytes_per_s
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    groups: tuple[InstanceGroup, ...] = (InstanceGroup(),)
+    router: str = "round_robin"
+    router_params: Mapping[str, Any] = field(default_factory=dict)
+    link: LinkConfig = LinkConfig()
+
+    def __post_init__(self) -> None:
+        if not self.groups:
+            raise ValueError("a cluster needs at least one instance group")
+        object.__setattr__(self, "groups", tuple(self.groups))
+
+    @property
+    def num_instances(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    def instance_groups(self) -> list[InstanceGroup]:
+        """One entry per instance, in instance-id order."""
+        return [g for g in self.groups for _ in range(g.count)]
+
+
+def single_instance(policy: str = "vllm", **kwargs: Any) -> ClusterConfig:
+    params = kwargs.pop("policy_params", {})
+    return ClusterConfig(groups=(InstanceGroup(policy=policy, policy_params=params, **kwargs),))

@@ -1,0 +1,1 @@
+"""Core types shared by every policy and executor: requests, KV blocks, step plans."""

@@ -1,0 +1,260 @@
+"""Instance runtime: the queues and KV blocks of one instance, and the only code that mutates them.
+
+The runtime turns a policy's ``StepPlan`` into block-manager operations (``apply``) and a
+step's ``StepResult`` into request progress (``complete``). Simulator and engine share it, so
+the same plan moves the same blocks on either clock. A plan that cannot be applied (a
+request not on this instance, memory it does not have) raises ``PlanError``: that is a
+policy bug, and the conformance tests run every registered policy against this check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servelab.core.kv_blocks import BlockManager, KVCacheConfig
+from servelab.core.plan import StepPlan, StepResult, StepShape
+from servelab.core.request import Request, RequestStatus
+
+
+class PlanError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceLimits:
+    max_batch_tokens: int = 8192  # tokens in one step (activation memory, chunk budget cap)
+    max_num_seqs: int = 256  # rows in one step
+
+    def __post_init__(self) -> None:
+        if self.max_batch_tokens < 1 or self.max_num_seqs < 1:
+            raise ValueError(f"instance limits must be >= 1, got {self}")
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    """What changed in one step, for the cluster layer and the metrics."""
+
+    emitted: list[Request] = field(default_factory=list)  # requests that got a token
+    finished: list[Request] = field(default_factory=list)
+    handed_off: list[Request] = field(default_factory=list)  # leave for another instance
+
+
+@dataclass(slots=True)
+class AppliedStep:
+    shape: StepShape
+    batch: list[Request]  # the plan's requests, in plan order
+    rejected: list[Request]  # refused by the plan; already ended
+
+
+class InstanceRuntime:
+    def __init__(self, instance_id: int, kv: KVCacheConfig, limits: InstanceLimits = InstanceLimits(),
+                 role: str = "mixed") -> None:
+        if role not in ("mixed", "prefill", "decode"):
+            raise ValueError(f"instance role must be mixed, prefill or decode, got {role!r}")
+        self.instance_id = instance_id
+        self.role = role
+        self.blocks = BlockManager(kv)
+        self.max_batch_tokens = limits.max_batch_tokens
+        self.max_num_seqs = limits.max_num_seqs
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self.swapped: list[Request] = []
+        self._by_id: dict[int, Request] = {}
+        self.num_preemptions = 0
+        self.num_swaps = 0
+
+    # ---- read-only views (InstanceState) ----
+    @property
+    def num_outstanding_tokens(self) -> int:
+        """Work still owed here: pending prompt tokens plus expected remaining outputs."""
+        total = 0
+        for req in self._by_id.values():
+            total += req.num_pending_tokens + max(req.spec.expected_output_tokens - req.num_generated_tokens, 0)
+        return total
+
+    @property
+    def is_idle(self) -> bool:
+        return not self._by_id
+
+    @property
+    def num_requests(self) -> int:
+        return len(self._by_id)
+
+    def get(self, request_id: int) -> Request:
+        try:
+            return self._by_id[request_id]
+        except KeyError:
+            raise PlanError(f"instance {self.instance_id}: request {request_id} is not here") from None
+
+    # ---- arrivals ----
+    def add(self, request: Request) -> None:
+        """Queue a request (new, or transferred in with its KV already computed elsewhere)."""
+        request.instance_id = self.instance_id
+        if request.status is not RequestStatus.TRANSFERRING:
+            request.status = RequestStatus.QUEUED
+        self._by_id[request.request_id] = request
+        self.waiting.append(request)
+
+    # ---- plan application ----
+    def apply(self, plan: StepPlan, now_s: float) -> "AppliedStep":
+        """Make the plan's memory moves and reserve KV; returns the step's shape and requests."""
+        rejected = [self._reject(rid, reason, now_s) for rid, reason in plan.reject]
+        for rid in plan.preempt_ids:
+            self._preempt(self.get(rid))
+        swap_blocks = 0
+        for rid in plan.swap_out_ids:
+            swap_blocks += self._swap_out(self.get(rid))
+        for rid in plan.swap_in_ids:
+            swap_blocks += self._swap_in(self.get(rid))
+        if len(plan.request_ids) > self.max_num_seqs:
+            raise PlanError(f"instance {self.instance_id}: {len(plan.request_ids)} rows > max_num_seqs {self.max_num_seqs}")
+        batch = [self.get(rid) for rid in plan.request_ids]
+        prefill_tokens: list[int] = []
+        prefill_context: list[int] = []
+        num_decodes = ctx_sum = ctx_max = 0
+        admitted = False
+        for req, n in zip(batch, plan.num_tokens):
+            self._reserve(req, n)
+            if req.status in (RequestStatus.QUEUED, RequestStatus.PREEMPTED, RequestStatus.TRANSFERRING):
+                admitted = True
+                req.status = RequestStatus.PREFILLING if req.num_computed_tokens + n < req.num_tokens or req.is_prefill else RequestStatus.DECODING
+                if req.first_scheduled_time_s is None:
+                    req.first_scheduled_time_s = now_s
+            context = req.num_computed_tokens + n
+            if n == 1 and not req.is_prefill:
+                num_decodes += 1
+                ctx_sum += context
+                ctx_max = max(ctx_max, context)
+            else:
+                prefill_tokens.append(n)
+                prefill_context.append(context)
+        if admitted:
+            self._sync_queues()
+        shape = StepShape(tuple(prefill_tokens), tuple(prefill_context), num_decodes, ctx_sum, ctx_max,
+                          plan.padding, swap_blocks)
+        return AppliedStep(shape, batch, rejected)
+
+    def _reserve(self, req: Request, n: int) -> None:
+        if req.status.is_terminal or req.status is RequestStatus.SWAPPED:
+            raise PlanError(f"request {req.request_id} is {req.status.value}; it cannot run")
+        if n > req.num_pending_tokens:
+            raise PlanError(f"request {req.request_id}: {n} tokens scheduled, {req.num_pending_tokens} pending")
+        want = req.num_computed_tokens + n - self.blocks.num_reserved_tokens(req.request_id)
+        if want > 0:
+            if not self.blocks.can_allocate(req.request_id, want):
+                raise PlanError(f"instance {self.instance_id}: request {req.request_id} needs "
+                                f"{self.blocks.num_blocks_needed(req.request_id, want)} KV blocks, "
+                                f"{self.blocks.num_free_gpu_blocks} free")
+            self.blocks.allocate(req.request_id, want)
+
+    def _sync_queues(self) -> None:
+        self.waiting = [r for r in self.waiting if r.status in _WAITING]
+        self.running = [r for r in self._by_id.values() if r.status in _RUNNING]
+
+    def _preempt(self, req: Request) -> None:
+        if req.status not in _RUNNING:
+            raise PlanError(f"request {req.request_id} is {req.status.value}; only running requests are preempted")
+        self.blocks.free(req.request_id)
+        req.reset_for_recompute()
+        self.num_preemptions += 1
+        self.running.remove(req)
+        self.waiting.insert(0, req)
+
+    def _swap_out(self, req: Request) -> int:
+        if req.status not in _RUNNING:
+            raise PlanError(f"request {req.request_id} is {req.status.value}; only running requests swap out")
+        if not self.blocks.can_swap_out(req.request_id):
+            raise PlanError(f"request {req.request_id}: host KV pool is full")
+        moved = len(self.blocks.swap_out(req.request_id))
+        req.status = RequestStatus.SWAPPED
+        req.num_swaps += 1
+        self.num_swaps += 1
+        self.running.remove(req)
+        self.swapped.append(req)
+        return moved
+
+    def _swap_in(self, req: Request) -> int:
+        if req.status is not RequestStatus.SWAPPED:
+            raise PlanError(f"request {req.request_id} is {req.status.value}, not swapped")
+        if not self.blocks.can_swap_in(req.request_id):
+            raise PlanError(f"request {req.request_id}: not enough GPU blocks to swap in")
+        moved = len(self.blocks.swap_in(req.request_id))
+        req.status = RequestStatus.DECODING if not req.is_prefill else RequestStatus.PREFILLING
+        self.swapped.remove(req)
+        self.running.append(req)
+        return moved
+
+    def _reject(self, request_id: int, reason: str, now_s: float) -> Request:
+        req = self.get(request_id)
+        self._remove(req)
+        req.finish(RequestStatus.REJECTED, now_s, reason)
+        return req
+
+    def abort(self, request_id: int, reason: str, now_s: float) -> Request:
+        req = self.get(request_id)
+        self._remove(req)
+        req.finish(RequestStatus.ABORTED, now_s, reason)
+        return req
+
+    def _remove(self, req: Request) -> None:
+        self.blocks.free(req.request_id)
+        del self._by_id[req.request_id]
+        for queue in (self.waiting, self.running, self.swapped):
+            if req in queue:
+                queue.remove(req)
+
+    # ---- step completion ----
+    def complete(self, plan: StepPlan, batch: list[Request], result: StepResult, now_s: float) -> StepOutcome:
+        """Advance every scheduled request; emit tokens, finish or hand off requests."""
+        out = StepOutcome()
+        stopped = dict(result.stopped_ids)
+        sampled = result.sampled_token_ids
+        leaving: list[Request] = []
+        for req, n in zip(batch, plan.num_tokens):
+            req.num_computed_tokens += n
+            if req.num_computed_tokens == req.num_tokens:
+                req.num_generated_tokens += 1
+                req.token_times_s.append(now_s)
+                token = sampled.get(req.request_id)
+                if token is not None:
+                    req.output_token_ids.append(token)
+                req.status = RequestStatus.DECODING
+                out.emitted.append(req)
+                if req.num_generated_tokens >= req.max_output_tokens or req.request_id in stopped:
+                    reason = stopped.get(req.request_id, "length")
+                    req.finish(RequestStatus.FINISHED, now_s, reason)
+                    out.finished.append(req)
+                    leaving.append(req)
+                    continue
+            if req.handoff_at_tokens is not None and req.num_computed_tokens >= req.handoff_at_tokens:
+                req.status = RequestStatus.TRANSFERRING
+                out.handed_off.append(req)
+                leaving.append(req)
+        for req in leaving:
+            self._remove(req)
+        return out
+
+    def fast_forward_decodes(self, batch: list[Request], num_steps: int, step_end_times_s: list[float]) -> StepOutcome:
+        """Apply ``num_steps`` pure-decode steps of the whole ``batch`` at once (simulator only).
+
+        The caller guarantees no request finishes or hands off before the last of these steps
+        and that the KV blocks fit; the last step is completed normally by ``complete``.
+        """
+        for req in batch:
+            extra = num_steps - self.blocks.num_reserved_tokens(req.request_id) + req.num_computed_tokens
+            if extra > 0:
+                self.blocks.allocate(req.request_id, extra)
+            req.num_computed_tokens += num_steps
+            req.num_generated_tokens += num_steps
+            req.token_times_s.extend(step_end_times_s)
+        return StepOutcome(emitted=list(batch))
+
+    def check_invariants(self) -> None:
+        self.blocks.check_invariants()
+        for req in self._by_id.values():
+            assert 0 <= req.num_computed_tokens <= req.num_tokens, f"request {req.request_id}: bad token counts"
+            assert not req.status.is_terminal, f"request {req.request_id} ended but still on instance"
+
+
+_WAITING = frozenset({RequestStatus.QUEUED, RequestStatus.PREEMPTED, RequestStatus.TRANSFERRING})
+_RUNNING = frozenset({RequestStatus.PREFILLING, RequestStatus.DECODING})

@@ -1,0 +1,163 @@
+"""Paged KV block manager: GPU blocks, a host (CPU) pool for swapping, a watermark.
+
+Pure bookkeeping, no torch: the simulator uses it to account memory and the engine uses its
+block tables to index the real KV tensors, so both see the same ids.
+
+Invariants (property-tested): every block id is in exactly one place, either a free list or
+one request's table; a request's table holds exactly ``blocks_for(num_tokens)`` blocks; a
+request lives on GPU or on host, never both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheConfig:
+    block_size: int = 16  # tokens per block
+    num_gpu_blocks: int = 1024
+    num_cpu_blocks: int = 0  # host-memory pool for swap; 0 disables swapping
+    watermark: float = 0.01  # fraction of GPU blocks kept free when admitting new requests
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        if self.num_gpu_blocks < 1:
+            raise ValueError(f"num_gpu_blocks must be >= 1, got {self.num_gpu_blocks}")
+        if self.num_cpu_blocks < 0:
+            raise ValueError(f"num_cpu_blocks must be >= 0, got {self.num_cpu_blocks}")
+        if not 0 <= self.watermark < 1:
+            raise ValueError(f"watermark must be in [0, 1), got {self.watermark}")
+
+
+class BlockManager:
+    """Owns every KV block id; requests are identified by their integer id."""
+
+    def __init__(self, config: KVCacheConfig) -> None:
+        self.config = config
+        self.block_size = config.block_size
+        self._free_gpu: list[int] = list(range(config.num_gpu_blocks - 1, -1, -1))
+        self._free_cpu: list[int] = list(range(config.num_cpu_blocks - 1, -1, -1))
+        self._gpu_tables: dict[int, list[int]] = {}
+        self._cpu_tables: dict[int, list[int]] = {}
+        self._num_tokens: dict[int, int] = {}  # tokens whose KV slots are reserved
+        self._watermark_blocks = int(config.watermark * config.num_gpu_blocks)
+
+    # ---- queries (policies may call these; they never change state) ----
+    @property
+    def num_gpu_blocks(self) -> int:
+        return self.config.num_gpu_blocks
+
+    @property
+    def num_free_gpu_blocks(self) -> int:
+        return len(self._free_gpu)
+
+    @property
+    def num_free_cpu_blocks(self) -> int:
+        return len(self._free_cpu)
+
+    @property
+    def num_used_gpu_blocks(self) -> int:
+        return self.config.num_gpu_blocks - len(self._free_gpu)
+
+    @property
+    def watermark_blocks(self) -> int:
+        return self._watermark_blocks
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return cdiv(num_tokens, self.block_size)
+
+    def num_reserved_tokens(self, request_id: int) -> int:
+        return self._num_tokens.get(request_id, 0)
+
+    def num_blocks_needed(self, request_id: int, num_new_tokens: int) -> int:
+        """Extra GPU blocks that reserving ``num_new_tokens`` more slots would take."""
+        have = self._num_tokens.get(request_id, 0)
+        return self.blocks_for(have + num_new_tokens) - self.blocks_for(have)
+
+    def can_allocate(self, request_id: int, num_new_tokens: int, *, new_request: bool = False) -> bool:
+        """New requests must leave the watermark free, so running ones can keep growing."""
+        need = self.num_blocks_needed(request_id, num_new_tokens)
+        reserve = self._watermark_blocks if new_request else 0
+        return need + reserve <= len(self._free_gpu)
+
+    def block_table(self, request_id: int) -> list[int]:
+        return self._gpu_tables.get(request_id, [])
+
+    def is_on_gpu(self, request_id: int) -> bool:
+        return request_id in self._gpu_tables
+
+    def is_swapped(self, request_id: int) -> bool:
+        return request_id in self._cpu_tables
+
+    def can_swap_out(self, request_id: int) -> bool:
+        return len(self._gpu_tables.get(request_id, ())) <= len(self._free_cpu)
+
+    def can_swap_in(self, request_id: int) -> bool:
+        return len(self._cpu_tables.get(request_id, ())) <= len(self._free_gpu)
+
+    # ---- mutations (only the instance runtime calls these) ----
+    def allocate(self, request_id: int, num_new_tokens: int) -> list[int]:
+        """Reserve slots for ``num_new_tokens`` more tokens; returns the new block ids."""
+        if request_id in self._cpu_tables:
+            raise RuntimeError(f"request {request_id} is swapped out; swap it in before allocating")
+        need = self.num_blocks_needed(request_id, num_new_tokens)
+        if need > len(self._free_gpu):
+            raise MemoryError(f"request {request_id}: needs {need} KV blocks, {len(self._free_gpu)} free")
+        table = self._gpu_tables.setdefault(request_id, [])
+        new = [self._free_gpu.pop() for _ in range(need)]
+        table.extend(new)
+        self._num_tokens[request_id] = self._num_tokens.get(request_id, 0) + num_new_tokens
+        return new
+
+    def free(self, request_id: int) -> None:
+        """Release every block the request holds, on GPU or host. Unknown ids are a no-op."""
+        self._free_gpu.extend(self._gpu_tables.pop(request_id, ()))
+        self._free_cpu.extend(self._cpu_tables.pop(request_id, ()))
+        self._num_tokens.pop(request_id, None)
+
+    def swap_out(self, request_id: int) -> list[tuple[int, int]]:
+        """Move a request's KV to host; returns (gpu_block, cpu_block) copy pairs."""
+        table = self._gpu_tables.get(request_id)
+        if table is None:
+            raise RuntimeError(f"request {request_id} holds no GPU blocks")
+        if len(table) > len(self._free_cpu):
+            raise MemoryError(f"request {request_id}: needs {len(table)} host blocks, {len(self._free_cpu)} free")
+        cpu = [self._free_cpu.pop() for _ in table]
+        del self._gpu_tables[request_id]
+        self._free_gpu.extend(table)
+        self._cpu_tables[request_id] = cpu
+        return list(zip(table, cpu))
+
+    def swap_in(self, request_id: int) -> list[tuple[int, int]]:
+        """Move a request's KV back to GPU; returns (cpu_block, gpu_block) copy pairs."""
+        table = self._cpu_tables.get(request_id)
+        if table is None:
+            raise RuntimeError(f"request {request_id} is not swapped out")
+        if len(table) > len(self._free_gpu):
+            raise MemoryError(f"request {request_id}: needs {len(table)} GPU blocks, {len(self._free_gpu)} free")
+        gpu = [self._free_gpu.pop() for _ in table]
+        del self._cpu_tables[request_id]
+        self._free_cpu.extend(table)
+        self._gpu_tables[request_id] = gpu
+        return list(zip(table, gpu))
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if any block is lost or owned twice (tests call this)."""
+        for free, tables, total, where in (
+            (self._free_gpu, self._gpu_tables, self.config.num_gpu_blocks, "GPU"),
+            (self._free_cpu, self._cpu_tables, self.config.num_cpu_blocks, "host"),
+        ):
+            owned = [b for t in tables.values() for b in t]
+            every = free + owned
+            assert len(every) == total, f"{where}: {len(every)} blocks accounted, {total} exist"
+            assert sorted(every) == list(range(total)), f"{where}: a block is lost or owned twice"
+        assert not (self._gpu_tables.keys() & self._cpu_tables.keys()), "a request is on GPU and host at once"
+        for rid, n in self._num_tokens.items():
+            table = self._gpu_tables.get(rid, self._cpu_tables.get(rid))
+            assert table is not None and len(table) == self.blocks_for(n), f"request {rid}: table size mismatch"

@@ -1,0 +1,185 @@
+"""Load a HF-format checkpoint folder from disk into ``Model``: config, weights, tokenizer.
+
+Reads ``config.json``, every ``*.safetensors`` shard (through ``model.safetensors.index.json``
+when present), ``tokenizer.json`` and, when present, ``generation_config.json``. Nothing is
+downloaded. Every failure names the file it is about.
+
+HF tensor names map onto the fused layout of ``servelab.engine.model``: q/k/v projections
+(and their biases) concatenate into ``qkv_proj``, gate/up into ``gate_up_proj``. A checkpoint
+must provide every tensor the model needs; ``lm_head.weight`` may be absent when embeddings
+are tied. Tensors are converted to the requested dtype on load.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from tokenizers import Tokenizer
+
+from servelab.engine.config import ModelConfig
+from servelab.engine.model import Model
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationDefaults:
+    eos_token_ids: tuple[int, ...] = ()
+    bos_token_id: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    max_new_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LoadedModel:
+    path: Path
+    config: ModelConfig
+    model: Model
+    tokenizer: Tokenizer
+    generation: GenerationDefaults
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise CheckpointError(f"missing file: {path}")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"invalid JSON in {path}: {e}") from e
+
+
+def load_config(folder: str | Path) -> ModelConfig:
+    path = Path(folder) / "config.json"
+    d = _read_json(path)
+    try:
+        return ModelConfig.from_hf(d)
+    except (KeyError, ValueError) as e:
+        raise CheckpointError(f"{path}: unsupported or incomplete config ({type(e).__name__}: {e})") from e
+
+
+def load_tokenizer(folder: str | Path) -> Tokenizer:
+    path = Path(folder) / "tokenizer.json"
+    if not path.is_file():
+        raise CheckpointError(f"missing file: {path}")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception on a bad file
+        raise CheckpointError(f"cannot read tokenizer {path}: {e}") from e
+
+
+def load_generation_defaults(folder: str | Path, config: ModelConfig) -> GenerationDefaults:
+    path = Path(folder) / "generation_config.json"
+    d = _read_json(path) if path.is_file() else {}
+    eos = d.get("eos_token_id")
+    eos_ids = config.eos_token_ids if eos is None else tuple(eos) if isinstance(eos, list) else (int(eos),)
+    return GenerationDefaults(eos_token_ids=eos_ids, bos_token_id=d.get("bos_token_id", config.bos_token_id),
+                              temperature=d.get("temperature"), top_k=d.get("top_k"), top_p=d.get("top_p"),
+                              max_new_tokens=d.get("max_new_tokens"))
+
+
+def shard_files(folder: str | Path) -> list[Path]:
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        names = sorted(set(_read_json(index).get("weight_map", {}).values()))
+        files = [folder / n for n in names]
+        for f in files:
+            if not f.is_file():
+                raise CheckpointError(f"missing shard {f} (listed in {index})")
+    else:
+        files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"no *.safetensors weights in {folder}")
+    return files
+
+
+def read_tensors(folder: str | Path) -> dict[str, torch.Tensor]:
+    tensors: dict[str, torch.Tensor] = {}
+    for f in shard_files(folder):
+        try:
+            with safe_open(str(f), framework="pt", device="cpu") as sf:
+                for name in sf.keys():
+                    tensors[name] = sf.get_tensor(name)
+        except Exception as e:  # safetensors raises its own error types on a corrupt header
+            raise CheckpointError(f"cannot read weights {f}: {e}") from e
+    return tensors
+
+
+def hf_to_model_state(tensors: dict[str, torch.Tensor], config: ModelConfig, where: str = "") -> dict[str, torch.Tensor]:
+    """Rename and fuse HF tensors into this package's ``Model`` state dict."""
+    remaining = {k: v for k, v in tensors.items() if not k.endswith(_IGNORED_SUFFIXES)}
+
+    def take(name: str) -> torch.Tensor:
+        if name not in remaining:
+            raise CheckpointError(f"{where}: missing tensor {name!r}")
+        return remaining.pop(name)
+
+    state = {"embed_tokens.weight": take("model.embed_tokens.weight"), "norm.weight": take("model.norm.weight")}
+    if "lm_head.weight" in remaining or not config.tie_embeddings:
+        state["lm_head.weight"] = take("lm_head.weight")
+    for i in range(config.num_layers):
+        hf, ours = f"model.layers.{i}.", f"layers.{i}."
+        attn = hf + "self_attn."
+        state[ours + "self_attn.qkv_proj.weight"] = torch.cat([take(f"{attn}{p}_proj.weight") for p in "qkv"])
+        if config.attention_bias:
+            state[ours + "self_attn.qkv_proj.bias"] = torch.cat([take(f"{attn}{p}_proj.bias") for p in "qkv"])
+        state[ours + "self_attn.o_proj.weight"] = take(attn + "o_proj.weight")
+        state[ours + "mlp.gate_up_proj.weight"] = torch.cat(
+            [take(hf + "mlp.gate_proj.weight"), take(hf + "mlp.up_proj.weight")])
+        state[ours + "mlp.down_proj.weight"] = take(hf + "mlp.down_proj.weight")
+        state[ours + "input_layernorm.weight"] = take(hf + "input_layernorm.weight")
+        state[ours + "post_attention_layernorm.weight"] = take(hf + "post_attention_layernorm.weight")
+    if remaining:
+        raise CheckpointError(f"{where}: unexpected tensors {sorted(remaining)[:5]} (unsupported variant?)")
+    return state
+
+
+def build_model(config: ModelConfig, state: dict[str, torch.Tensor], *, dtype: torch.dtype,
+                device: torch.device | str = "cpu", where: str = "") -> Model:
+    """Allocate without random init, then copy the weights in (converting dtype)."""
+    with torch.device("meta"):
+        model = Model(config)
+    model.to_empty(device=device)
+    model.tie_weights()  # to_empty gives every module its own tensor
+    model = model.to(dtype)
+    params = dict(model.named_parameters())
+    for name, tensor in state.items():
+        param = params.get(name)
+        if param is None:
+            raise CheckpointError(f"{where}: no parameter for {name!r}")
+        if param.shape != tensor.shape:
+            raise CheckpointError(f"{where}: {name} has shape {tuple(tensor.shape)}, config implies {tuple(param.shape)}")
+        with torch.no_grad():
+            param.copy_(tensor)
+    model.reset_rope()
+    return model.eval().requires_grad_(False)
+
+
+def load_checkpoint(folder: str | Path, *, dtype: str | torch.dtype | None = None,
+                    device: torch.device | str = "cpu") -> LoadedModel:
+    """Load a HF Llama/Qwen2 folder. ``dtype`` defaults to the checkpoint's ``torch_dtype``."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint folder not found: {folder}")
+    config = load_config(folder)
+    if dtype is None:
+        dtype = config.torch_dtype
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"unsupported dtype {dtype!r}; supported: {sorted(DTYPES)}")
+        dtype = DTYPES[dtype]
+    state = hf_to_model_state(read_tensors(folder), config, where=str(folder))
+    model = build_model(config, state, dtype=dtype, device=device, where=str(folder))
+    return LoadedModel(path=folder, config=config, model=model, tokenizer=load_tokenizer(folder),
+                       generation=load_generation_defaults(folder, config))

@@ -1,0 +1,162 @@
+"""Llama-family decoder (Llama-2/3, Qwen2/2.5) as a pure ``nn.Module`` over a paged KV cache.
+
+No I/O and no state besides weights and the RoPE table: the KV cache tensor and the step's
+attention metadata come in as arguments. ``forward`` takes a flat ragged batch (``[T]``
+token ids and positions, any mix of prefill chunks and decodes); ``forward_padded`` takes a
+dense ``[B, S]`` batch. Both return logits only for the rows named by the metadata's
+``logits_indices``, in float32.
+
+Weights: q/k/v projections are fused into ``qkv_proj`` and gate/up into ``gate_up_proj``
+(the loader concatenates HF tensors); tied embeddings share one Parameter.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from servelab.engine.attention import PaddedMetadata, RaggedMetadata
+from servelab.engine.config import ModelConfig, RopeScaling
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> torch.Tensor:
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    if scaling is None or scaling.rope_type in ("default", "dynamic"):
+        return inv_freq  # dynamic NTK only changes frequencies beyond max_position
+    if scaling.rope_type == "linear":
+        return inv_freq / scaling.factor
+    # llama3: keep high frequencies, divide low ones by factor, interpolate in between
+    low_wavelen = scaling.original_max_position / scaling.low_freq_factor
+    high_wavelen = scaling.original_max_position / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (scaling.original_max_position / wavelen - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    is_medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: [T, H, D]; cos, sin: [T, 1, D] (the half-split "rotate_half" convention of HF Llama)
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        self.q_size = config.num_heads * config.head_dim
+        self.kv_size = config.num_kv_heads * config.head_dim
+        self.scale = config.head_dim ** -0.5
+        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_layer: torch.Tensor,
+                meta: RaggedMetadata | PaddedMetadata) -> torch.Tensor:
+        # x: [T, hidden]; kv_layer: [2, num_blocks, block_size, kv_heads, head_dim]
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = apply_rope(q.view(-1, self.num_heads, self.head_dim), cos, sin)  # [T, Hq, D]
+        k = apply_rope(k.view(-1, self.num_kv_heads, self.head_dim), cos, sin)  # [T, Hkv, D]
+        v = v.view(-1, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
+        out = meta.attend(kv_layer, q, k, v, self.scale)  # [T, Hq, D]
+        return self.o_proj(out.flatten(1))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_layer: torch.Tensor,
+                meta: RaggedMetadata | PaddedMetadata) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_layer, meta)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Model(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.tie_weights()
+        self.register_buffer("rope_cos", torch.empty(0), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(0), persistent=False)
+        self.reset_rope()
+
+    def tie_weights(self) -> None:
+        if self.config.tie_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def reset_rope(self) -> None:
+        """(Re)build the float32 RoPE table; call after ``to_empty`` or a dtype cast."""
+        c = self.config
+        device = self.embed_tokens.weight.device
+        if device.type == "meta":
+            return
+        inv_freq = rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling)
+        freqs = torch.outer(torch.arange(c.max_position, dtype=torch.float32), inv_freq)
+        angles = torch.cat((freqs, freqs), dim=-1)  # [max_position, head_dim]
+        self.rope_cos = angles.cos().to(device)
+        self.rope_sin = angles.sin().to(device)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv: torch.Tensor,
+                meta: RaggedMetadata) -> torch.Tensor:
+        # input_ids, positions: [T]; kv: [L, 2, num_blocks, block_size, kv_heads, head_dim]
+        hidden = self._layers(input_ids, positions, kv, meta)  # [T, hidden]
+        return self._logits(hidden.index_select(0, meta.logits_indices))
+
+    def forward_padded(self, input_ids: torch.Tensor, positions: torch.Tensor, kv: torch.Tensor,
+                       meta: PaddedMetadata) -> torch.Tensor:
+        # input_ids, positions: [B, S] (padding rows/tokens hold any valid id and position)
+        hidden = self._layers(input_ids.flatten(), positions.flatten(), kv, meta)  # [B * S, hidden]
+        return self._logits(hidden.index_select(0, meta.logits_indices))
+
+    def _layers(self, input_ids: torch.Tensor, positions: torch.Tensor, kv: torch.Tensor,
+                meta: RaggedMetadata | PaddedMetadata) -> torch.Tensor:
+        dtype = self.embed_tokens.weight.dtype
+        cos = self.rope_cos.index_select(0, positions).to(dtype).unsqueeze(1)  # [T, 1, D]
+        sin = self.rope_sin.index_select(0, positions).to(dtype).unsqueeze(1)  # [T, 1, D]
+        x = self.embed_tokens(input_ids)  # [T, hidden]
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, kv[i], meta)
+        return x
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.norm(hidden)).float()  # [R, vocab]

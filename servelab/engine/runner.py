@@ -1,0 +1,183 @@
+"""Model runner: one forward step over a batch of sequence chunks, then sampling.
+
+The runner knows nothing about scheduling. The executor hands it, per request, the tokens
+to compute this step, the position of the first one (= tokens whose KV already exists) and
+the request's block table from ``BlockManager``; it builds the attention metadata, runs the
+model over the paged cache and samples. A chunk with ``sample=False`` (a prefill chunk that
+does not finish the prompt) writes its KV and returns no token.
+
+Ragged steps put single-token decodes first, so the model can attend to all of them with one
+gather; results come back keyed by request id, so the reordering is invisible. Padded steps
+run ``[num_rows, row_tokens]`` with ``context_tokens`` keys per row, as ``PaddedBatch`` says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from servelab.engine.attention import PaddedMetadata, PrefillChunk, RaggedMetadata
+from servelab.engine.kv_cache import PagedKVCache
+from servelab.engine.model import Model
+from servelab.engine.sampling import GREEDY, Sampler, SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class SeqChunk:
+    request_id: int
+    token_ids: Sequence[int]  # tokens to compute this step
+    start_pos: int  # position of token_ids[0]; KV of positions [0, start_pos) is cached
+    block_table: Sequence[int]  # must cover start_pos + len(token_ids) slots
+    sample: bool = True
+
+    @property
+    def end_pos(self) -> int:
+        return self.start_pos + len(self.token_ids)
+
+
+def _check(chunks: Sequence[SeqChunk], block_size: int) -> None:
+    seen = set()
+    for c in chunks:
+        if not c.token_ids:
+            raise ValueError(f"request {c.request_id}: no tokens to compute")
+        if c.start_pos < 0:
+            raise ValueError(f"request {c.request_id}: start_pos must be >= 0, got {c.start_pos}")
+        if len(c.block_table) * block_size < c.end_pos:
+            raise ValueError(f"request {c.request_id}: block table of {len(c.block_table)} blocks holds "
+                             f"{len(c.block_table) * block_size} slots, needs {c.end_pos}")
+        if c.request_id in seen:
+            raise ValueError(f"request {c.request_id} appears twice in one step")
+        seen.add(c.request_id)
+
+
+def _padded_tables(tables: Sequence[Sequence[int]], width: int, device: torch.device) -> torch.Tensor:
+    rows = [list(t[:width]) + [0] * (width - min(len(t), width)) for t in tables]
+    return torch.tensor(rows, dtype=torch.long, device=device)  # [B, width]
+
+
+def build_ragged(chunks: Sequence[SeqChunk], block_size: int, device: torch.device
+                 ) -> tuple[torch.Tensor, torch.Tensor, RaggedMetadata, list[SeqChunk]]:
+    """Flatten chunks (decodes first) into input_ids [T], positions [T] and metadata."""
+    _check(chunks, block_size)
+    decodes = [c for c in chunks if len(c.token_ids) == 1 and c.start_pos > 0]
+    prefills = [c for c in chunks if not (len(c.token_ids) == 1 and c.start_pos > 0)]
+    ordered = decodes + prefills
+    ids = [t for c in ordered for t in c.token_ids]
+    positions = torch.tensor([p for c in ordered for p in range(c.start_pos, c.end_pos)], dtype=torch.long)
+    slots, rows, logits_rows = [], 0, []
+    decode_tables = decode_mask = None
+    if decodes:
+        width = max(-(-c.end_pos // block_size) for c in decodes)
+        decode_tables = _padded_tables([c.block_table for c in decodes], width, device)
+        pos = positions[:len(decodes)].to(device)
+        slots.append(decode_tables.gather(1, (pos // block_size).unsqueeze(1)).squeeze(1) * block_size
+                     + pos % block_size)
+        keys = torch.arange(width * block_size, device=device)
+        decode_mask = (keys.unsqueeze(0) <= pos.unsqueeze(1)).view(len(decodes), 1, 1, -1)
+        logits_rows += [i for i, c in enumerate(decodes) if c.sample]
+        rows = len(decodes)
+    chunk_meta = []
+    for c in prefills:
+        n = len(c.token_ids)
+        table = torch.tensor(c.block_table[:-(-c.end_pos // block_size)], dtype=torch.long, device=device)
+        pos = torch.arange(c.start_pos, c.end_pos, device=device)
+        slots.append(table[pos // block_size] * block_size + pos % block_size)
+        mask = None
+        if c.start_pos:
+            mask = torch.arange(c.end_pos, device=device).unsqueeze(0) <= pos.unsqueeze(1)  # [n, end_pos]
+        chunk_meta.append(PrefillChunk(rows, n, c.end_pos, table, mask))
+        rows += n
+        if c.sample:
+            logits_rows.append(rows - 1)
+    meta = RaggedMetadata(slot_mapping=torch.cat(slots),
+                          logits_indices=torch.tensor(logits_rows, dtype=torch.long, device=device),
+                          num_decodes=len(decodes), decode_block_tables=decode_tables, decode_mask=decode_mask,
+                          prefills=tuple(chunk_meta))
+    sampled = [c for c in ordered if c.sample]
+    return torch.tensor(ids, dtype=torch.long, device=device), positions.to(device), meta, sampled
+
+
+def build_padded(chunks: Sequence[SeqChunk], num_rows: int, row_tokens: int, context_tokens: int,
+                 block_size: int, device: torch.device
+                 ) -> tuple[torch.Tensor, torch.Tensor, PaddedMetadata, list[SeqChunk]]:
+    """Dense [num_rows, row_tokens] batch; rows past the chunks are pure padding."""
+    _check(chunks, block_size)
+    if len(chunks) > num_rows:
+        raise ValueError(f"{len(chunks)} sequences do not fit in {num_rows} padded rows")
+    for c in chunks:
+        if len(c.token_ids) > row_tokens or c.end_pos > context_tokens:
+            raise ValueError(f"request {c.request_id}: {len(c.token_ids)} tokens ending at {c.end_pos} exceed "
+                             f"the padded shape ({row_tokens} tokens, {context_tokens} context)")
+    width = -(-context_tokens // block_size)
+    ids = torch.zeros(num_rows, row_tokens, dtype=torch.long)
+    positions = torch.zeros(num_rows, row_tokens, dtype=torch.long)
+    last_key = torch.zeros(num_rows, row_tokens, dtype=torch.long)  # keys [0, last_key] are visible
+    write_rows, logits_rows = [], []
+    for b, c in enumerate(chunks):
+        n = len(c.token_ids)
+        ids[b, :n] = torch.tensor(list(c.token_ids))
+        positions[b, :n] = torch.arange(c.start_pos, c.end_pos)
+        last_key[b, :n] = positions[b, :n]
+        write_rows += range(b * row_tokens, b * row_tokens + n)
+        if c.sample:
+            logits_rows.append(b * row_tokens + n - 1)
+    tables = _padded_tables([c.block_table for c in chunks] + [[]] * (num_rows - len(chunks)), width, device)
+    write_rows_t = torch.tensor(write_rows, dtype=torch.long, device=device)
+    flat_pos = positions.to(device).flatten().index_select(0, write_rows_t)
+    row_of = write_rows_t // row_tokens
+    write_slots = tables[row_of, flat_pos // block_size] * block_size + flat_pos % block_size
+    keys = torch.arange(width * block_size, device=device)
+    mask = keys.view(1, 1, -1) <= last_key.to(device).unsqueeze(2)  # [B, S, C]
+    meta = PaddedMetadata(block_tables=tables, mask=mask.unsqueeze(1), write_rows=write_rows_t,
+                          write_slots=write_slots,
+                          logits_indices=torch.tensor(logits_rows, dtype=torch.long, device=device))
+    return ids.to(device), positions.to(device), meta, [c for c in chunks if c.sample]
+
+
+class ModelRunner:
+    def __init__(self, model: Model, kv_cache: PagedKVCache, sampler: Sampler | None = None) -> None:
+        if kv_cache.num_layers != model.config.num_layers or kv_cache.head_dim != model.config.head_dim \
+                or kv_cache.num_kv_heads != model.config.num_kv_heads:
+            raise ValueError("KV cache shape does not match the model config")
+        self.model = model
+        self.kv_cache = kv_cache
+        self.device = kv_cache.device
+        self.sampler = sampler or Sampler(device=self.device)
+
+    @torch.inference_mode()
+    def compute_logits(self, chunks: Sequence[SeqChunk]) -> tuple[list[int], torch.Tensor]:
+        """Request ids of the sampled chunks, and their logits [R, vocab] float32 in that order."""
+        if not chunks:
+            return [], torch.empty(0, self.model.config.vocab_size)
+        ids, positions, meta, sampled = build_ragged(chunks, self.kv_cache.block_size, self.device)
+        logits = self.model(ids, positions, self.kv_cache.kv, meta)
+        return [c.request_id for c in sampled], logits
+
+    @torch.inference_mode()
+    def compute_logits_padded(self, chunks: Sequence[SeqChunk], num_rows: int, row_tokens: int,
+                              context_tokens: int) -> tuple[list[int], torch.Tensor]:
+        ids, positions, meta, sampled = build_padded(chunks, num_rows, row_tokens, context_tokens,
+                                                     self.kv_cache.block_size, self.device)
+        logits = self.model.forward_padded(ids, positions, self.kv_cache.kv, meta)
+        return [c.request_id for c in sampled], logits
+
+    def run(self, chunks: Sequence[SeqChunk], sampling: Mapping[int, SamplingParams] | None = None
+            ) -> dict[int, int]:
+        """One ragged step; returns the next token of every chunk with ``sample=True``."""
+        return self._sample(*self.compute_logits(chunks), sampling)
+
+    def run_padded(self, chunks: Sequence[SeqChunk], num_rows: int, row_tokens: int, context_tokens: int,
+                   sampling: Mapping[int, SamplingParams] | None = None) -> dict[int, int]:
+        return self._sample(*self.compute_logits_padded(chunks, num_rows, row_tokens, context_tokens), sampling)
+
+    def release(self, request_id: int) -> None:
+        self.sampler.release(request_id)
+
+    def _sample(self, request_ids: list[int], logits: torch.Tensor,
+                sampling: Mapping[int, SamplingParams] | None) -> dict[int, int]:
+        if not request_ids:
+            return {}
+        params = [(sampling or {}).get(rid, GREEDY) for rid in request_ids]
+        return dict(zip(request_ids, self.sampler.sample(logits, request_ids, params)))

@@ -1,0 +1,159 @@
+"""Run-time metrics collection: what the simulator or engine reports while a run goes on.
+
+``MetricsCollector`` sits in the simulator's hot loop, so each call only appends one tuple
+to a list (about half a microsecond); the columns become numpy arrays the first time
+they are read after a change. No summarising happens here: ``summary.summarize`` reads
+the arrays this module exposes.
+
+Step records are samples taken at each step's start: KV blocks in use and queue lengths
+hold from that step's start until the same instance's next step (or, for its last step,
+until that step ends). Cluster-wide series (``cluster_series``) add the per-instance step
+functions together.
+
+Invariants: per instance, steps are reported in start-time order; durations and counts
+are non-negative (checked when the columns are built, with the offending step named).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from servelab.core.request import Request
+
+PREEMPTION_KINDS = ("recompute", "swap")
+
+# Column order of a step record.
+STEP_COLUMNS = ("instance_id", "start_s", "duration_s", "num_tokens", "num_rows", "num_padding_tokens",
+                "kv_used_blocks", "kv_total_blocks", "num_waiting", "num_running", "flops")
+
+
+@dataclass(frozen=True, eq=False)
+class StepColumns:
+    """All recorded steps as numpy columns, in report order (float64 except instance_id).
+
+    num_tokens: real tokens the step computed; num_padding_tokens: extra tokens computed only
+    because the step ran as a dense padded batch. flops: NaN where not reported.
+    """
+
+    instance_id: np.ndarray
+    start_s: np.ndarray
+    duration_s: np.ndarray
+    num_tokens: np.ndarray
+    num_rows: np.ndarray
+    num_padding_tokens: np.ndarray
+    kv_used_blocks: np.ndarray
+    kv_total_blocks: np.ndarray
+    num_waiting: np.ndarray
+    num_running: np.ndarray
+    flops: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start_s)
+
+
+class MetricsCollector:
+    """Accumulates step records, preemptions and ended requests for one run."""
+
+    def __init__(self) -> None:
+        self._steps: list[tuple] = []
+        self._preemptions: list[tuple[int, float, str]] = []
+        self.ended_requests: list[Request] = []
+        self._columns: StepColumns | None = None
+
+    # ---- hot-path hooks ----
+    def on_step(self, instance_id: int, start_s: float, duration_s: float, num_tokens: int, num_rows: int,
+                num_padding_tokens: int, kv_used_blocks: int, kv_total_blocks: int, num_waiting: int,
+                num_running: int, flops: float | None = None) -> None:
+        self._steps.append((instance_id, start_s, duration_s, num_tokens, num_rows, num_padding_tokens,
+                            kv_used_blocks, kv_total_blocks, num_waiting, num_running, flops))
+        self._columns = None
+
+    def on_preemption(self, instance_id: int, now_s: float, kind: str) -> None:
+        if kind not in PREEMPTION_KINDS:
+            raise ValueError(f"preemption kind must be one of {PREEMPTION_KINDS}, got {kind!r} "
+                             f"(instance {instance_id} at t={now_s})")
+        self._preemptions.append((instance_id, now_s, kind))
+
+    def on_request_end(self, request: Request) -> None:
+        self.ended_requests.append(request)
+
+    # ---- read side ----
+    @property
+    def num_steps(self) -> int:
+        return len(self._steps)
+
+    @property
+    def steps(self) -> StepColumns:
+        if self._columns is None:
+            self._columns = _build_columns(self._steps)
+        return self._columns
+
+    def num_preemptions(self, kind: str) -> int:
+        return sum(1 for p in self._preemptions if p[2] == kind)
+
+    @property
+    def preemptions(self) -> tuple[tuple[int, float, str], ...]:
+        """(instance_id, time_s, kind) of every preemption, in report order."""
+        return tuple(self._preemptions)
+
+    @property
+    def instance_ids(self) -> np.ndarray:
+        return np.unique(self.steps.instance_id)
+
+    def busy_s(self) -> dict[int, float]:
+        """Seconds each instance spent running steps."""
+        cols = self.steps
+        ids, inverse = np.unique(cols.instance_id, return_inverse=True)
+        sums = np.bincount(inverse, weights=cols.duration_s, minlength=len(ids))
+        return {int(i): float(s) for i, s in zip(ids, sums)}
+
+    def cluster_series(self, column: str) -> tuple[np.ndarray, np.ndarray, float]:
+        """Cluster-wide step function of a sampled column (summed over instances).
+
+        Returns (times_s, values, end_s): ``values[k]`` holds on ``[times_s[k], times_s[k+1])``
+        and the last value until ``end_s``. Empty arrays and NaN end when nothing was recorded.
+        """
+        if column not in ("kv_used_blocks", "kv_total_blocks", "num_waiting", "num_running"):
+            raise ValueError(f"no time series for column {column!r}")
+        cols = self.steps
+        if len(cols) == 0:
+            return np.empty(0), np.empty(0), float("nan")
+        order = np.lexsort((cols.start_s, cols.instance_id))  # by instance, then time
+        inst, values = cols.instance_id[order], getattr(cols, column)[order]
+        deltas = np.diff(values, prepend=0.0)
+        first_of_instance = np.concatenate(([True], inst[1:] != inst[:-1]))
+        deltas[first_of_instance] = values[first_of_instance]
+        by_time = np.argsort(cols.start_s[order], kind="stable")
+        times = cols.start_s[order][by_time]
+        end_s = float(np.max(cols.start_s + cols.duration_s))
+        return times, np.cumsum(deltas[by_time]), end_s
+
+
+def _build_columns(steps: list[tuple]) -> StepColumns:
+    if not steps:
+        return StepColumns(*(np.empty(0, dtype=np.int64 if i == 0 else np.float64)
+                             for i in range(len(STEP_COLUMNS))))
+    table = np.array(steps, dtype=np.float64)  # flops None -> NaN
+    if table.shape[1] != len(STEP_COLUMNS):
+        raise ValueError(f"step records must have {len(STEP_COLUMNS)} fields, got {table.shape[1]}")
+    negative = np.nonzero(np.any(table[:, 2:10] < 0, axis=1))[0]
+    if len(negative):
+        k = int(negative[0])
+        raise ValueError(f"step {k} (instance {steps[k][0]}, t={steps[k][1]}) has a negative duration or count: "
+                         f"{dict(zip(STEP_COLUMNS, steps[k]))}")
+    columns = [table[:, i] for i in range(len(STEP_COLUMNS))]
+    columns[0] = columns[0].astype(np.int64)
+    return StepColumns(*columns)
+
+
+def time_weighted_mean(times_s: np.ndarray, values: np.ndarray, end_s: float) -> float:
+    """Mean of a step function over ``[times_s[0], end_s]``; NaN when it spans no time."""
+    if len(times_s) == 0:
+        return float("nan")
+    widths = np.diff(times_s, append=max(end_s, float(times_s[-1])))
+    total = float(widths.sum())
+    if total <= 0:
+        return float(np.mean(values))
+    return float(np.dot(widths, values) / total)

@@ -1,0 +1,150 @@
+"""Reporting: run summaries as a rich table or markdown, and sweep curves as a PNG.
+
+Rendering only reads ``RunSummary`` objects; nothing here computes a metric. Several
+summaries render side by side, one column each (one per policy, say). matplotlib is
+imported inside ``plot_sweep`` with the Agg backend, so importing this module never pulls
+in a plotting backend. A sweep figure must say where its numbers come from (simulated
+with which cost model, GPU and model, or measured), hence the required ``caption``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from servelab.metrics.summary import RunSummary
+
+Summaries = RunSummary | Mapping[str, RunSummary]
+
+
+def _ms(v: float) -> str:
+    return "-" if not math.isfinite(v) else f"{v * 1e3:.1f}"
+
+
+def _num(v: float, digits: int = 2) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:.{digits}f}"
+
+
+def _pct(v: float) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v * 100:.1f}%"
+
+
+def _mean_of(values: list[float | None]) -> float:
+    kept = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(kept) / len(kept) if kept else math.nan
+
+
+# (label, formatter): one table row each.
+_ROWS: tuple[tuple[str, Callable[[RunSummary], str]], ...] = (
+    ("arrived", lambda s: str(s.num_arrived)),
+    ("completed", lambda s: str(s.num_completed)),
+    ("rejected", lambda s: str(s.num_rejected)),
+    ("aborted", lambda s: str(s.num_aborted)),
+    ("SLO attainment", lambda s: _pct(s.slo_attainment)),
+    ("goodput (req/s)", lambda s: _num(s.goodput_requests_per_s)),
+    ("goodput (tok/s)", lambda s: _num(s.goodput_tokens_per_s, 1)),
+    ("throughput (req/s)", lambda s: _num(s.requests_per_s)),
+    ("throughput (tok/s)", lambda s: _num(s.output_tokens_per_s, 1)),
+    ("duration (s)", lambda s: _num(s.duration_s, 1)),
+    ("TTFT mean / p50 / p99 (ms)", lambda s: " / ".join(_ms(v) for v in (s.ttft.mean, s.ttft.p50, s.ttft.p99))),
+    ("TPOT mean / p50 / p99 (ms)", lambda s: " / ".join(_ms(v) for v in (s.tpot.mean, s.tpot.p50, s.tpot.p99))),
+    ("TBT p50 / p99 / max (ms)", lambda s: " / ".join(_ms(v) for v in (s.tbt.p50, s.tbt.p99, s.tbt.max))),
+    ("e2e mean / p99 (s)", lambda s: f"{_num(s.e2e.mean)} / {_num(s.e2e.p99)}"),
+    ("queueing mean / p99 (ms)", lambda s: f"{_ms(s.queueing.mean)} / {_ms(s.queueing.p99)}"),
+    ("preemptions recompute / swap", lambda s: f"{s.num_preemptions_recompute} / {s.num_preemptions_swap}"),
+    ("padding waste", lambda s: _pct(s.padding_waste)),
+    ("KV utilisation mean / max", lambda s: f"{_pct(s.kv_utilization_mean)} / {_pct(s.kv_utilization_max)}"),
+    ("queue length mean / max", lambda s: f"{_num(s.queue_length_mean, 1)} / {_num(s.queue_length_max, 0)}"),
+    ("busy fraction (mean over instances)", lambda s: _pct(_mean_of([i.busy_fraction for i in s.instances]))),
+    ("MFU while busy (mean over instances)", lambda s: _pct(_mean_of([i.mfu for i in s.instances]))),
+)
+
+
+def _as_mapping(summaries: Summaries) -> Mapping[str, RunSummary]:
+    if isinstance(summaries, RunSummary):
+        return {"run": summaries}
+    if not summaries:
+        raise ValueError("nothing to report: no run summaries given")
+    for label, s in summaries.items():
+        if not isinstance(s, RunSummary):
+            raise TypeError(f"report column {label!r} is a {type(s).__name__}, not a RunSummary")
+    return summaries
+
+
+def summary_rows(summaries: Summaries) -> tuple[list[str], list[list[str]]]:
+    """Header (``metric`` then one label per summary) and formatted rows."""
+    by_label = _as_mapping(summaries)
+    header = ["metric", *by_label]
+    rows = [[label, *(fmt(s) for s in by_label.values())] for label, fmt in _ROWS]
+    return header, rows
+
+
+def render_rich(summaries: Summaries, *, title: str | None = None):
+    """A ``rich.table.Table`` with one column per summary."""
+    from rich.table import Table
+
+    header, rows = summary_rows(summaries)
+    table = Table(title=title)
+    table.add_column(header[0], style="bold")
+    for label in header[1:]:
+        table.add_column(label, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def render_markdown(summaries: Summaries) -> str:
+    header, rows = summary_rows(summaries)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" + "---:|" * (len(header) - 1)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def plot_sweep(rows: Sequence[Mapping], x: str, y: str, out_path: str | Path, *, caption: str,
+               series: str = "policy", title: str | None = None) -> Path:
+    """One line per ``series`` value (e.g. policy) of ``y`` against ``x`` (e.g. rate); saves a PNG.
+
+    Rows whose ``y`` is None or NaN are skipped (a run that produced no value).
+    """
+    lines = _group_sweep(rows, x, y, series)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    try:
+        for name, points in lines.items():
+            points.sort()
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=str(name))
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        ax.set_title(title or f"{y} vs {x}")
+        ax.grid(alpha=0.3)
+        ax.legend(title=series)
+        fig.text(0.01, 0.01, caption, fontsize=7, ha="left", va="bottom")
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        out = Path(out_path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=120)
+    finally:
+        plt.close(fig)
+    return out
+
+
+def _group_sweep(rows: Sequence[Mapping], x: str, y: str, series: str) -> dict[object, list[tuple[float, float]]]:
+    if not rows:
+        raise ValueError("plot_sweep: no rows to plot")
+    lines: dict[object, list[tuple[float, float]]] = {}
+    for k, row in enumerate(rows):
+        for key in (x, y, series):
+            if key not in row:
+                raise ValueError(f"plot_sweep: row {k} has no {key!r} (keys: {sorted(row)})")
+        value = row[y]
+        if value is None or not math.isfinite(float(value)):
+            continue
+        lines.setdefault(row[series], []).append((float(row[x]), float(value)))
+    if not lines:
+        raise ValueError(f"plot_sweep: every row has an empty {y!r}")
+    return lines

@@ -1,0 +1,126 @@
+"""Shared planning steps for continuous-batching policies (vLLM, Sarathi and their orderings).
+
+A ``PlanBuilder`` tracks the KV blocks, rows and tokens a plan under construction has
+claimed, so every plan it emits is feasible by construction: the instance runtime applies
+preemptions before reservations, and the builder counts freed blocks the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from servelab.core.plan import StepPlan
+from servelab.core.policy import InstanceState
+from servelab.core.request import Request
+
+OrderKey = Callable[[Request], tuple]
+
+
+def fcfs_key(req: Request) -> tuple:
+    return (req.arrival_time_s, req.request_id)
+
+
+def shortest_first_key(req: Request) -> tuple:
+    return (req.spec.expected_output_tokens - req.num_generated_tokens, req.arrival_time_s, req.request_id)
+
+
+def longest_first_key(req: Request) -> tuple:
+    return (-(req.spec.expected_output_tokens - req.num_generated_tokens), req.arrival_time_s, req.request_id)
+
+
+def priority_key(req: Request) -> tuple:
+    return (-req.spec.priority, req.arrival_time_s, req.request_id)
+
+
+ORDERS: dict[str, OrderKey] = {"fcfs": fcfs_key, "sjf": shortest_first_key, "ljf": longest_first_key,
+                               "priority": priority_key}
+
+
+def admission_error(req: Request, state: InstanceState) -> str | None:
+    """Why a request can never run on this instance (its KV can never fit), or None."""
+    blocks = state.blocks
+    need = blocks.blocks_for(req.num_prompt_tokens + req.max_output_tokens)
+    if need > blocks.num_gpu_blocks - blocks.watermark_blocks:
+        return (f"needs {need} KV blocks for {req.num_prompt_tokens}+{req.max_output_tokens} tokens; "
+                f"the instance has {blocks.num_gpu_blocks - blocks.watermark_blocks} usable")
+    return None
+
+
+class PlanBuilder:
+    def __init__(self, state: InstanceState, *, token_budget: int) -> None:
+        self.state = state
+        self.blocks = state.blocks
+        self.free_blocks = state.blocks.num_free_gpu_blocks
+        self.token_budget = token_budget
+        self.num_tokens = 0
+        self.ids: list[int] = []
+        self.counts: list[int] = []
+        self.preempt: list[int] = []
+        self.swap_out: list[int] = []
+        self.reject: list[tuple[int, str]] = []
+        self._gone: set[int] = set()
+
+    @property
+    def rows_left(self) -> int:
+        return self.state.max_num_seqs - len(self.ids)
+
+    @property
+    def tokens_left(self) -> int:
+        return self.token_budget - self.num_tokens
+
+    def blocks_needed(self, req: Request, n: int) -> int:
+        want = req.num_computed_tokens + n - self.blocks.num_reserved_tokens(req.request_id)
+        return self.blocks.num_blocks_needed(req.request_id, want) if want > 0 else 0
+
+    def try_add(self, req: Request, n: int, *, new_request: bool = False) -> bool:
+        """Schedule ``n`` tokens of ``req`` if rows, tokens and blocks allow."""
+        if n < 1 or self.rows_left < 1 or n > self.tokens_left:
+            return False
+        need = self.blocks_needed(req, n)
+        reserve = self.blocks.watermark_blocks if new_request else 0
+        if need + reserve > self.free_blocks:
+            return False
+        self.free_blocks -= need
+        self.num_tokens += n
+        self.ids.append(req.request_id)
+        self.counts.append(n)
+        return True
+
+    def add_decodes(self, running: list[Request], *, swap: bool = False) -> None:
+        """Give every running decode one token, evicting from the back of ``running`` on shortage.
+
+        ``running`` is in priority order (first = most important). Victims are preempted by
+        recompute, or swapped to host when ``swap`` is set and the host pool has room.
+        """
+        queue = list(running)
+        while queue:
+            req = queue.pop(0)
+            if req.num_pending_tokens != 1 or req.is_prefill:
+                continue
+            while not self.try_add(req, 1):
+                if self.rows_left < 1 or self.tokens_left < 1:
+                    return
+                victim = queue.pop() if queue else req
+                self._evict(victim, swap)
+                if victim is req:
+                    break
+
+    def _evict(self, victim: Request, swap: bool) -> None:
+        held = len(self.blocks.block_table(victim.request_id))
+        if swap and self.blocks.num_free_cpu_blocks - sum(
+                len(self.blocks.block_table(r)) for r in self.swap_out) >= held:
+            self.swap_out.append(victim.request_id)
+        else:
+            self.preempt.append(victim.request_id)
+        self.free_blocks += held
+        self._gone.add(victim.request_id)
+
+    def build(self, **extra) -> StepPlan:
+        return StepPlan(tuple(self.ids), tuple(self.counts), preempt_ids=tuple(self.preempt),
+                        swap_out_ids=tuple(self.swap_out), reject=tuple(self.reject), **extra)
+
+
+def sorted_by(requests: Iterable[Request], key: OrderKey, *, already_fcfs: bool) -> list[Request]:
+    if already_fcfs and key is fcfs_key:
+        return list(requests)
+    return sorted(requests, key=key)

@@ -1,0 +1,37 @@
+"""Event heap keyed on (time, priority, sequence): ties break the same way on every run."""
+
+from __future__ import annotations
+
+import enum
+import heapq
+from typing import Any
+
+
+class EventKind(enum.IntEnum):
+    """Lower values run first at equal times: finish steps before admitting new work."""
+
+    STEP_DONE = 0
+    TRANSFER_DONE = 1
+    ARRIVAL = 2
+    WAKEUP = 3
+    ROUTER_TIMER = 4
+
+
+class EventQueue:
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+
+    def push(self, time_s: float, kind: EventKind, payload: Any = None) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (time_s, int(kind), self._seq, payload))
+
+    def pop(self) -> tuple[float, EventKind, Any]:
+        time_s, kind, _, payload = heapq.heappop(self._heap)
+        return time_s, EventKind(kind), payload
+
+    def peek_time_s(self) -> float:
+        return self._heap[0][0] if self._heap else float("inf")
+
+    def __len__(self) -> int:
+        return len(self._heap)

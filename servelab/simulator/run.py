@@ -1,0 +1,286 @@
+"""The simulation loop: arrivals -> router -> instances -> policy plans -> cost model -> events.
+
+Every request that arrives ends completed, rejected or aborted with a reason; ``SimResult``
+checks that conservation and says so. The loop never looks at a wall clock, so a run is a
+pure function of (workload, cluster config, cost models, seed).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from servelab.cluster.config import ClusterConfig, InstanceGroup
+from servelab.core.instance import InstanceLimits, InstanceRuntime, StepOutcome
+from servelab.core.plan import StepPlan, StepResult, StepShape
+from servelab.core.policy import POLICIES, ROUTERS, Placement, SchedulingPolicy
+from servelab.core.request import Request, RequestSpec, RequestStatus
+from servelab.simulator.events import EventKind, EventQueue
+from servelab.simulator.fast_forward import (MIN_JUMP_STEPS, is_full_decode, plan_jump, steps_until_exit,
+                                             steps_within_memory)
+from servelab.simulator.hardware import SimInstanceModel, build_instance_model
+
+
+@dataclass
+class SimResult:
+    requests: list[Request]
+    num_instances: int
+    makespan_s: float
+    wall_s: float
+    busy_s: list[float]
+    collector: Any
+    transfers: list[tuple[int, int, float, float, float]] = field(default_factory=list)
+    summary: Any = None
+    unfinished: list[int] = field(default_factory=list)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return sum(r.num_generated_tokens for r in self.requests)
+
+    @property
+    def conserved(self) -> bool:
+        return not self.unfinished
+
+
+class _Instance:
+    """Simulator-side wrapper: runtime + policy + cost model + the step in flight."""
+
+    __slots__ = ("runtime", "policy", "model", "busy", "plan", "batch", "wakeup_s", "group")
+
+    def __init__(self, runtime: InstanceRuntime, policy: SchedulingPolicy, model: SimInstanceModel,
+                 group: InstanceGroup) -> None:
+        self.runtime = runtime
+        self.policy = policy
+        self.model = model
+        self.group = group
+        self.busy = False
+        self.plan: StepPlan | None = None
+        self.batch: list[Request] = []
+        self.wakeup_s: float | None = None
+
+
+class _ClusterView:
+    def __init__(self, instances: list[_Instance]) -> None:
+        self.instances = [inst.runtime for inst in instances]
+
+    def instances_with_role(self, role: str):
+        return [inst for inst in self.instances if inst.role == role]
+
+
+class Simulation:
+    def __init__(self, workload: Sequence[RequestSpec], cluster: ClusterConfig, *, cost_model=None,
+                 collector=None, fast_forward: bool = True, progress: Callable[[float], None] | None = None) -> None:
+        from servelab.metrics.collector import MetricsCollector
+
+        self.specs = sorted(workload, key=lambda s: (s.arrival_time_s, s.request_id))
+        self.cluster = cluster
+        self.collector = collector if collector is not None else MetricsCollector()
+        self.fast_forward = fast_forward
+        self.progress = progress
+        self.instances: list[_Instance] = []
+        for iid, group in enumerate(cluster.instance_groups()):
+            model = build_instance_model(group, cost_model)
+            runtime = InstanceRuntime(iid, model.kv_config, InstanceLimits(group.max_batch_tokens, group.max_num_seqs),
+                                      group.role)
+            policy = POLICIES.create(group.policy, dict(group.policy_params))
+            self.instances.append(_Instance(runtime, policy, model, group))
+        self.view = _ClusterView(self.instances)
+        self.router = ROUTERS.create(cluster.router, dict(cluster.router_params))
+        self.events = EventQueue()
+        self.requests: list[Request] = []
+        self.now_s = 0.0
+        self._router_timer_s: float | None = None
+        self.busy_s = [0.0] * len(self.instances)
+        self.transfers: list[tuple[int, int, float, float, float]] = []  # (src, dst, start, duration, bytes)
+
+    # ---- main loop ----
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        specs, num_specs, i = self.specs, len(self.specs), 0
+        events = self.events
+        last_progress = 0
+        while i < num_specs or len(events):
+            next_arrival = specs[i].arrival_time_s if i < num_specs else float("inf")
+            if next_arrival <= events.peek_time_s():
+                self.now_s = next_arrival
+                self._on_arrival(specs[i])
+                i += 1
+                if self.progress is not None and i - last_progress >= 1000:
+                    last_progress = i
+                    self.progress(i / num_specs)
+                continue
+            self.now_s, kind, payload = events.pop()
+            if kind is EventKind.STEP_DONE:
+                self._on_step_done(payload)
+            elif kind is EventKind.TRANSFER_DONE:
+                self._on_transfer_done(*payload)
+            elif kind is EventKind.WAKEUP:
+                inst = self.instances[payload]
+                inst.wakeup_s = None
+                self._kick(inst)
+            elif kind is EventKind.ROUTER_TIMER:
+                self._router_timer_s = None
+                self._place(self.router.on_timer(self.now_s, self.view))
+        self._abort_leftovers()
+        return self._result(time.perf_counter() - wall0)
+
+    # ---- arrivals and placement ----
+    def _on_arrival(self, spec: RequestSpec) -> None:
+        req = Request(spec)
+        self.requests.append(req)
+        self._place(self.router.on_arrival(self.now_s, req, self.view))
+
+    def _place(self, placements: list[Placement]) -> None:
+        for p in placements:
+            if p.instance_id is None:
+                p.request.finish(RequestStatus.REJECTED, self.now_s, p.reject_reason or "rejected by router")
+                self.collector.on_request_end(p.request)
+                continue
+            inst = self.instances[p.instance_id]
+            if p.request.handoff_at_tokens is None:
+                p.request.handoff_at_tokens = self.router.handoff_point(p.request, inst.runtime)
+            self._enqueue(inst, p.request)
+        self._arm_router_timer()
+
+    def _enqueue(self, inst: _Instance, req: Request) -> None:
+        inst.runtime.add(req)
+        inst.policy.on_arrival(self.now_s, req)
+        self._kick(inst)
+
+    def _arm_router_timer(self) -> None:
+        t = self.router.next_wakeup_s(self.now_s)
+        if t is not None and (self._router_timer_s is None or t < self._router_timer_s):
+            self._router_timer_s = max(t, self.now_s)
+            self.events.push(self._router_timer_s, EventKind.ROUTER_TIMER)
+
+    # ---- steps ----
+    def _kick(self, inst: _Instance) -> None:
+        if inst.busy or inst.runtime.is_idle:
+            return
+        rt = inst.runtime
+        plan = inst.policy.schedule(self.now_s, rt)
+        if plan.is_empty:
+            self._arm_wakeup(inst)
+            return
+        applied = rt.apply(plan, self.now_s)
+        shape, batch = applied.shape, applied.batch
+        for req in applied.rejected:
+            inst.policy.on_finish(self.now_s, req)
+            self.collector.on_request_end(req)
+        for _ in plan.preempt_ids:
+            self.collector.on_preemption(rt.instance_id, self.now_s, "recompute")
+        for _ in plan.swap_out_ids:
+            self.collector.on_preemption(rt.instance_id, self.now_s, "swap")
+        if not batch:  # only memory moves or rejections: ask again
+            self._kick(inst)
+            return
+        if (self.fast_forward and inst.policy.stable_under_decode and is_full_decode(plan, shape, rt)):
+            jumped = self._try_jump(inst, plan, shape, batch)
+            if jumped:
+                return
+        duration = inst.model.cost.step_time_s(shape)
+        self._start_step(inst, plan, batch, shape, duration)
+
+    def _start_step(self, inst: _Instance, plan: StepPlan, batch: list[Request], shape: StepShape,
+                    duration_s: float) -> None:
+        inst.busy, inst.plan, inst.batch = True, plan, batch
+        self._record_step(inst, self.now_s, duration_s, shape, 1)
+        self.events.push(self.now_s + duration_s, EventKind.STEP_DONE, inst.runtime.instance_id)
+
+    def _try_jump(self, inst: _Instance, plan: StepPlan, shape: StepShape, batch: list[Request]) -> bool:
+        rt = inst.runtime
+        horizon = min(steps_until_exit(batch), steps_within_memory(rt, len(batch)) + 1)
+        if horizon < MIN_JUMP_STEPS:
+            return False
+        next_event = min(self.events.peek_time_s(),
+                         self.specs[len(self.requests)].arrival_time_s if len(self.requests) < len(self.specs) else float("inf"))
+        ends = plan_jump(inst.model.cost, shape, horizon, self.now_s, next_event)
+        if len(ends) < MIN_JUMP_STEPS:
+            return False
+        bulk = ends[:-1]
+        start = self.now_s
+        rt.fast_forward_decodes(batch, len(bulk), bulk.tolist())
+        self._record_step(inst, start, float(bulk[-1]) - start, shape, len(bulk))
+        self.now_s = float(bulk[-1])
+        applied = rt.apply(plan, self.now_s)
+        self._start_step(inst, plan, applied.batch, applied.shape, float(ends[-1]) - self.now_s)
+        return True
+
+    def _record_step(self, inst: _Instance, start_s: float, duration_s: float, shape: StepShape, num_steps: int) -> None:
+        rt = inst.runtime
+        self.busy_s[rt.instance_id] += duration_s
+        num_tokens = shape.num_tokens * num_steps
+        num_rows = len(shape.prefill_tokens) + shape.num_decodes
+        pad = shape.padding
+        num_padding = (pad.num_rows * pad.row_tokens - shape.num_tokens) * num_steps if pad is not None else 0
+        flops = inst.model.flops_per_token * num_tokens
+        self.collector.on_step(rt.instance_id, start_s, duration_s, num_tokens, num_rows, max(num_padding, 0),
+                               rt.blocks.num_used_gpu_blocks, rt.blocks.num_gpu_blocks, len(rt.waiting),
+                               len(rt.running), flops)
+
+    def _arm_wakeup(self, inst: _Instance) -> None:
+        t = inst.policy.next_wakeup_s(self.now_s)
+        if t is not None and (inst.wakeup_s is None or t < inst.wakeup_s):
+            inst.wakeup_s = max(t, self.now_s)
+            self.events.push(inst.wakeup_s, EventKind.WAKEUP, inst.runtime.instance_id)
+
+    def _on_step_done(self, instance_id: int) -> None:
+        inst = self.instances[instance_id]
+        rt = inst.runtime
+        plan, batch = inst.plan, inst.batch
+        inst.busy, inst.plan, inst.batch = False, None, []
+        result = StepResult(duration_s=0.0)
+        outcome = rt.complete(plan, batch, result, self.now_s)
+        inst.policy.on_step_done(self.now_s, plan, result)
+        self._settle(inst, outcome)
+        if rt.is_idle:
+            self._place(self.router.on_instance_idle(self.now_s, instance_id, self.view))
+        self._kick(inst)
+
+    def _settle(self, inst: _Instance, outcome: StepOutcome) -> None:
+        for req in outcome.finished:
+            inst.policy.on_finish(self.now_s, req)
+            self.collector.on_request_end(req)
+        for req in outcome.handed_off:
+            inst.policy.on_finish(self.now_s, req)
+            self._hand_off(inst, req)
+
+    # ---- hand-offs (P/D, micro-requests) ----
+    def _hand_off(self, source: _Instance, req: Request) -> None:
+        target_id = self.router.handoff_target(self.now_s, req, source.runtime.instance_id, self.view)
+        req.handoff_at_tokens = None
+        req.num_transfers += 1
+        num_bytes = req.num_computed_tokens * source.model.kv_bytes_per_token
+        done = self.now_s + self.cluster.link.transfer_time_s(num_bytes)
+        self.transfers.append((source.runtime.instance_id, target_id, self.now_s, done - self.now_s, num_bytes))
+        self.events.push(done, EventKind.TRANSFER_DONE, (req, target_id))
+
+    def _on_transfer_done(self, req: Request, target_id: int) -> None:
+        target = self.instances[target_id]
+        req.handoff_at_tokens = self.router.handoff_point(req, target.runtime)
+        self._enqueue(target, req)
+
+    # ---- end of run ----
+    def _abort_leftovers(self) -> None:
+        """Requests still queued when no event can move them again (a policy that never admits)."""
+        for inst in self.instances:
+            rt = inst.runtime
+            for req in list(rt.waiting) + list(rt.running) + list(rt.swapped):
+                rt.abort(req.request_id, "simulation ended with the request still queued", self.now_s)
+                inst.policy.on_finish(self.now_s, req)
+                self.collector.on_request_end(req)
+
+    def _result(self, wall_s: float) -> SimResult:
+        unfinished = [r.request_id for r in self.requests if not r.status.is_terminal]
+        busy = list(self.busy_s)
+        first = self.specs[0].arrival_time_s if self.specs else 0.0
+        return SimResult(self.requests, len(self.instances), self.now_s - first, wall_s, busy, self.collector,
+                         self.transfers, unfinished=unfinished)
+
+
+def simulate(workload: Sequence[RequestSpec], cluster: ClusterConfig, *, cost_model=None, fast_forward: bool = True,
+             progress: Callable[[float], None] | None = None) -> SimResult:
+    """Run ``workload`` on ``cluster``; ``cost_model`` (optional) replaces every instance's."""
+    sim = Simulation(workload, cluster, cost_model=cost_model, fast_forward=fast_forward, progress=progress)
+    return sim.run()
