@@ -13,8 +13,9 @@ interval holds its length; the buckets tile ``[0, max_len]`` without gaps or ove
 ``adjust`` no bucket qualifies for a split.
 
 Pure bookkeeping: no clock, no I/O. Within a bucket entries are kept sorted by length (for
-SJF/LJF and the midpoint count, both by bisection); one arrival heap over all entries, with
-lazy deletion, finds the longest-waiting bucket.
+SJF/LJF and the midpoint count, both by bisection) and sorted by arrival (FCFS); one arrival
+heap over all entries, with lazy deletion, finds the longest-waiting bucket, and an array of
+bucket sizes lets the split pass look only at buckets holding more than m requests.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import bisect
 import heapq
 from dataclasses import dataclass
 from typing import Iterator, Literal
+
+import numpy as np
 
 Order = Literal["fcfs", "sjf", "ljf"]
 
@@ -82,13 +85,14 @@ class AdjustResult:
 
 
 class _Bucket:
-    __slots__ = ("low", "up", "by_len", "live")
+    __slots__ = ("low", "up", "by_len", "by_arrival", "live")
 
     def __init__(self, low: int, up: int, entries: list[BucketEntry]) -> None:
         self.low = low
         self.up = up
         self.live: dict[int, BucketEntry] = {e.key: e for e in entries}
         self.by_len: list[tuple[int, int, int]] = sorted((e.length, e.seq, e.key) for e in entries)
+        self.by_arrival: list[tuple[float, int, int]] = sorted((e.arrival_s, e.seq, e.key) for e in entries)
 
     def __len__(self) -> int:
         return len(self.live)
@@ -97,7 +101,7 @@ class _Bucket:
         return [self.live[key] for _, _, key in self.by_len]
 
     def oldest(self) -> BucketEntry | None:
-        return min(self.live.values(), key=lambda e: (e.arrival_s, e.seq), default=None)
+        return self.live[self.by_arrival[0][2]] if self.by_arrival else None
 
 
 class BucketManager:
@@ -110,6 +114,8 @@ class BucketManager:
         self._where: dict[int, tuple[int, int]] = {}  # key -> (length, seq); bucket found by bisection
         self._arrivals: list[tuple[float, int, int]] = []  # global arrival heap, lazy deletion
         self._seq = 0
+        # bucket sizes as an array, so the split pass filters on "more than m" in one vector op
+        self._sizes = np.zeros(1, dtype=np.int64)
 
     # ---- queries ----
     def __len__(self) -> int:
@@ -150,12 +156,15 @@ class BucketManager:
     def add(self, key: int, length: int, arrival_s: float) -> None:
         if key in self._where:
             raise ValueError(f"request {key} is already bucketed")
-        bucket = self._buckets[self.bucket_index(length)]
+        index = self.bucket_index(length)
+        bucket = self._buckets[index]
         entry = BucketEntry(key, length, arrival_s, self._seq)
         self._seq += 1
         self._where[key] = (length, entry.seq)
         bucket.live[key] = entry
         bisect.insort(bucket.by_len, (length, entry.seq, key))
+        bisect.insort(bucket.by_arrival, (arrival_s, entry.seq, key))
+        self._sizes[index] += 1
         heapq.heappush(self._arrivals, (arrival_s, entry.seq, key))
 
     def remove(self, key: int) -> BucketEntry:
@@ -163,9 +172,12 @@ class BucketManager:
         if where is None:
             raise KeyError(f"request {key} is not bucketed")
         length = where[0]
-        bucket = self._buckets[self.bucket_index(length)]
+        index = self.bucket_index(length)
+        bucket = self._buckets[index]
         entry = bucket.live.pop(key)
         del bucket.by_len[bisect.bisect_left(bucket.by_len, (length, entry.seq, key))]
+        del bucket.by_arrival[bisect.bisect_left(bucket.by_arrival, (entry.arrival_s, entry.seq, key))]
+        self._sizes[index] -= 1
         if len(self._arrivals) > 64 and len(self._arrivals) > 4 * len(self._where):
             self._arrivals = [item for item in self._arrivals if self._where.get(item[2], (0, -1))[1] == item[1]]
             heapq.heapify(self._arrivals)  # bound the stale items so memory tracks the queue
@@ -203,8 +215,7 @@ class BucketManager:
         if order == "ljf":
             return [bucket.live[k] for _, _, k in reversed(bucket.by_len[-limit:])]
         if order == "fcfs":
-            items = (e for e in bucket.live.values())
-            return heapq.nsmallest(limit, items, key=lambda e: (e.arrival_s, e.seq))
+            return [bucket.live[k] for _, _, k in bucket.by_arrival[:limit]]
         raise ValueError(f"unknown order {order!r}; expected fcfs, sjf or ljf")
 
     # ---- ADJUSTBUCKETS ----
@@ -232,7 +243,7 @@ class BucketManager:
                 self._merge_all()
             return AdjustResult(0, merged, 1)
         num_splits = 0
-        pending = list(range(len(self._buckets)))
+        pending = np.flatnonzero(self._sizes > self.split_threshold(n_max)).tolist()
         while pending:
             # split from the highest index down so lower indices stay valid
             split = sorted((i for i in pending if self.qualifies_for_split(i, n_max)), reverse=True)
@@ -251,11 +262,26 @@ class BucketManager:
         right = [b.live[k] for _, _, k in b.by_len[cut:]]
         self._buckets[index:index + 1] = [_Bucket(b.low, mid, left), _Bucket(mid, b.up, right)]
         self._lows.insert(index + 1, mid)
+        self._sizes = np.concatenate((self._sizes[:index], [len(left), len(right)], self._sizes[index + 1:]))
+
+    def repartition(self, edges: list[int]) -> None:
+        """Rebuild the buckets on given edges ``[0, ..., max_len]`` (benchmarks, tests, warm starts)."""
+        if edges[0] != 0 or edges[-1] != self.config.max_len or any(a >= b for a, b in zip(edges, edges[1:])):
+            raise ValueError(f"edges must rise strictly from 0 to {self.config.max_len}, got {edges[:5]}...")
+        entries = sorted((e for b in self._buckets for e in b.live.values()), key=lambda e: (e.length, e.seq))
+        lows = list(edges[:-1])
+        groups: list[list[BucketEntry]] = [[] for _ in lows]
+        for e in entries:
+            groups[bisect.bisect_right(lows, e.length) - 1].append(e)
+        self._buckets = [_Bucket(lo, up, g) for lo, up, g in zip(lows, edges[1:], groups)]
+        self._lows = lows
+        self._sizes = np.array([len(g) for g in groups], dtype=np.int64)
 
     def _merge_all(self) -> None:
         entries = [e for b in self._buckets for e in b.live.values()]
         self._buckets = [_Bucket(0, self.config.max_len, entries)]
         self._lows = [0]
+        self._sizes = np.array([len(entries)], dtype=np.int64)
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the buckets do not tile [0, max_len] or an entry is misplaced."""
@@ -266,7 +292,7 @@ class BucketManager:
         seen = 0
         for i, b in enumerate(self._buckets):
             last = i == len(self._buckets) - 1
-            assert len(b.by_len) == len(b.live), f"bucket {i}: length index out of sync"
+            assert len(b.by_len) == len(b.live) == len(b.by_arrival) == self._sizes[i], f"bucket {i}: index out of sync"
             for length, seq, key in b.by_len:
                 entry = b.live[key]
                 assert entry.seq == seq and entry.length == length, f"request {key}: stale index entry"

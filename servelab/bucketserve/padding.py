@@ -87,8 +87,9 @@ def optimal_edges(lengths, num_buckets: int) -> tuple[np.ndarray, float]:
     """Edges of at most ``num_buckets`` buckets that minimise the pad-to-max waste exactly.
 
     Dynamic programming over the sorted distinct lengths: a bucket covering distinct values
-    ``v[i..j]`` costs ``sum(p) - sum(p*v) / v[j]``. Returns the upper edges (each bucket's
-    longest length; the first edge is 0) and the minimal expected waste.
+    ``v[i..j]`` costs ``sum(p) - sum(p*v) / v[j]``. Returns half-open edges (each inner edge the
+    smallest length of the next bucket; the first edge is 0, the last one past the longest) and
+    the minimal expected waste.
     O(K * d^2) with d distinct lengths, vectorised over one axis.
     """
     s = np.asarray(lengths, dtype=float)
@@ -112,11 +113,13 @@ def optimal_edges(lengths, num_buckets: int) -> tuple[np.ndarray, float]:
             pick = int(np.argmin(cost))
             best[k, j], arg[k, j] = cost[pick], pick
     k_best = int(np.argmin(best[:, d]))
-    uppers, j = [], d
+    starts_of, j = [], d
     for k in range(k_best, 0, -1):
-        uppers.append(values[j - 1])
         j = arg[k, j]
-    return np.array([0.0] + uppers[::-1]), float(best[k_best, d])
+        starts_of.append(j)
+    # half-open edges: each inner edge is the smallest length of the next bucket
+    inner = [values[i] for i in sorted(starts_of)[1:]]
+    return np.array([0.0] + inner + [values[-1] + 1]), float(best[k_best, d])
 
 
 @dataclass(frozen=True, slots=True)

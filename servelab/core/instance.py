@@ -108,19 +108,38 @@ class InstanceRuntime:
             swap_blocks += self._swap_in(self.get(rid))
         if len(plan.request_ids) > self.max_num_seqs:
             raise PlanError(f"instance {self.instance_id}: {len(plan.request_ids)} rows > max_num_seqs {self.max_num_seqs}")
-        batch = [self.get(rid) for rid in plan.request_ids]
+        by_id = self._by_id
+        try:
+            batch = [by_id[rid] for rid in plan.request_ids]
+        except KeyError as exc:
+            raise PlanError(f"instance {self.instance_id}: request {exc.args[0]} is not here") from None
         prefill_tokens: list[int] = []
         prefill_context: list[int] = []
         num_decodes = ctx_sum = ctx_max = 0
         admitted = False
+        ensure_slots = self.blocks.ensure_slots
+        decoding = RequestStatus.DECODING
         for req, n in zip(batch, plan.num_tokens):
+            status = req.status
+            computed = req.num_computed_tokens
+            if n == 1 and status is decoding and computed + 1 == req.num_prompt_tokens + req.num_generated_tokens:
+                # decode row: one more KV slot; a new block only when the last one is full
+                try:
+                    ensure_slots(req.request_id, computed + 1)
+                except MemoryError as exc:
+                    raise PlanError(f"instance {self.instance_id}: {exc}") from None
+                num_decodes += 1
+                ctx_sum += computed + 1
+                if computed + 1 > ctx_max:
+                    ctx_max = computed + 1
+                continue
             self._reserve(req, n)
-            if req.status in (RequestStatus.QUEUED, RequestStatus.PREEMPTED, RequestStatus.TRANSFERRING):
+            if status in _WAITING:
                 admitted = True
-                req.status = RequestStatus.PREFILLING if req.num_computed_tokens + n < req.num_tokens or req.is_prefill else RequestStatus.DECODING
+                req.status = RequestStatus.PREFILLING if req.is_prefill else decoding
                 if req.first_scheduled_time_s is None:
                     req.first_scheduled_time_s = now_s
-            context = req.num_computed_tokens + n
+            context = computed + n
             if n == 1 and not req.is_prefill:
                 num_decodes += 1
                 ctx_sum += context
@@ -141,11 +160,10 @@ class InstanceRuntime:
             raise PlanError(f"request {req.request_id}: {n} tokens scheduled, {req.num_pending_tokens} pending")
         want = req.num_computed_tokens + n - self.blocks.num_reserved_tokens(req.request_id)
         if want > 0:
-            if not self.blocks.can_allocate(req.request_id, want):
-                raise PlanError(f"instance {self.instance_id}: request {req.request_id} needs "
-                                f"{self.blocks.num_blocks_needed(req.request_id, want)} KV blocks, "
-                                f"{self.blocks.num_free_gpu_blocks} free")
-            self.blocks.allocate(req.request_id, want)
+            try:
+                self.blocks.allocate(req.request_id, want)
+            except MemoryError as exc:
+                raise PlanError(f"instance {self.instance_id}: {exc}") from None
 
     def _sync_queues(self) -> None:
         self.waiting = [r for r in self.waiting if r.status in _WAITING]
@@ -207,26 +225,30 @@ class InstanceRuntime:
     def complete(self, plan: StepPlan, batch: list[Request], result: StepResult, now_s: float) -> StepOutcome:
         """Advance every scheduled request; emit tokens, finish or hand off requests."""
         out = StepOutcome()
-        stopped = dict(result.stopped_ids)
+        stopped = dict(result.stopped_ids) if result.stopped_ids else None
         sampled = result.sampled_token_ids
-        leaving: list[Request] = []
+        emitted, leaving = out.emitted, []
+        decoding = RequestStatus.DECODING
         for req, n in zip(batch, plan.num_tokens):
-            req.num_computed_tokens += n
-            if req.num_computed_tokens == req.num_tokens:
-                req.num_generated_tokens += 1
+            computed = req.num_computed_tokens + n
+            req.num_computed_tokens = computed
+            if computed == req.num_prompt_tokens + req.num_generated_tokens:
+                generated = req.num_generated_tokens + 1
+                req.num_generated_tokens = generated
                 req.token_times_s.append(now_s)
-                token = sampled.get(req.request_id)
-                if token is not None:
-                    req.output_token_ids.append(token)
-                req.status = RequestStatus.DECODING
-                out.emitted.append(req)
-                if req.num_generated_tokens >= req.max_output_tokens or req.request_id in stopped:
-                    reason = stopped.get(req.request_id, "length")
+                if sampled:
+                    token = sampled.get(req.request_id)
+                    if token is not None:
+                        req.output_token_ids.append(token)
+                req.status = decoding
+                emitted.append(req)
+                if generated >= req.max_output_tokens or (stopped and req.request_id in stopped):
+                    reason = stopped.get(req.request_id, "length") if stopped else "length"
                     req.finish(RequestStatus.FINISHED, now_s, reason)
                     out.finished.append(req)
                     leaving.append(req)
                     continue
-            if req.handoff_at_tokens is not None and req.num_computed_tokens >= req.handoff_at_tokens:
+            if req.handoff_at_tokens is not None and computed >= req.handoff_at_tokens:
                 req.status = RequestStatus.TRANSFERRING
                 out.handed_off.append(req)
                 leaving.append(req)

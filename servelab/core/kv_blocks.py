@@ -104,16 +104,36 @@ class BlockManager:
     # ---- mutations (only the instance runtime calls these) ----
     def allocate(self, request_id: int, num_new_tokens: int) -> list[int]:
         """Reserve slots for ``num_new_tokens`` more tokens; returns the new block ids."""
-        if request_id in self._cpu_tables:
-            raise RuntimeError(f"request {request_id} is swapped out; swap it in before allocating")
-        need = self.num_blocks_needed(request_id, num_new_tokens)
-        if need > len(self._free_gpu):
-            raise MemoryError(f"request {request_id}: needs {need} KV blocks, {len(self._free_gpu)} free")
-        table = self._gpu_tables.setdefault(request_id, [])
-        new = [self._free_gpu.pop() for _ in range(need)]
+        table = self._gpu_tables.get(request_id)
+        if table is None:
+            if request_id in self._cpu_tables:
+                raise RuntimeError(f"request {request_id} is swapped out; swap it in before allocating")
+            table = self._gpu_tables[request_id] = []
+        total = self._num_tokens.get(request_id, 0) + num_new_tokens
+        need = -(-total // self.block_size) - len(table)
+        if need <= 0:
+            self._num_tokens[request_id] = total
+            return []
+        free = self._free_gpu
+        if need > len(free):
+            if not table:
+                del self._gpu_tables[request_id]
+            raise MemoryError(f"request {request_id}: needs {need} KV blocks, {len(free)} free")
+        new = free[-need:]
+        del free[-need:]
         table.extend(new)
-        self._num_tokens[request_id] = self._num_tokens.get(request_id, 0) + num_new_tokens
+        self._num_tokens[request_id] = total
         return new
+
+    def ensure_slots(self, request_id: int, num_tokens: int) -> None:
+        """Make sure ``num_tokens`` slots are reserved (the decode hot path: usually one more)."""
+        have = self._num_tokens.get(request_id, 0)
+        if have >= num_tokens:
+            return
+        if have + 1 == num_tokens and have % self.block_size and request_id in self._gpu_tables:
+            self._num_tokens[request_id] = num_tokens
+            return
+        self.allocate(request_id, num_tokens - have)
 
     def free(self, request_id: int) -> None:
         """Release every block the request holds, on GPU or host. Unknown ids are a no-op."""

@@ -116,27 +116,22 @@ class Request:
     num_preemptions: int = 0
     num_swaps: int = 0
     num_transfers: int = 0
+    # copies of spec fields, read in the simulator's hot loops (plain attributes are cheaper)
+    request_id: int = field(init=False)
+    arrival_time_s: float = field(init=False)
+    num_prompt_tokens: int = field(init=False)
 
     def __post_init__(self) -> None:
         if self.max_output_tokens == 0:
             self.max_output_tokens = self.spec.num_output_tokens
-
-    @property
-    def request_id(self) -> int:
-        return self.spec.request_id
-
-    @property
-    def arrival_time_s(self) -> float:
-        return self.spec.arrival_time_s
-
-    @property
-    def num_prompt_tokens(self) -> int:
-        return self.spec.num_prompt_tokens
+        self.request_id = self.spec.request_id
+        self.arrival_time_s = self.spec.arrival_time_s
+        self.num_prompt_tokens = self.spec.num_prompt_tokens
 
     @property
     def num_tokens(self) -> int:
         """Tokens known so far: the prompt plus every generated token."""
-        return self.spec.num_prompt_tokens + self.num_generated_tokens
+        return self.num_prompt_tokens + self.num_generated_tokens
 
     @property
     def num_pending_tokens(self) -> int:

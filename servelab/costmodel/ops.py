@@ -120,8 +120,4 @@ class RooflineParams:
                 return eff
         if name == ATTENTION_OP:
             return self.attention
-        return self.gemm if _is_gemm(name) else self.memory_op
-
-
-def _is_gemm(name: str) -> bool:
-    return name.endswith("_proj") or name == "lm_head"
+        return self.gemm if name in GEMM_OPS else self.memory_op

@@ -149,10 +149,9 @@ def build_model(config: ModelConfig, state: dict[str, torch.Tensor], *, dtype: t
                 device: torch.device | str = "cpu", where: str = "") -> Model:
     """Allocate without random init, then copy the weights in (converting dtype)."""
     with torch.device("meta"):
-        model = Model(config)
+        model = Model(config).to(dtype)  # casting on meta allocates nothing
     model.to_empty(device=device)
     model.tie_weights()  # to_empty gives every module its own tensor
-    model = model.to(dtype)
     params = dict(model.named_parameters())
     for name, tensor in state.items():
         param = params.get(name)

@@ -110,3 +110,18 @@ class Sampler:
                     gen = self._generators[rid] = torch.Generator(device=self.device).manual_seed(p.seed)
                 noise[i].exponential_(generator=gen)
         return noise
+
+
+def finish_reason(params: SamplingParams, token_id: int, num_generated: int,
+                  eos_token_ids: tuple[int, ...]) -> str | None:
+    """Why a request stops after emitting ``token_id`` as its ``num_generated``-th token, or None.
+
+    Stop strings are the detokenizer's business (they need text); this covers ids and length.
+    """
+    if token_id in eos_token_ids and not params.ignore_eos:
+        return "eos"
+    if token_id in params.stop_token_ids:
+        return "stop_token"
+    if num_generated >= params.max_tokens:
+        return "length"
+    return None

@@ -24,7 +24,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 
 from servelab.engine.config import ModelConfig, RopeScaling
 
-GSM8K_PATH = Path("/work/shared/data/datasets/gsm8k_train.jsonl")
+# the shared data folder sits next to the repository (see ../shared/data/README.md)
+GSM8K_PATH = Path(__file__).resolve().parents[3] / "shared" / "data" / "datasets" / "gsm8k_train.jsonl"
 SPECIAL_TOKENS = ("<s>", "</s>", "<unk>")
 
 # ~196M parameters: for decode benchmarks on CPU (0.78 GB of fp32 weights).

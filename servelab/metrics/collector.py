@@ -17,6 +17,7 @@ are non-negative (checked when the columns are built, with the offending step na
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -51,6 +52,16 @@ class StepColumns:
 
     def __len__(self) -> int:
         return len(self.start_s)
+
+    @cached_property
+    def series_order(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(order, first_of_instance, by_time): steps sorted by instance then time, where each
+        instance's run starts in that order, and the permutation of it back to time order."""
+        order = np.lexsort((self.start_s, self.instance_id))
+        inst = self.instance_id[order]
+        first_of_instance = np.concatenate(([True], inst[1:] != inst[:-1]))
+        by_time = np.argsort(self.start_s[order], kind="stable")
+        return order, first_of_instance, by_time
 
 
 class MetricsCollector:
@@ -120,12 +131,10 @@ class MetricsCollector:
         cols = self.steps
         if len(cols) == 0:
             return np.empty(0), np.empty(0), float("nan")
-        order = np.lexsort((cols.start_s, cols.instance_id))  # by instance, then time
-        inst, values = cols.instance_id[order], getattr(cols, column)[order]
-        deltas = np.diff(values, prepend=0.0)
-        first_of_instance = np.concatenate(([True], inst[1:] != inst[:-1]))
+        order, first_of_instance, by_time = cols.series_order
+        values = getattr(cols, column)[order]
+        deltas = np.diff(values, prepend=0.0)  # change at each step of the same instance
         deltas[first_of_instance] = values[first_of_instance]
-        by_time = np.argsort(cols.start_s[order], kind="stable")
         times = cols.start_s[order][by_time]
         end_s = float(np.max(cols.start_s + cols.duration_s))
         return times, np.cumsum(deltas[by_time]), end_s

@@ -36,8 +36,6 @@ from servelab.core.request import SLO, Request, RequestStatus
 # ``status`` column codes.
 FINISHED, REJECTED, ABORTED, UNFINISHED = 0, 1, 2, 3
 STATUS_NAMES = ("finished", "rejected", "aborted", "unfinished")
-_STATUS_CODE = {RequestStatus.FINISHED: FINISHED, RequestStatus.REJECTED: REJECTED,
-                RequestStatus.ABORTED: ABORTED}
 
 _NAN = float("nan")
 
@@ -82,10 +80,10 @@ class RequestTable:
         self._check_token_times()
 
     def _check_token_times(self) -> None:
-        backwards = (np.diff(self.token_times_s) < 0) & self._same_row_mask
-        bad = self.request_id[np.unique(self.token_row[1:][backwards])]
-        if len(bad):
-            raise ValueError(f"token times go backwards for request ids {_preview(bad)}")
+        backwards = np.nonzero((np.diff(self.token_times_s) < 0) & self._same_row_mask)[0]
+        if len(backwards):
+            rows = np.searchsorted(self.token_offsets, backwards, side="right") - 1
+            raise ValueError(f"token times go backwards for request ids {_preview(self.request_id[np.unique(rows)])}")
         early = self.request_id[self.ttft_s < 0]
         if len(early):
             raise ValueError(f"first token before arrival for request ids {_preview(early)}")
@@ -94,21 +92,20 @@ class RequestTable:
     @classmethod
     def from_requests(cls, requests: Sequence[Request]) -> RequestTable:
         """One pass over the requests; token times are flattened without per-token Python work."""
-        rows = [_row(r) for r in requests]
-        n = len(rows)
-        cols = list(zip(*rows)) if rows else [()] * 13
+        n = len(requests)
+        # float64 [n, 12]; None becomes NaN, ints stay exact below 2**53
+        numeric = np.array([_row(r) for r in requests], dtype=np.float64).reshape(n, len(_ROW_FIELDS))
+        col = dict(zip(_ROW_FIELDS, numeric.T))
         counts = np.fromiter((len(r.token_times_s) for r in requests), np.int64, count=n)
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(counts, out=offsets[1:])
         times = np.fromiter(itertools.chain.from_iterable(r.token_times_s for r in requests),
                             np.float64, count=int(offsets[-1]))
-        f64 = lambda c: np.array(c, dtype=np.float64)  # noqa: E731 - None becomes NaN
-        i64 = lambda c: np.array(c, dtype=np.int64)  # noqa: E731
-        return cls(request_id=i64(cols[0]), arrival_s=f64(cols[1]), first_scheduled_s=f64(cols[2]),
-                   finish_s=f64(cols[3]), status=np.array(cols[4], dtype=np.int8),
-                   finish_reason=tuple(cols[5]), num_prompt_tokens=i64(cols[6]), num_output_tokens=counts,
-                   num_preemptions=i64(cols[7]), num_swaps=i64(cols[8]), instance_id=i64(cols[9]),
-                   slo_ttft_s=f64(cols[10]), slo_tpot_s=f64(cols[11]), slo_tbt_s=f64(cols[12]),
+        ints = {name: col.pop(name).astype(np.int64) for name in _INT_FIELDS}
+        status = col.pop("status").astype(np.int8)
+        floats = {name: np.ascontiguousarray(values) for name, values in col.items()}
+        return cls(**ints, **floats, status=status,
+                   finish_reason=tuple(r.finish_reason for r in requests), num_output_tokens=counts,
                    token_offsets=offsets, token_times_s=times)
 
     def __len__(self) -> int:
@@ -116,15 +113,19 @@ class RequestTable:
 
     # ---- token-level helpers ----
     @cached_property
-    def token_row(self) -> np.ndarray:
-        """Row index of every token in ``token_times_s``."""
-        return np.repeat(np.arange(len(self), dtype=np.int64), self.num_output_tokens)
+    def _same_row_mask(self) -> np.ndarray:
+        """For each consecutive token pair (a ``np.diff`` position), whether both share a request."""
+        total = len(self.token_times_s)
+        mask = np.ones(max(total - 1, 0), dtype=bool)
+        starts = self.token_offsets[1:-1]
+        starts = starts[(starts > 0) & (starts < total)]
+        mask[starts - 1] = False
+        return mask
 
     @cached_property
-    def _same_row_mask(self) -> np.ndarray:
-        """For each consecutive token pair, whether both belong to the same request."""
-        row = self.token_row
-        return row[1:] == row[:-1]
+    def num_gaps(self) -> np.ndarray:
+        """TBT gaps per row: one fewer than its tokens."""
+        return np.maximum(self.num_output_tokens - 1, 0)
 
     @cached_property
     def tbt_gaps_s(self) -> np.ndarray:
@@ -134,11 +135,11 @@ class RequestTable:
     @cached_property
     def tbt_gap_row(self) -> np.ndarray:
         """Row index of each entry of ``tbt_gaps_s``."""
-        return self.token_row[1:][self._same_row_mask]
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.num_gaps)
 
     def gaps_of(self, rows: np.ndarray) -> np.ndarray:
         """TBT gaps of the rows selected by a boolean mask over rows."""
-        return self.tbt_gaps_s[rows[self.tbt_gap_row]]
+        return self.tbt_gaps_s[np.repeat(rows, self.num_gaps)]
 
     # ---- per-request metrics ----
     @cached_property
@@ -169,12 +170,11 @@ class RequestTable:
 
     @cached_property
     def max_tbt_s(self) -> np.ndarray:
-        n = self.num_output_tokens
         out = np.full(len(self), _NAN)
-        many = n > 1
+        many = self.num_output_tokens > 1
         if many.any():
-            gap_offsets = np.concatenate(([0], np.cumsum(np.maximum(n - 1, 0))))
-            out[many] = np.maximum.reduceat(self.tbt_gaps_s, gap_offsets[:-1][many])
+            gap_starts = np.cumsum(self.num_gaps) - self.num_gaps
+            out[many] = np.maximum.reduceat(self.tbt_gaps_s, gap_starts[many])
         return out
 
     @cached_property
@@ -199,13 +199,20 @@ class RequestTable:
         return met
 
 
+_ROW_FIELDS = ("request_id", "arrival_s", "first_scheduled_s", "finish_s", "status", "num_prompt_tokens",
+               "num_preemptions", "num_swaps", "instance_id", "slo_ttft_s", "slo_tpot_s", "slo_tbt_s")
+_INT_FIELDS = ("request_id", "num_prompt_tokens", "num_preemptions", "num_swaps", "instance_id")
+
+
 def _row(r: Request) -> tuple:
-    slo = r.spec.slo
-    return (r.spec.request_id, r.spec.arrival_time_s, r.first_scheduled_time_s, r.finish_time_s,
-            _STATUS_CODE.get(r.status, UNFINISHED), r.finish_reason, r.spec.num_prompt_tokens,
-            r.num_preemptions, r.num_swaps, -1 if r.instance_id is None else r.instance_id,
-            None if slo is None else slo.ttft_s, None if slo is None else slo.tpot_s,
-            None if slo is None else slo.tbt_s)
+    spec, st = r.spec, r.status
+    code = (FINISHED if st is RequestStatus.FINISHED else REJECTED if st is RequestStatus.REJECTED
+            else ABORTED if st is RequestStatus.ABORTED else UNFINISHED)
+    slo = spec.slo
+    ttft, tpot, tbt = (None, None, None) if slo is None else (slo.ttft_s, slo.tpot_s, slo.tbt_s)
+    return (spec.request_id, spec.arrival_time_s, r.first_scheduled_time_s, r.finish_time_s, code,
+            spec.num_prompt_tokens, r.num_preemptions, r.num_swaps,
+            -1 if r.instance_id is None else r.instance_id, ttft, tpot, tbt)
 
 
 def _preview(ids: np.ndarray, limit: int = 10) -> str:

@@ -96,6 +96,19 @@ class RunSummary:
         """JSON-safe dict: NaN and infinities become None, tuples become lists."""
         return _json_safe(asdict(self))
 
+    def flat_dict(self) -> dict[str, float | int | None]:
+        """Scalars only, for sweep rows and CSV: ``ttft_p99``-style keys, instances averaged."""
+        out: dict[str, float | int | None] = {}
+        for key, value in self.to_dict().items():
+            if isinstance(value, dict):
+                out.update({f"{key}_{stat}": v for stat, v in value.items()})
+            elif not isinstance(value, list):
+                out[key] = value
+        for name in ("busy_fraction", "mfu"):
+            values = [v for v in (getattr(i, name) for i in self.instances) if v is not None and math.isfinite(v)]
+            out[f"{name}_mean"] = sum(values) / len(values) if values else None
+        return out
+
 
 def summarize(table: RequestTable, collector: MetricsCollector, *, duration_s: float | None = None,
               slo: SLO | None = None, peak_flops_per_instance: float | None = None) -> RunSummary:

@@ -36,6 +36,11 @@ ORDERS: dict[str, OrderKey] = {"fcfs": fcfs_key, "sjf": shortest_first_key, "ljf
                                "priority": priority_key}
 
 
+def is_decode(req: Request) -> bool:
+    """One pending token after at least one output: the request only needs its next token."""
+    return req.num_generated_tokens > 0 and req.num_pending_tokens == 1
+
+
 def admission_error(req: Request, state: InstanceState) -> str | None:
     """Why a request can never run on this instance (its KV can never fit), or None."""
     blocks = state.blocks
@@ -92,10 +97,12 @@ class PlanBuilder:
         ``running`` is in priority order (first = most important). Victims are preempted by
         recompute, or swapped to host when ``swap`` is set and the host pool has room.
         """
+        if self._add_all_decodes(running):
+            return
         queue = list(running)
         while queue:
             req = queue.pop(0)
-            if req.num_pending_tokens != 1 or req.is_prefill:
+            if not is_decode(req):
                 continue
             while not self.try_add(req, 1):
                 if self.rows_left < 1 or self.tokens_left < 1:
@@ -104,6 +111,22 @@ class PlanBuilder:
                 self._evict(victim, swap)
                 if victim is req:
                     break
+
+    def _add_all_decodes(self, running: list[Request]) -> bool:
+        """Fast path: every decode fits (rows, tokens, blocks), so schedule them in one sweep."""
+        bs = self.blocks.block_size
+        decodes = [r for r in running if r.num_generated_tokens and r.num_computed_tokens + 1 == r.num_tokens]
+        n = len(decodes)
+        if n > self.rows_left or n > self.tokens_left:
+            return False
+        need = sum(1 for r in decodes if r.num_computed_tokens % bs == 0)
+        if need > self.free_blocks:
+            return False
+        self.free_blocks -= need
+        self.num_tokens += n
+        self.ids.extend(r.request_id for r in decodes)
+        self.counts.extend([1] * n)
+        return True
 
     def _evict(self, victim: Request, swap: bool) -> None:
         held = len(self.blocks.block_table(victim.request_id))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from servelab.core.plan import EMPTY_PLAN, StepPlan
 from servelab.core.policy import POLICIES, InstanceState
-from servelab.policies._planning import PlanBuilder, sorted_by
+from servelab.policies._planning import PlanBuilder, is_decode, sorted_by
 from servelab.policies.vllm import ContinuousBatchingPolicy, ContinuousConfig
 
 
@@ -40,7 +40,7 @@ class SarathiPolicy(ContinuousBatchingPolicy):
         b.token_budget = max(budget, b.num_tokens)
         gone = set(b.preempt) | set(b.swap_out)
         for req in running:
-            if req.num_pending_tokens > 1 and req.request_id not in gone and b.tokens_left > 0:
+            if not is_decode(req) and req.request_id not in gone and b.tokens_left > 0:
                 b.try_add(req, min(req.num_pending_tokens, b.tokens_left))
         for req in sorted_by(state.waiting, self._key, already_fcfs=True):
             if req.request_id in rejected:

@@ -163,6 +163,7 @@ class Simulation:
         if plan.is_empty:
             self._arm_wakeup(inst)
             return
+        num_waiting = len(rt.waiting)  # the queue the step was planned against
         applied = rt.apply(plan, self.now_s)
         shape, batch = applied.shape, applied.batch
         for req in applied.rejected:
@@ -176,19 +177,20 @@ class Simulation:
             self._kick(inst)
             return
         if (self.fast_forward and inst.policy.stable_under_decode and is_full_decode(plan, shape, rt)):
-            jumped = self._try_jump(inst, plan, shape, batch)
+            jumped = self._try_jump(inst, plan, shape, batch, num_waiting)
             if jumped:
                 return
         duration = inst.model.cost.step_time_s(shape)
-        self._start_step(inst, plan, batch, shape, duration)
+        self._start_step(inst, plan, batch, shape, duration, num_waiting)
 
     def _start_step(self, inst: _Instance, plan: StepPlan, batch: list[Request], shape: StepShape,
-                    duration_s: float) -> None:
+                    duration_s: float, num_waiting: int) -> None:
         inst.busy, inst.plan, inst.batch = True, plan, batch
-        self._record_step(inst, self.now_s, duration_s, shape, 1)
+        self._record_step(inst, self.now_s, duration_s, shape, 1, num_waiting)
         self.events.push(self.now_s + duration_s, EventKind.STEP_DONE, inst.runtime.instance_id)
 
-    def _try_jump(self, inst: _Instance, plan: StepPlan, shape: StepShape, batch: list[Request]) -> bool:
+    def _try_jump(self, inst: _Instance, plan: StepPlan, shape: StepShape, batch: list[Request],
+                  num_waiting: int) -> bool:
         rt = inst.runtime
         horizon = min(steps_until_exit(batch), steps_within_memory(rt, len(batch)) + 1)
         if horizon < MIN_JUMP_STEPS:
@@ -201,13 +203,14 @@ class Simulation:
         bulk = ends[:-1]
         start = self.now_s
         rt.fast_forward_decodes(batch, len(bulk), bulk.tolist())
-        self._record_step(inst, start, float(bulk[-1]) - start, shape, len(bulk))
+        self._record_step(inst, start, float(bulk[-1]) - start, shape, len(bulk), num_waiting)
         self.now_s = float(bulk[-1])
         applied = rt.apply(plan, self.now_s)
-        self._start_step(inst, plan, applied.batch, applied.shape, float(ends[-1]) - self.now_s)
+        self._start_step(inst, plan, applied.batch, applied.shape, float(ends[-1]) - self.now_s, num_waiting)
         return True
 
-    def _record_step(self, inst: _Instance, start_s: float, duration_s: float, shape: StepShape, num_steps: int) -> None:
+    def _record_step(self, inst: _Instance, start_s: float, duration_s: float, shape: StepShape, num_steps: int,
+                     num_waiting: int) -> None:
         rt = inst.runtime
         self.busy_s[rt.instance_id] += duration_s
         num_tokens = shape.num_tokens * num_steps
@@ -216,7 +219,7 @@ class Simulation:
         num_padding = (pad.num_rows * pad.row_tokens - shape.num_tokens) * num_steps if pad is not None else 0
         flops = inst.model.flops_per_token * num_tokens
         self.collector.on_step(rt.instance_id, start_s, duration_s, num_tokens, num_rows, max(num_padding, 0),
-                               rt.blocks.num_used_gpu_blocks, rt.blocks.num_gpu_blocks, len(rt.waiting),
+                               rt.blocks.num_used_gpu_blocks, rt.blocks.num_gpu_blocks, num_waiting,
                                len(rt.running), flops)
 
     def _arm_wakeup(self, inst: _Instance) -> None:

@@ -97,6 +97,11 @@ class TraceArrivals:
         if not np.all(np.isfinite(times)) or np.any(np.diff(times) < 0):
             raise ValueError("TraceArrivals times must be finite and non-decreasing")
 
+    @classmethod
+    def from_workload(cls, workload) -> TraceArrivals:
+        """The arrival times of a loaded trace (any sequence of ``RequestSpec``)."""
+        return cls(tuple(spec.arrival_time_s for spec in workload))
+
     def sample(self, num_requests: int, rng: np.random.Generator) -> np.ndarray:
         _check_count(num_requests)
         if num_requests > len(self.times_s):

@@ -202,7 +202,8 @@ class EmpiricalLengths:
     def sample(self, num_requests: int, rng: np.random.Generator) -> LengthTable:
         replace = self.replace if self.replace is not None else num_requests > len(self.table)
         if not replace and num_requests > len(self.table):
-            raise ValueError(f"{self.table.name} has {len(self.table)} rows, cannot draw {num_requests} without replacement")
+            raise ValueError(f"{self.table.name} has {len(self.table)} rows, "
+                             f"cannot draw {num_requests} without replacement")
         return self.table.take(rng.choice(len(self.table), size=num_requests, replace=replace))
 
 

@@ -43,7 +43,8 @@ def specs_from_arrays(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndar
     if prefix_block_ids is None:
         return [RequestSpec(i, arrivals[i], prompts[i], outputs[i]) for i in range(len(arrivals))]
     blocks = [prefix_block_ids[j] for j in order.tolist()]
-    return [RequestSpec(i, arrivals[i], prompts[i], outputs[i], prefix_block_ids=blocks[i]) for i in range(len(arrivals))]
+    return [RequestSpec(i, arrivals[i], prompts[i], outputs[i], prefix_block_ids=blocks[i])
+            for i in range(len(arrivals))]
 
 
 def load_azure_llm(path: Path | str) -> list[RequestSpec]:

@@ -3,15 +3,17 @@ import math
 import numpy as np
 import pytest
 
+from metrics_builders import build_request
+
 from servelab.core.request import SLO, RequestStatus
 from servelab.metrics.request_metrics import ABORTED, FINISHED, REJECTED, UNFINISHED, RequestTable
 
 
-def test_exact_latencies(make_request):
+def test_exact_latencies():
     reqs = [
-        make_request(0, 1.0, [1.5, 1.75, 2.0, 2.5], first_scheduled_s=1.25),
-        make_request(1, 2.0, [3.0]),  # one token: TPOT undefined
-        make_request(2, 0.5, [], status=RequestStatus.REJECTED, reason="too_long"),
+        build_request(0, 1.0, [1.5, 1.75, 2.0, 2.5], first_scheduled_s=1.25),
+        build_request(1, 2.0, [3.0]),  # one token: TPOT undefined
+        build_request(2, 0.5, [], status=RequestStatus.REJECTED, reason="too_long"),
     ]
     t = RequestTable.from_requests(reqs)
     assert t.status.tolist() == [FINISHED, FINISHED, REJECTED]
@@ -27,8 +29,8 @@ def test_exact_latencies(make_request):
     assert t.finish_reason == ("length", "length", "too_long")
 
 
-def test_gaps_never_cross_requests(make_request):
-    reqs = [make_request(5, 0.0, [1.0, 2.0]), make_request(6, 0.0, [0.5]), make_request(7, 0.0, [0.25, 0.5, 4.0])]
+def test_gaps_never_cross_requests():
+    reqs = [build_request(5, 0.0, [1.0, 2.0]), build_request(6, 0.0, [0.5]), build_request(7, 0.0, [0.25, 0.5, 4.0])]
     t = RequestTable.from_requests(reqs)
     assert t.tbt_gaps_s.tolist() == [1.0, 0.25, 3.5]
     assert t.tbt_gap_row.tolist() == [0, 2, 2]
@@ -36,18 +38,18 @@ def test_gaps_never_cross_requests(make_request):
     assert t.gaps_of(np.array([False, False, True])).tolist() == [0.25, 3.5]
 
 
-def test_slo_met_rules(make_request):
+def test_slo_met_rules():
     slo = SLO(ttft_s=0.5, tpot_s=0.25, tbt_s=0.5)
     reqs = [
-        make_request(0, 0.0, [0.5, 0.75, 1.0], slo=slo),  # exactly at every bound: met
-        make_request(1, 0.0, [0.75, 1.0], slo=slo),  # TTFT too slow
-        make_request(2, 0.0, [0.25, 0.5, 1.25], slo=slo),  # TPOT 0.5 > 0.25
-        make_request(3, 0.0, [0.25, 0.25, 0.25, 0.25, 1.0], slo=SLO(tbt_s=0.5)),  # TPOT fine, one gap 0.75
-        make_request(4, 0.0, [0.5], slo=slo),  # one token: TPOT/TBT undefined, TTFT ok
-        make_request(5, 0.0, [0.25], status=RequestStatus.ABORTED, reason="client", slo=slo),
-        make_request(6, 0.0, [], status=RequestStatus.REJECTED, reason="full", slo=slo),
-        make_request(7, 0.0, [100.0]),  # no SLO at all: met once finished
-        make_request(8, 0.0, [0.25], status=RequestStatus.DECODING, slo=slo),  # never ended
+        build_request(0, 0.0, [0.5, 0.75, 1.0], slo=slo),  # exactly at every bound: met
+        build_request(1, 0.0, [0.75, 1.0], slo=slo),  # TTFT too slow
+        build_request(2, 0.0, [0.25, 0.5, 1.25], slo=slo),  # TPOT 0.5 > 0.25
+        build_request(3, 0.0, [0.25, 0.25, 0.25, 0.25, 1.0], slo=SLO(tbt_s=0.5)),  # TPOT fine, one gap 0.75
+        build_request(4, 0.0, [0.5], slo=slo),  # one token: TPOT/TBT undefined, TTFT ok
+        build_request(5, 0.0, [0.25], status=RequestStatus.ABORTED, reason="client", slo=slo),
+        build_request(6, 0.0, [], status=RequestStatus.REJECTED, reason="full", slo=slo),
+        build_request(7, 0.0, [100.0]),  # no SLO at all: met once finished
+        build_request(8, 0.0, [0.25], status=RequestStatus.DECODING, slo=slo),  # never ended
     ]
     t = RequestTable.from_requests(reqs)
     assert t.slo_met().tolist() == [True, False, False, False, True, False, False, True, False]
@@ -61,14 +63,14 @@ def test_empty_table():
     assert len(t) == 0 and t.tbt_gaps_s.size == 0 and t.slo_met().size == 0
 
 
-def test_bad_token_times_name_the_request(make_request):
+def test_bad_token_times_name_the_request():
     with pytest.raises(ValueError, match="backwards for request ids 3"):
-        RequestTable.from_requests([make_request(1, 0.0, [1.0, 2.0]), make_request(3, 0.0, [1.0, 0.5])])
+        RequestTable.from_requests([build_request(1, 0.0, [1.0, 2.0]), build_request(3, 0.0, [1.0, 0.5])])
     with pytest.raises(ValueError, match="before arrival for request ids 4"):
-        RequestTable.from_requests([make_request(4, 2.0, [1.0])])
+        RequestTable.from_requests([build_request(4, 2.0, [1.0])])
 
 
-def test_matches_per_request_loop(make_request):
+def test_matches_per_request_loop():
     rng = np.random.default_rng(0)
     reqs = []
     for rid in range(300):
@@ -76,7 +78,7 @@ def test_matches_per_request_loop(make_request):
         n = int(rng.integers(0, 12))
         times = (arrival + np.cumsum(rng.exponential(0.1, n))).tolist()
         status = RequestStatus.FINISHED if n else RequestStatus.REJECTED
-        reqs.append(make_request(rid, arrival, times, status=status))
+        reqs.append(build_request(rid, arrival, times, status=status))
     t = RequestTable.from_requests(reqs)
     for i, r in enumerate(reqs):
         tt = r.token_times_s

@@ -3,7 +3,7 @@ feasible plans (the runtime raises PlanError otherwise), every request ends with
 the KV blocks all return to the free list."""
 
 import pytest
-from conftest import ToyCostModel, random_workload
+from simkit import ToyCostModel, random_workload
 
 from servelab.cluster.config import single_instance
 from servelab.core.policy import POLICIES
@@ -35,3 +35,13 @@ def test_static_batches_are_padded_and_held():
     assert res.conserved
     steps = res.collector.steps
     assert steps.num_padding_tokens.sum() > 0
+
+
+def test_sarathi_finishes_a_prompt_left_with_one_token():
+    """A chunk boundary can leave exactly one prompt token; it must still be scheduled."""
+    from servelab.core.request import RequestSpec
+
+    wl = [RequestSpec(0, 0.0, 513, 5), RequestSpec(1, 0.0, 300, 5)]
+    sim = Simulation(wl, single_instance("sarathi", policy_params={"token_budget": 512}), cost_model=ToyCostModel())
+    res = sim.run()
+    assert [r.status.value for r in res.requests] == ["finished", "finished"]

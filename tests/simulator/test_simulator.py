@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import ToyCostModel, random_workload
+from simkit import ToyCostModel, random_workload
 
 from servelab.cluster.config import ClusterConfig, InstanceGroup, single_instance
 from servelab.core.request import RequestSpec, RequestStatus

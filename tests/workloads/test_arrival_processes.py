@@ -44,7 +44,16 @@ def test_trace_arrivals_rebases_and_limits():
         TraceArrivals((1.0, 0.5))
 
 
-@pytest.mark.parametrize("make", [lambda: PoissonArrivals(0), lambda: GammaArrivals(1, -1), lambda: GammaArrivals(-2, 1)])
+@pytest.mark.parametrize("make", [lambda: PoissonArrivals(0), lambda: GammaArrivals(1, -1),
+                                  lambda: GammaArrivals(-2, 1)])
 def test_invalid_parameters_raise(make):
     with pytest.raises(ValueError):
         make()
+
+
+def test_trace_arrivals_from_a_loaded_trace(data_dir):
+    from servelab.workloads import load_azure_llm
+
+    workload = load_azure_llm(data_dir / "traces/azure_llm_2023_code.csv")
+    times = TraceArrivals.from_workload(workload).sample(100, np.random.default_rng(0))
+    assert times.tolist() == [s.arrival_time_s for s in workload[:100]]

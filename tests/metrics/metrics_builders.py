@@ -1,8 +1,6 @@
-"""Shared builders: finished requests with hand-chosen token times."""
+"""Builders for metrics tests: ended requests with hand-chosen token times."""
 
 from __future__ import annotations
-
-import pytest
 
 from servelab.core.request import SLO, Request, RequestSpec, RequestStatus
 
@@ -24,8 +22,3 @@ def build_request(request_id: int, arrival_s: float, token_times_s: list[float],
     else:
         req.status = status
     return req
-
-
-@pytest.fixture
-def make_request():
-    return build_request

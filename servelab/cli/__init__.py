@@ -1,0 +1,1 @@
+"""The ``servelab`` command line; each command is a thin shell over ``servelab.api``."""

@@ -1,0 +1,168 @@
+"""``servelab`` entry point: simulate, sweep, capacity, demo, plus the design and engine commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from servelab.cli.common import (emit_json, parse_floats, parse_slo, progress_bar, user_errors, write_json)
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="servelab: LLM-serving policies in a calibrated simulator and a real engine.")
+
+WORKLOAD_HELP = "Workload spec, e.g. azure-conv, 'azure-conv:rate=2,window=0-600', 'poisson:rate=5,n=1000,prompt=uniform(32,512),output=exp(200)'."
+POLICY_HELP = "Policy name with optional params: vllm, sarathi:token_budget=512, static:batch_size=8, distserve, sjf, ljf, priority, multibin, bucketserve."
+
+
+def _hardware(instances: int, gpu: str, model: str, tp: int, pp: int, max_num_seqs: int):
+    from servelab.api import HardwareChoice
+
+    return HardwareChoice(num_instances=instances, gpu=gpu, model=model, tp=tp, pp=pp, max_num_seqs=max_num_seqs)
+
+
+def _cost_model(path: Optional[Path]):
+    if path is None:
+        return None
+    from servelab.costmodel.linear import LinearCostModel
+
+    return LinearCostModel.load(path)
+
+
+@app.command()
+def simulate(
+    workload: str = typer.Option("azure-conv", "--workload", "-w", help=WORKLOAD_HELP),
+    policy: str = typer.Option("vllm", "--policy", "-p", help=POLICY_HELP),
+    instances: int = typer.Option(1, "--instances", "-n"),
+    gpu: str = typer.Option("A100-80GB"),
+    model: str = typer.Option("Llama-2-7B"),
+    tp: int = typer.Option(1),
+    pp: int = typer.Option(1),
+    max_num_seqs: int = typer.Option(256),
+    slo: Optional[str] = typer.Option("ttft:2,tpot:0.1", help="SLO for attainment/goodput: ttft:S,tpot:S,tbt:S"),
+    cost_model: Optional[Path] = typer.Option(None, help="A calibrated cost model JSON (servelab calibrate)."),
+    seed: int = typer.Option(0),
+    data_dir: Path = typer.Option(None, help="Folder with traces/ and datasets/ (default ../shared/data)."),
+    out: Path = typer.Option(Path("results/simulate"), help="Output folder for summary.json."),
+    json_out: bool = typer.Option(False, "--json", help="Print machine-readable results."),
+) -> None:
+    """Simulate one policy on one workload and print its summary."""
+    from servelab import api
+    from servelab.metrics.report import render_rich
+
+    with user_errors():
+        wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
+        hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs)
+        with progress_bar(f"simulating {policy}", not json_out) as cb:
+            res = api.run_simulation(wl, policy, hw, slo=parse_slo(slo), cost_model=_cost_model(cost_model), progress=cb)
+    payload = {"workload": workload, "gpu": gpu, "model": model, "instances": instances, **res.to_dict()}
+    write_json(out / "summary.json", payload)
+    if json_out:
+        emit_json(payload)
+        return
+    from rich.console import Console
+
+    Console().print(render_rich({policy: res.summary}, title=f"{workload} on {instances} x {gpu} / {model} (simulated)"))
+    typer.echo(f"simulated {res.result.num_output_tokens:,} output tokens in {res.cpu_s:.2f} CPU-s "
+               f"({res.simulated_tokens_per_cpu_s:,.0f} tokens/CPU-s); results in {out}/summary.json")
+
+
+@app.command()
+def sweep(
+    workload: str = typer.Option("azure-conv", "--workload", "-w", help=WORKLOAD_HELP),
+    policies: str = typer.Option("vllm,sarathi", help="Comma-separated policy specs (use ';' inside a spec's params)."),
+    rates: str = typer.Option("1,2,4", help="Mean arrival rates (req/s); the trace pattern is kept."),
+    instances: int = typer.Option(1, "--instances", "-n"),
+    gpu: str = typer.Option("A100-80GB"),
+    model: str = typer.Option("Llama-2-7B"),
+    tp: int = typer.Option(1),
+    pp: int = typer.Option(1),
+    max_num_seqs: int = typer.Option(256),
+    slo: Optional[str] = typer.Option("ttft:2,tpot:0.1"),
+    seed: int = typer.Option(0),
+    data_dir: Path = typer.Option(None),
+    out: Path = typer.Option(Path("results/sweep")),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Policies x rates -> a table, sweep.json and plots of attainment / latency / throughput."""
+    from servelab import api
+    from servelab.metrics.report import plot_sweep
+
+    with user_errors():
+        wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
+        names = [p.strip().replace(";", ",") for p in policies.split(",") if p.strip()]
+        hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs)
+        rows = api.sweep(wl, names, parse_floats(rates, "--rates"), hw, slo=parse_slo(slo),
+                         on_point=None if json_out else lambda r: typer.echo(
+                             f"  {r['policy']:<24} rate {r['rate']:>7.2f}  attainment {r['slo_attainment']:.3f}  "
+                             f"ttft p99 {r['ttft_p99_s']:.3f}s  tpot p50 {r['tpot_p50_s']:.4f}s  "
+                             f"throughput {r['throughput_tok_s']:.0f} tok/s"))
+    write_json(out / "sweep.json", rows)
+    caption = f"simulated: {workload}, {instances} x {gpu}, {model}, roofline cost model"
+    for y in ("slo_attainment", "ttft_p99_s", "tpot_p50_s", "throughput_tok_s"):
+        plot_sweep(rows, "rate", y, out / f"{y}.png", caption=caption)
+    if json_out:
+        emit_json(rows)
+    else:
+        typer.echo(f"wrote {out}/sweep.json and plots")
+
+
+@app.command()
+def capacity(
+    workload: str = typer.Option("azure-conv", "--workload", "-w", help=WORKLOAD_HELP),
+    policy: str = typer.Option("vllm", "--policy", "-p", help=POLICY_HELP),
+    slo: str = typer.Option("ttft:2,tpot:0.1"),
+    target: float = typer.Option(0.9, help="SLO attainment to keep."),
+    lo: float = typer.Option(0.5), hi: float = typer.Option(64.0),
+    instances: int = typer.Option(1, "--instances", "-n"),
+    gpu: str = typer.Option("A100-80GB"),
+    model: str = typer.Option("Llama-2-7B"),
+    tp: int = typer.Option(1), pp: int = typer.Option(1),
+    seed: int = typer.Option(0),
+    data_dir: Path = typer.Option(None),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Highest request rate that keeps the SLO attainment (bisection, one simulation per probe)."""
+    from servelab import api
+
+    with user_errors():
+        wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
+        res = api.capacity(wl, policy, parse_slo(slo), _hardware(instances, gpu, model, tp, pp, 256),
+                           target_attainment=target, lo=lo, hi=hi,
+                           on_probe=None if json_out else lambda r, a: typer.echo(f"  rate {r:8.3f} -> attainment {a:.3f}"))
+    payload = {"policy": policy, "workload": workload, "status": res.status, "capacity_rate": res.capacity_rate,
+               "lowest_failing_rate": res.lowest_failing_rate, "target_attainment": res.target_attainment,
+               "probes": [(p.rate, p.attainment) for p in res.probes]}
+    if json_out:
+        emit_json(payload)
+    else:
+        typer.echo(f"{policy}: capacity {res.capacity_rate} req/s ({res.status}) at attainment >= {target}")
+
+
+@app.command()
+def demo(
+    data_dir: Path = typer.Option(None),
+    out: Path = typer.Option(Path("results/demo")),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """The Azure 2023 conversation trace (19,366 requests) on 2 simulated A100-80GB / Llama-2-7B
+    instances under static, vllm, sarathi and distserve, side by side."""
+    from servelab.cli.demo import run_demo
+
+    with user_errors():
+        run_demo(data_dir, out, json_out)
+
+
+def _register_optional_commands() -> None:
+    """Design and engine commands live in their own modules; the engine ones import torch lazily."""
+    from servelab.cli import extra
+
+    extra.register(app)
+
+
+_register_optional_commands()
+
+
+if __name__ == "__main__":
+    app()

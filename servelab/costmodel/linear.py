@@ -1,0 +1,178 @@
+"""Linear step-time model fitted to wall-clock measurements, saved as JSON.
+
+    step = c_step + c_token * tokens + c_decode_ctx * decode_context_sum
+           + c_prefill_attn * sum(chunk_tokens * chunk_context) + c_row * rows
+           + c_swap_block * swap_blocks
+
+A padded batch is charged as its dense equivalent: ``rows * row_tokens`` tokens and, per
+row, a decode over ``context_tokens`` (row_tokens == 1) or a chunk of ``row_tokens`` over
+``context_tokens``. A step with no rows costs only its swaps. ``servelab calibrate`` fits
+the coefficients with ``fit_linear_cost_model`` (non-negative, relative least squares) and
+saves them; the simulator loads the file by path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from servelab.catalog.instance import InstanceSpec, kv_bytes_per_token
+from servelab.core.plan import StepShape
+from servelab.costmodel.base import register_cost_model
+from servelab.costmodel.fitting import FitError, fit_error, nonneg_relative_lstsq
+from servelab.costmodel.links import LinkSpec
+
+SCHEMA = "servelab.linear_cost_model"
+SCHEMA_VERSION = 1
+COEFFICIENTS = ("c_step", "c_token", "c_decode_ctx", "c_prefill_attn", "c_row", "c_swap_block")
+REQUIRED_COEFFICIENTS = COEFFICIENTS[:5]  # c_swap_block may be absent (no swap measured)
+
+
+class CostModelFileError(ValueError):
+    """A cost-model file that cannot be read, with the path and what is wrong."""
+
+
+def step_features(shape: StepShape) -> tuple[int, int, int, int, int, int]:
+    """(has_rows, tokens, decode_context_sum, prefill attention pairs, rows, swap_blocks)."""
+    pad = shape.padding
+    if pad is not None:
+        rows = pad.num_rows
+        tokens = rows * pad.row_tokens
+        decode_ctx = rows * pad.context_tokens if pad.row_tokens == 1 else 0
+        prefill_attn = rows * pad.row_tokens * pad.context_tokens if pad.row_tokens > 1 else 0
+    else:
+        rows = len(shape.prefill_tokens) + shape.num_decodes
+        tokens = shape.num_tokens
+        decode_ctx = shape.decode_context_sum
+        prefill_attn = sum(c * ctx for c, ctx in zip(shape.prefill_tokens, shape.prefill_context))
+    return (1 if rows else 0), tokens, decode_ctx, prefill_attn, rows, shape.swap_blocks
+
+
+@dataclass(frozen=True, slots=True)
+class LinearCostModel:
+    c_step: float  # s per step that runs any row
+    c_token: float  # s per token computed
+    c_decode_ctx: float  # s per context token a decode attends to
+    c_prefill_attn: float  # s per (chunk token x chunk context) of prefill attention
+    c_row: float  # s per request row (LM head, sampling, metadata)
+    c_swap_block: float = 0.0  # s per KV block swapped
+    kv_bytes_per_token: int = 0  # for kv_transfer_time_s; 0 = unknown
+    fit: FitError | None = None  # how well the fit matched its samples
+    meta: dict[str, str] = field(default_factory=dict)  # gpu, model, tp, date ... as recorded
+
+    def __post_init__(self) -> None:
+        for name in COEFFICIENTS:
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"LinearCostModel.{name} must be a finite number >= 0, got {value!r}")
+
+    # ---- the CostModel protocol ----
+    def step_time_s(self, shape: StepShape) -> float:
+        has_rows, tokens, decode_ctx, prefill_attn, rows, swap = step_features(shape)
+        if not has_rows:
+            return self.c_swap_block * swap
+        return self._time(tokens, decode_ctx, prefill_attn, rows, swap)
+
+    def decode_step_times_s(self, num_decodes: int, context_sums: np.ndarray) -> np.ndarray:
+        return self._time(num_decodes, np.asarray(context_sums, dtype=np.float64), 0, num_decodes, 0)
+
+    def swap_time_s(self, num_blocks: int) -> float:
+        return self.c_swap_block * num_blocks
+
+    def kv_transfer_time_s(self, num_tokens: int, link: LinkSpec) -> float:
+        if not self.kv_bytes_per_token:
+            raise ValueError("this LinearCostModel does not know kv_bytes_per_token; load it for an instance")
+        return link.transfer_time_s(num_tokens * self.kv_bytes_per_token)
+
+    def _time(self, tokens, decode_ctx, prefill_attn, rows, swap):
+        """The one formula, for scalars or a decode_ctx array (same operations, same order)."""
+        return (self.c_step + self.c_token * tokens + self.c_decode_ctx * decode_ctx
+                + self.c_prefill_attn * prefill_attn + self.c_row * rows + self.c_swap_block * swap)
+
+    # ---- persistence ----
+    def to_json(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "version": SCHEMA_VERSION,
+            "coefficients": {name: getattr(self, name) for name in COEFFICIENTS},
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "fit": asdict(self.fit) if self.fit is not None else None,
+            "meta": dict(self.meta),
+        }
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "<json>") -> LinearCostModel:
+        def fail(problem: str) -> CostModelFileError:
+            return CostModelFileError(f"{where}: {problem}")
+
+        if not isinstance(data, dict):
+            raise fail("top level must be a JSON object")
+        if data.get("schema") != SCHEMA:
+            raise fail(f"schema must be {SCHEMA!r}, got {data.get('schema')!r}")
+        if data.get("version") != SCHEMA_VERSION:
+            raise fail(f"unsupported version {data.get('version')!r} (this servelab reads {SCHEMA_VERSION})")
+        coefficients = data.get("coefficients")
+        if not isinstance(coefficients, dict):
+            raise fail("'coefficients' must be an object")
+        unknown = coefficients.keys() - set(COEFFICIENTS)
+        missing = [c for c in REQUIRED_COEFFICIENTS if c not in coefficients]
+        if unknown or missing:
+            raise fail(f"coefficients: missing {missing}, unknown {sorted(unknown)}")
+        kv_bytes = data.get("kv_bytes_per_token", 0)
+        if not isinstance(kv_bytes, int) or kv_bytes < 0:
+            raise fail(f"'kv_bytes_per_token' must be an integer >= 0, got {kv_bytes!r}")
+        meta = data.get("meta", {})
+        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+            raise fail("'meta' must be an object of strings")
+        fit = data.get("fit")
+        try:
+            fit = FitError(**fit) if fit is not None else None
+            return cls(**coefficients, kv_bytes_per_token=kv_bytes, fit=fit, meta=meta)
+        except (TypeError, ValueError) as e:
+            raise fail(str(e)) from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> LinearCostModel:
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as e:
+            raise CostModelFileError(f"{path}: cannot read ({e.strerror})") from None
+        except json.JSONDecodeError as e:
+            raise CostModelFileError(f"{path}: not JSON ({e})") from None
+        return cls.from_json(data, where=str(path))
+
+
+def fit_linear_cost_model(samples: list[tuple[StepShape, float]], *, kv_bytes_per_token: int = 0,
+                          meta: dict[str, str] | None = None) -> tuple[LinearCostModel, FitError]:
+    """Least-squares fit of the coefficients (all >= 0) to (shape, measured seconds) pairs,
+    minimising relative error. Features no sample exercises get 0. Empty steps are skipped."""
+    rows = [(step_features(shape), t) for shape, t in samples if step_features(shape)[0]]
+    if not rows:
+        raise ValueError("fit_linear_cost_model needs samples of steps that run at least one row")
+    features = np.array([f for f, _ in rows], dtype=float)
+    measured = np.array([t for _, t in rows], dtype=float)
+    num_used = int(np.count_nonzero(np.abs(features).max(axis=0)))
+    if len(rows) < num_used:
+        raise ValueError(f"{len(rows)} samples cannot determine {num_used} coefficients; measure more steps")
+    coef = nonneg_relative_lstsq(features, measured)
+    model = LinearCostModel(**{name: float(c) for name, c in zip(COEFFICIENTS, coef)},
+                            kv_bytes_per_token=kv_bytes_per_token, meta=dict(meta or {}))
+    error = fit_error(features @ coef, measured)
+    return replace(model, fit=error), error
+
+
+@register_cost_model("linear")
+def linear_for_instance(instance: InstanceSpec, path: str | Path) -> LinearCostModel:
+    """Load a fitted model; the instance supplies KV bytes per token if the file lacks them."""
+    model = LinearCostModel.load(path)
+    if not model.kv_bytes_per_token:
+        model = replace(model, kv_bytes_per_token=kv_bytes_per_token(instance))
+    return model
+

@@ -1,0 +1,1 @@
+"""Paper reproductions: one module per paper, each with run_reproduction(out_dir, ...)."""

@@ -1,0 +1,67 @@
+import sys
+
+import pytest
+from rich.console import Console
+
+from metrics_builders import build_request
+from servelab.core.request import SLO
+from servelab.metrics.collector import MetricsCollector
+from servelab.metrics.report import plot_sweep, render_markdown, render_rich, summary_rows
+from servelab.metrics.request_metrics import RequestTable
+from servelab.metrics.summary import summarize
+
+
+def _summary(ttft_s: float):
+    reqs = [build_request(0, 0.0, [ttft_s, ttft_s + 0.05], slo=SLO(ttft_s=0.2)),
+            build_request(1, 0.5, [0.5 + ttft_s])]
+    c = MetricsCollector()
+    c.on_step(0, 0.0, 0.5, 16, 2, 0, 10, 100, 1, 1)
+    for r in reqs:
+        c.on_request_end(r)
+    return summarize(RequestTable.from_requests(reqs), c)
+
+
+def test_markdown_side_by_side():
+    md = render_markdown({"vllm": _summary(0.1), "sarathi": _summary(0.3)})
+    lines = md.splitlines()
+    assert lines[0] == "| metric | vllm | sarathi |"
+    attainment = next(line for line in lines if line.startswith("| SLO attainment"))
+    assert attainment == "| SLO attainment | 100.0% | 50.0% |"
+    assert any(line.startswith("| TTFT mean / p50 / p99 (ms) | 100.0 / 100.0 / 100.0 |") for line in lines)
+
+
+def test_rich_table_renders():
+    console = Console(record=True, width=160)
+    console.print(render_rich(_summary(0.1), title="simulated"))
+    text = console.export_text()
+    assert "goodput (req/s)" in text and "run" in text
+
+
+def test_rows_reject_non_summaries():
+    with pytest.raises(ValueError, match="no run summaries"):
+        summary_rows({})
+    with pytest.raises(TypeError, match="'x' is a dict"):
+        summary_rows({"x": {}})
+
+
+def test_plot_sweep_writes_png(tmp_path):
+    rows = [{"policy": p, "rate": r, "goodput": r * k if r < 4 else None}
+            for p, k in (("vllm", 1.0), ("sarathi", 1.2)) for r in (1, 2, 3, 4)]
+    out = plot_sweep(rows, "rate", "goodput", tmp_path / "fig" / "sweep.png", caption="simulated: test")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_sweep_bad_rows(tmp_path):
+    with pytest.raises(ValueError, match="row 1 has no 'goodput'"):
+        plot_sweep([{"policy": "a", "rate": 1, "goodput": 1}, {"policy": "a", "rate": 2}], "rate", "goodput",
+                   tmp_path / "x.png", caption="c")
+    with pytest.raises(ValueError, match="no rows"):
+        plot_sweep([], "rate", "goodput", tmp_path / "x.png", caption="c")
+
+
+def test_import_pulls_no_plotting():
+    import subprocess
+
+    code = ("import sys, servelab.metrics, servelab.metrics.report; "
+            "assert not any(m.startswith('matplotlib') for m in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
