@@ -1,0 +1,1 @@
+"""Queueing analysis: Multi-Bin closed forms, service-time distributions, the batch-level queue simulator."""

@@ -87,12 +87,13 @@ class BatchLimits:
             raise ValueError(f"BatchLimits.block_size must be >= 1, got {self.block_size}")
 
 
-def form_batch(lengths: Sequence[int], limits: BatchLimits, *, padded: bool = True) -> int:
+def form_batch(lengths: Sequence[int], limits: BatchLimits, *, padded: bool = True, max_waste: float = 1.0) -> int:
     """How many of ``lengths`` (in the given priority order) go into the batch: Eq. 6 in blocks.
 
     Stops at the first candidate that does not fit, so the priority order is kept (an FCFS
     bucket never lets a later request overtake its head). ``lengths`` are the tokens each
-    request will hold in KV after the step.
+    request will hold in KV after the step. ``max_waste`` (an extension, off at 1.0) also
+    stops a padded batch before its Eq. 2 waste ratio would exceed it.
     """
     used_blocks = 0
     longest = 0
@@ -104,6 +105,8 @@ def form_batch(lengths: Sequence[int], limits: BatchLimits, *, padded: bool = Tr
         longest = max(longest, length)
         tokens = (n + 1) * longest if padded else total + length
         if used_blocks + blocks > limits.safe_blocks or tokens > limits.max_padded_tokens:
+            return n
+        if padded and n and 1.0 - (total + length) / ((n + 1) * longest) > max_waste:
             return n
         used_blocks += blocks
         total += length

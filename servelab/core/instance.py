@@ -116,7 +116,7 @@ class InstanceRuntime:
         prefill_tokens: list[int] = []
         prefill_context: list[int] = []
         num_decodes = ctx_sum = ctx_max = 0
-        admitted = False
+        admitted: list[Request] = []
         ensure_slots = self.blocks.ensure_slots
         decoding = RequestStatus.DECODING
         for req, n in zip(batch, plan.num_tokens):
@@ -134,8 +134,8 @@ class InstanceRuntime:
                     ctx_max = computed + 1
                 continue
             self._reserve(req, n)
-            if status in _WAITING:
-                admitted = True
+            if status is RequestStatus.QUEUED or status is RequestStatus.PREEMPTED or status is RequestStatus.TRANSFERRING:
+                admitted.append(req)
                 req.status = RequestStatus.PREFILLING if req.is_prefill else decoding
                 if req.first_scheduled_time_s is None:
                     req.first_scheduled_time_s = now_s
@@ -148,7 +148,7 @@ class InstanceRuntime:
                 prefill_tokens.append(n)
                 prefill_context.append(context)
         if admitted:
-            self._sync_queues()
+            self._admit(admitted)
         shape = StepShape(tuple(prefill_tokens), tuple(prefill_context), num_decodes, ctx_sum, ctx_max,
                           plan.padding, swap_blocks)
         return AppliedStep(shape, batch, rejected)
@@ -165,9 +165,16 @@ class InstanceRuntime:
             except MemoryError as exc:
                 raise PlanError(f"instance {self.instance_id}: {exc}") from None
 
-    def _sync_queues(self) -> None:
-        self.waiting = [r for r in self.waiting if r.status in _WAITING]
-        self.running = [r for r in self._by_id.values() if r.status in _RUNNING]
+    def _admit(self, admitted: list[Request]) -> None:
+        """Move admitted requests from waiting to running (usually a prefix of waiting: O(k))."""
+        waiting = self.waiting
+        k = len(admitted)
+        if all(a is w for a, w in zip(admitted, waiting[:k])):
+            del waiting[:k]
+        else:
+            gone = {id(r) for r in admitted}
+            self.waiting = [r for r in waiting if id(r) not in gone]
+        self.running.extend(admitted)
 
     def _preempt(self, req: Request) -> None:
         if req.status not in _RUNNING:

@@ -45,7 +45,9 @@ PROFILE_OPS = {
     "mlp_down_proj": "down_proj", "input_layernorm": "norm", "post_attention_layernorm": "norm",
     "attn_rope": "rope", "mlp_act": "act", "add": "add", "emb": "embed",
 }
-# GPU -> (profile directory, the GPU the profiles were measured on)
+# GPU -> (profile directory, the GPU the profiles were measured on: Vidur's DGX A100 80GB and
+# DGX H100). Fitted efficiencies are fractions of that GPU's peaks and carry over to the rest
+# of its family (same silicon; H200 is H100 compute with faster HBM, an assumption).
 PROFILE_FAMILIES = {
     "A100-40GB": ("a100", "A100-80GB"), "A100-80GB": ("a100", "A100-80GB"), "A800-80GB": ("a100", "A100-80GB"),
     "H100-80GB": ("h100", "H100-80GB"), "H800-80GB": ("h100", "H100-80GB"), "H200": ("h100", "H100-80GB"),

@@ -5,7 +5,8 @@ Per layer and TP rank, every linear layer and elementwise op is a kernel timed b
 timed per request from its own context: a decode reads its KV (memory-bound), a prefill
 chunk of c tokens ending at context L does the causal c*L - c(c-1)/2 query-key pairs and
 reads L tokens of KV. TP divides the work over ranks and adds two all-reduces per layer
-over NVLink; PP adds one activation send between consecutive stages.
+over NVLink; PP adds one activation send between consecutive stages (NVLink within a
+node of 8 GPUs, the network beyond). The LM head runs on one row per scheduled request.
 
 What ``step_time_s`` means: the latency of one step through every pipeline stage (the sum
 of the stages plus the sends), which is what a scheduler running one batch at a time sees.
@@ -39,61 +40,69 @@ from servelab.costmodel.profile_fit import params_for_gpu
 class RooflineCostModel:
     def __init__(self, instance: InstanceSpec, params: RooflineParams | None = None) -> None:
         self.instance = instance
-        self.params = p = params if params is not None else RooflineParams()
-        gpu, model = instance.gpu_spec, instance.model_spec
-        tp, d = instance.tp, instance.dtype_bytes
-        peak, bw = gpu.peak_flops, gpu.hbm_bandwidth_bytes_per_s
+        self.params = params if params is not None else RooflineParams()
         self._num_layers = instance.num_layers_held
         self._kv_bytes_per_token = kv_bytes_per_token(instance)
         self._block_bytes = kv_bytes_per_block(instance)
+        gpu = instance.gpu_spec
+        self._swap_link = LinkSpec(gpu.pcie_bandwidth_bytes_per_s * instance.num_gpus * self.params.swap_efficiency,
+                                   self.params.comm_latency_s)
+        self._init_layer()
+        self._init_attention()
+        self._init_tail()
 
-        # Per layer: t(T) = fixed + per_token * T + sum over GEMMs of max(cf * T, cw + ca * T).
-        fixed, per_token, gemms = 0.0, 0.0, []
+    def _init_layer(self) -> None:
+        """Per layer: t(T) = fixed + per_token * T + sum over GEMMs of max(cf * T, cw + ca * T)."""
+        p, inst = self.params, self.instance
+        gpu, model, tp, d = inst.gpu_spec, inst.model_spec, inst.tp, inst.dtype_bytes
+        fixed, per_token, gemms = p.attention.floor_s + p.layer_overhead_s, 0.0, []
         for shape in layer_op_shapes(model.hidden_size, model.num_heads, model.num_kv_heads, model.head_dim,
                                      model.intermediate_size, model.gated_mlp, tp, d):
-            f, cf, cw, ca = _coefficients(shape, p.op(shape.name), peak, bw)
+            f, cf, cw, ca = _coefficients(shape, p.op(shape.name), gpu.peak_flops, gpu.hbm_bandwidth_bytes_per_s)
             fixed += f
             if cf == 0.0 and cw == 0.0:
                 per_token += ca
             else:
                 gemms.append((cf, cw, ca))
-        attn = p.attention
-        fixed += attn.floor_s + p.layer_overhead_s
-        heads, kv_heads = model.num_heads // tp, max(1, model.num_kv_heads // tp)
-        nvlink = LinkSpec(gpu.nvlink_bandwidth_bytes_per_s * p.comm_efficiency, p.comm_latency_s)
         if tp > 1:  # two ring all-reduces of [T, hidden] per layer
+            nvlink = LinkSpec(gpu.nvlink_bandwidth_bytes_per_s * p.comm_efficiency, p.comm_latency_s)
             fixed += 2 * nvlink.latency_s
             per_token += 2 * 2 * (tp - 1) / tp * model.hidden_size * d / nvlink.bandwidth_bytes_per_s
         self._layer_fixed_s = fixed
         self._layer_per_token_s = per_token
         self._gemms = tuple(gemms)
 
-        # Attention per layer: decode time per context token; prefill chunk terms.
-        attn_flops_per_pair = 4.0 * heads * model.head_dim  # QK^T and PV, 2 FLOPs per MAC
-        kv_bytes = 2.0 * kv_heads * model.head_dim * d  # per context token per layer on one rank
-        self._decode_per_ctx_s = max(attn_flops_per_pair / (peak * attn.compute), kv_bytes / (bw * attn.memory))
-        self._pair_s = attn_flops_per_pair / (peak * attn.compute)
-        self._kv_read_s = kv_bytes / (bw * attn.memory)
-        self._q_io_s = 2.0 * heads * model.head_dim * d / (bw * attn.memory)  # read Q, write O per token
+    def _init_attention(self) -> None:
+        """Per layer and rank: seconds per query-key pair, per KV token read, per query token."""
+        attn, inst = self.params.attention, self.instance
+        gpu, model, d = inst.gpu_spec, inst.model_spec, inst.dtype_bytes
+        heads, kv_heads = model.num_heads // inst.tp, max(1, model.num_kv_heads // inst.tp)
+        compute, memory = gpu.peak_flops * attn.compute, gpu.hbm_bandwidth_bytes_per_s * attn.memory
+        self._pair_s = 4.0 * heads * model.head_dim / compute  # QK^T and PV, 2 FLOPs per MAC
+        self._kv_read_s = 2.0 * kv_heads * model.head_dim * d / memory
+        self._q_io_s = 2.0 * heads * model.head_dim * d / memory  # read Q, write O (negligible for decodes)
+        self._decode_per_ctx_s = max(self._pair_s, self._kv_read_s)
 
-        # Once per step: embedding, LM head over sampled rows, PP sends, CPU overhead.
-        tail_fixed, tail_per_token = p.step_overhead_s, 0.0
-        if instance.holds_first_layer:
-            f, _, _, ca = _coefficients(embed_shape(model.hidden_size, d), p.op("embed"), peak, bw)
-            tail_fixed, tail_per_token = tail_fixed + f, ca
+    def _init_tail(self) -> None:
+        """Once per step: CPU overhead, embedding, LM head over sampled rows, PP sends."""
+        p, inst = self.params, self.instance
+        gpu, model, d = inst.gpu_spec, inst.model_spec, inst.dtype_bytes
+        fixed, per_token = p.step_overhead_s, 0.0
+        if inst.holds_first_layer:
+            f, _, _, ca = _coefficients(embed_shape(model.hidden_size, d), p.op("embed"), gpu.peak_flops,
+                                        gpu.hbm_bandwidth_bytes_per_s)
+            fixed, per_token = fixed + f, ca
         self._lm_head = None
-        if instance.holds_last_layer:
-            self._lm_head = _coefficients(lm_head_shape(model.hidden_size, model.vocab_size, tp, d),
-                                          p.op("lm_head"), peak, bw)
-        if instance.pp > 1:
-            link_bw = gpu.nvlink_bandwidth_bytes_per_s if instance.num_gpus <= 8 else gpu.network_bandwidth_bytes_per_s
+        if inst.holds_last_layer:
+            self._lm_head = _coefficients(lm_head_shape(model.hidden_size, model.vocab_size, inst.tp, d),
+                                          p.op("lm_head"), gpu.peak_flops, gpu.hbm_bandwidth_bytes_per_s)
+        if inst.pp > 1:  # stages in one node talk over NVLink, beyond 8 GPUs over the network
+            link_bw = gpu.nvlink_bandwidth_bytes_per_s if inst.num_gpus <= 8 else gpu.network_bandwidth_bytes_per_s
             send = LinkSpec(link_bw * p.comm_efficiency, p.comm_latency_s)
-            tail_fixed += (instance.pp - 1) * send.latency_s
-            tail_per_token += (instance.pp - 1) * model.hidden_size * d / send.bandwidth_bytes_per_s
-        self._tail_fixed_s = tail_fixed
-        self._tail_per_token_s = tail_per_token
-        self._swap_link = LinkSpec(gpu.pcie_bandwidth_bytes_per_s * instance.num_gpus * p.swap_efficiency,
-                                   p.comm_latency_s)
+            fixed += (inst.pp - 1) * send.latency_s
+            per_token += (inst.pp - 1) * model.hidden_size * d / send.bandwidth_bytes_per_s
+        self._tail_fixed_s = fixed
+        self._tail_per_token_s = per_token
 
     # ---- the CostModel protocol ----
     def step_time_s(self, shape: StepShape) -> float:

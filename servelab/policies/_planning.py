@@ -7,7 +7,7 @@ preemptions before reservations, and the builder counts freed blocks the same wa
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Sequence
 
 from servelab.core.plan import StepPlan
 from servelab.core.policy import InstanceState
@@ -143,7 +143,8 @@ class PlanBuilder:
                         swap_out_ids=tuple(self.swap_out), reject=tuple(self.reject), **extra)
 
 
-def sorted_by(requests: Iterable[Request], key: OrderKey, *, already_fcfs: bool) -> list[Request]:
+def sorted_by(requests: Sequence[Request], key: OrderKey, *, already_fcfs: bool) -> Sequence[Request]:
+    """The queue in policy order; FCFS queues are returned as they are (read-only, no copy)."""
     if already_fcfs and key is fcfs_key:
-        return list(requests)
+        return requests
     return sorted(requests, key=key)

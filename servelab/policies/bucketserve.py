@@ -40,6 +40,8 @@ class BucketServeConfig:
     split_high: see ``BucketingConfig``. safe_fraction: Eq. 5's 0.9. offline_order: sjf | ljf
     inside an offline bucket. offline_bucket: fullest | oldest. online_first: online buckets
     are served before offline ones. padded: charge bucket prefills as dense padded batches.
+    max_waste: stop growing a padded batch before its waste ratio (Eq. 2) exceeds this; 1.0
+    (the default, the paper's behaviour) never stops on waste.
     """
 
     max_len: int = 4096
@@ -52,12 +54,15 @@ class BucketServeConfig:
     offline_bucket: str = "fullest"
     online_first: bool = True
     padded: bool = True
+    max_waste: float = 1.0  # extension (not in the paper): cap a padded batch's Eq. 2 waste ratio
 
     def __post_init__(self) -> None:
         if not 0 < self.safe_fraction <= 1:
             raise ValueError(f"safe_fraction must be in (0, 1], got {self.safe_fraction}")
         if self.offline_order not in ("sjf", "ljf"):
             raise ValueError(f"offline_order must be sjf or ljf, got {self.offline_order!r}")
+        if not 0 <= self.max_waste <= 1:
+            raise ValueError(f"max_waste must be in [0, 1], got {self.max_waste}")
         if self.offline_bucket not in ("fullest", "oldest"):
             raise ValueError(f"offline_bucket must be fullest or oldest, got {self.offline_bucket!r}")
         self.bucketing()  # validates max_len, theta, min_split_size, min_width
@@ -182,7 +187,8 @@ class BucketServePolicy(SchedulingPolicy):
             order = "fcfs" if cls is ServiceClass.ONLINE else self.config.offline_order
             entries = manager.candidates(index, order, state.max_num_seqs)
             reqs = [by_id[e.key] for e in entries if e.key in by_id]
-            n = form_batch([r.num_tokens for r in reqs], limits, padded=self.config.padded)
+            n = form_batch([r.num_tokens for r in reqs], limits, padded=self.config.padded,
+                           max_waste=self.config.max_waste)
             if n:
                 return manager, reqs[:n]
             return None  # the head waits for memory; lower classes do not overtake it

@@ -57,7 +57,9 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
     def schedule(self, now_s: float, state: InstanceState) -> StepPlan:
         rejects = self._rejections(state)
         rejected = {rid for rid, _ in rejects}
-        waiting = [r for r in sorted_by(state.waiting, self._key, already_fcfs=True) if r.request_id not in rejected]
+        waiting = sorted_by(state.waiting, self._key, already_fcfs=True)
+        if rejected:
+            waiting = [r for r in waiting if r.request_id not in rejected]
         # a prompt longer than the step limit runs alone rather than blocking the queue forever
         budget = max(state.max_batch_tokens, waiting[0].num_pending_tokens if waiting else 0)
         b = PlanBuilder(state, token_budget=budget)

@@ -47,12 +47,15 @@ REDUCED = Sizes(150, (16, 64), ("alpaca", "mixed"), 150, (4, 16, 32), (1, 4, 8),
 
 
 def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, progress: bool = False,
-                     setting: ex.Setting = ex.Setting()) -> dict:
-    """Run every BucketServe experiment; write plots, ``bucketserve.md`` and ``bucketserve.json``."""
+                     setting: ex.Setting = ex.Setting(), sizes: Sizes | None = None) -> dict:
+    """Run every BucketServe experiment; write plots, ``bucketserve.md`` and ``bucketserve.json``.
+
+    ``sizes`` overrides the FULL / REDUCED presets (tests use a tiny one).
+    """
     out_dir = Path(out_dir)
     fig_dir = out_dir / "bucketserve"
     fig_dir.mkdir(parents=True, exist_ok=True)
-    sizes = REDUCED if reduced else FULL
+    sizes = sizes if sizes is not None else (REDUCED if reduced else FULL)
     say = print if progress else (lambda _msg: None)
     timings: dict[str, float] = {}
     results: dict = {"reduced": reduced, "seed": seed, "setting": asdict(setting), "sizes": asdict(sizes)}

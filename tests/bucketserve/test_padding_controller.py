@@ -94,3 +94,10 @@ def test_estimate_n_max_uses_average_length():
     assert controller.estimate_n_max(100.0, 1000, 16, 0.9, 256) == 128
     assert controller.estimate_n_max(100.0, 1000, 16, 0.9, 64) == 64
     assert controller.estimate_n_max(0.0, 1000, 16, 0.9, 64) == 64
+
+
+def test_form_batch_waste_cap():
+    limits = controller.BatchLimits(10_000, 16, 64, 100_000)
+    assert controller.form_batch([100, 100, 10], limits) == 3
+    # adding the 10-token row to two 100s: waste 1 - 210/300 = 0.3 > 0.2
+    assert controller.form_batch([100, 100, 10], limits, max_waste=0.2) == 2

@@ -10,7 +10,7 @@ from servelab.costmodel.roofline import RooflineCostModel
 INSTANCE = InstanceSpec("A100-80GB", "llama-2-7b")
 
 
-def roofline_samples(model: RooflineCostModel) -> list[tuple[StepShape, float]]:
+def _roofline_samples(model: RooflineCostModel) -> list[tuple[StepShape, float]]:
     """Steps a calibration run would time: decode batches, prefill chunks, mixes, swaps."""
     shapes = [StepShape(num_decodes=b, decode_context_sum=b * c) for b in (1, 8, 32, 128) for c in (256, 2048)]
     shapes += [StepShape(prefill_tokens=(n,), prefill_context=(n,)) for n in (128, 512, 2048)]
@@ -20,7 +20,7 @@ def roofline_samples(model: RooflineCostModel) -> list[tuple[StepShape, float]]:
 
 
 def _linear(instance, tmp_path):
-    fitted, _ = fit_linear_cost_model(roofline_samples(RooflineCostModel(instance)))
+    fitted, _ = fit_linear_cost_model(_roofline_samples(RooflineCostModel(instance)))
     path = tmp_path / "linear.json"
     fitted.save(path)
     return make_cost_model("linear", instance, path=path)
@@ -30,6 +30,11 @@ BUILDERS = {
     "roofline": lambda instance, tmp_path: make_cost_model("roofline", instance),
     "linear": _linear,
 }
+
+
+@pytest.fixture
+def roofline_samples():
+    return _roofline_samples
 
 
 @pytest.fixture

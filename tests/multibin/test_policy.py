@@ -41,7 +41,12 @@ def _drive(policy, specs, *, max_steps=100_000):
             wake = policy.next_wakeup_s(now)
             now = min(x for x in (pending[0].arrival_time_s if pending else None, wake) if x is not None)
             continue
-        _, batch = rt.apply(plan, now)
+        applied = rt.apply(plan, now)
+        for req in applied.rejected:
+            policy.on_finish(now, req)
+        batch = applied.batch
+        if not batch:
+            continue
         steps.append((plan, [r.spec for r in batch]))
         now += 1.0
         out = rt.complete(plan, batch, StepResult(1.0), now)

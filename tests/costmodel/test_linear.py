@@ -1,0 +1,99 @@
+import json
+
+import numpy as np
+import pytest
+
+from servelab.catalog.instance import InstanceSpec
+from servelab.core.plan import PaddedBatch, StepShape
+from servelab.costmodel import LinearCostModel, fit_linear_cost_model, make_cost_model
+from servelab.costmodel.linear import CostModelFileError, step_features
+from servelab.costmodel.roofline import RooflineCostModel
+
+TRUE = LinearCostModel(c_step=2e-3, c_token=6e-5, c_decode_ctx=2.5e-7, c_prefill_attn=1e-9, c_row=3e-5,
+                       c_swap_block=4e-5)
+
+
+def _shapes():
+    rng = np.random.default_rng(0)
+    shapes = []
+    for _ in range(60):
+        chunks = tuple(int(c) for c in rng.integers(16, 1024, size=rng.integers(0, 3)))
+        contexts = tuple(c + int(rng.integers(0, 2048)) for c in chunks)
+        n = int(rng.integers(0 if chunks else 1, 64))
+        shapes.append(StepShape(chunks, contexts, n, n * int(rng.integers(10, 3000)), swap_blocks=int(rng.integers(0, 3)) * 32))
+    return shapes
+
+
+def test_fit_recovers_known_coefficients():
+    samples = [(s, TRUE.step_time_s(s)) for s in _shapes()]
+    fitted, error = fit_linear_cost_model(samples, meta={"gpu": "A100-80GB"})
+    for name in ("c_step", "c_token", "c_decode_ctx", "c_prefill_attn", "c_row", "c_swap_block"):
+        assert getattr(fitted, name) == pytest.approx(getattr(TRUE, name), rel=1e-6), name
+    assert error.max_rel_error < 1e-9 and fitted.fit == error and fitted.meta == {"gpu": "A100-80GB"}
+
+
+def test_fit_to_the_roofline_is_close(roofline_samples):
+    roofline = RooflineCostModel(InstanceSpec("A100-80GB", "llama-2-7b"))
+    _, error = fit_linear_cost_model(roofline_samples(roofline))
+    print(f"\nlinear fit to roofline steps: {error}")
+    assert error.median_rel_error < 0.1
+
+
+def test_unexercised_features_get_zero_and_coefficients_stay_non_negative():
+    decodes = [StepShape(num_decodes=b, decode_context_sum=b * c) for b in (1, 4, 16) for c in (100, 1000)]
+    fitted, _ = fit_linear_cost_model([(s, 0.01 + 1e-4 * s.num_decodes) for s in decodes])
+    assert fitted.c_prefill_attn == fitted.c_swap_block == 0.0
+    assert min(fitted.c_step, fitted.c_token, fitted.c_decode_ctx, fitted.c_row) >= 0.0
+
+
+def test_fit_needs_enough_samples():
+    mixed = StepShape(prefill_tokens=(8,), prefill_context=(8,), num_decodes=1, decode_context_sum=5)
+    with pytest.raises(ValueError, match="cannot determine"):
+        fit_linear_cost_model([(mixed, 0.01)])
+    with pytest.raises(ValueError, match="at least one row"):
+        fit_linear_cost_model([(StepShape(), 0.01)])
+
+
+def test_padded_batch_is_charged_as_its_dense_equivalent():
+    assert step_features(StepShape(padding=PaddedBatch(4, 128, 512))) == (1, 512, 0, 4 * 128 * 512, 4, 0)
+    assert step_features(StepShape(num_decodes=2, padding=PaddedBatch(8, 1, 300))) == (1, 8, 2400, 0, 8, 0)
+
+
+def test_save_load_round_trip(tmp_path):
+    samples = [(s, TRUE.step_time_s(s)) for s in _shapes()]
+    fitted, _ = fit_linear_cost_model(samples, kv_bytes_per_token=1024, meta={"model": "Llama-2-7B"})
+    path = tmp_path / "cost.json"
+    fitted.save(path)
+    assert LinearCostModel.load(path) == fitted
+    # the registry fills KV bytes from the instance when the file has none
+    TRUE.save(path)
+    loaded = make_cost_model("linear", InstanceSpec("A100-80GB", "llama-2-7b"), path=path)
+    assert loaded.kv_bytes_per_token == 512 * 1024
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d.update(schema="other"), "schema must be"),
+    (lambda d: d.update(version=99), "unsupported version 99"),
+    (lambda d: d["coefficients"].pop("c_token"), r"missing \['c_token'\]"),
+    (lambda d: d["coefficients"].update(c_bogus=1.0), "unknown"),
+    (lambda d: d["coefficients"].update(c_row=-1.0), "c_row must be a finite number >= 0"),
+    (lambda d: d["coefficients"].update(c_row="fast"), "c_row must be"),
+    (lambda d: d.update(kv_bytes_per_token=-5), "kv_bytes_per_token"),
+    (lambda d: d.update(meta={"tp": 2}), "meta"),
+])
+def test_invalid_files_give_clear_errors(tmp_path, edit, match):
+    data = TRUE.to_json()
+    edit(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CostModelFileError, match=match) as info:
+        LinearCostModel.load(path)
+    assert str(path) in str(info.value)
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(CostModelFileError, match="cannot read"):
+        LinearCostModel.load(tmp_path / "missing.json")
+    (tmp_path / "x.json").write_text("{not json")
+    with pytest.raises(CostModelFileError, match="not JSON"):
+        LinearCostModel.load(tmp_path / "x.json")
