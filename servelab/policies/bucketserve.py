@@ -23,7 +23,7 @@ The policy never reads a clock; bucketing overhead is measured by the benchmark 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from servelab.bucketserve.buckets import BucketingConfig, BucketManager
 from servelab.bucketserve.controller import BatchLimits, estimate_n_max, form_batch, safe_blocks
