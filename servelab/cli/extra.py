@@ -1,9 +1,82 @@
-"""Commands contributed by the designs and the engine, attached to the main app."""
+"""Commands contributed by the designs and the engine, attached to the main app.
+
+``reproduce`` and ``analyze`` are groups with one sub-command per design; each imports its
+design's module only when run, so ``servelab --help`` stays fast and torch-free.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import typer
+
+from servelab.cli.common import emit_json, user_errors
+
+reproduce_app = typer.Typer(no_args_is_help=True, help="Reproduce a paper's figures in the simulator.")
+analyze_app = typer.Typer(no_args_is_help=True, help="Closed-form analysis of a design.")
+
+
+def _reproduce(module: str, out: Path, reduced: bool, seed: int, json_out: bool) -> None:
+    import importlib
+
+    with user_errors():
+        mod = importlib.import_module(f"servelab.reproduce.{module}")
+        result = mod.run_reproduction(out, reduced=reduced, seed=seed, progress=not json_out)
+    if json_out:
+        emit_json(result)
+    else:
+        typer.echo(f"wrote {out}/{module}.md and its plots")
+
+
+@reproduce_app.command("multibin")
+def reproduce_multibin(
+    out: Path = typer.Option(Path("results/reproduction"), help="Folder for multibin.md and plots."),
+    reduced: bool = typer.Option(False, help="Smaller sizes (about a minute)."),
+    seed: int = typer.Option(0),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Multi-Bin Batching: Figures 3, 4, 6, 7, 8 against the closed forms and the paper."""
+    _reproduce("multibin", out, reduced, seed, json_out)
+
+
+@reproduce_app.command("bucketserve")
+def reproduce_bucketserve(
+    out: Path = typer.Option(Path("results/reproduction"), help="Folder for bucketserve.md and plots."),
+    reduced: bool = typer.Option(False, help="Smaller sizes (about 15 s)."),
+    seed: int = typer.Option(0),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """BucketServe: offline throughput, online SLO attainment, time breakdown vs static and DistServe."""
+    _reproduce("bucketserve", out, reduced, seed, json_out)
+
+
+@analyze_app.command("multibin")
+def analyze_multibin(
+    distribution: str = typer.Option("uniform", help="uniform | exponential"),
+    lmin: float = typer.Option(1.0), lmax: float = typer.Option(20.0), mu: float = typer.Option(0.1),
+    batch_size: int = typer.Option(128), k_max: int = typer.Option(8),
+    eps: Optional[float] = typer.Option(None, help="Report the smallest k with throughput >= c_max - eps."),
+    arrival_rate: Optional[float] = typer.Option(None, help="Also give the expected latency (Lemma 5.1)."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Throughput_k (Thm 4.2), c_max (Eq. 5), k(eps) (Thm 4.3), latency (Lemma 5.1), exponential bound."""
+    from servelab.analysis.multibin_theory import analyze, format_analysis
+
+    with user_errors():
+        result = analyze(distribution, lmin=lmin, lmax=lmax, mu=mu, batch_size=batch_size, k_max=k_max, eps=eps,
+                         arrival_rate=arrival_rate)
+    if json_out:
+        emit_json(result)
+    else:
+        typer.echo(format_analysis(result))
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.add_typer(reproduce_app, name="reproduce")
+    app.add_typer(analyze_app, name="analyze")
+    try:
+        from servelab.cli import engine_cmds
+    except ImportError:  # the engine commands are optional
+        return
+    engine_cmds.register(app)

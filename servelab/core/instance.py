@@ -117,21 +117,15 @@ class InstanceRuntime:
         prefill_context: list[int] = []
         num_decodes = ctx_sum = ctx_max = 0
         admitted: list[Request] = []
-        ensure_slots = self.blocks.ensure_slots
+        decode_ids: list[int] = []  # decode rows: their KV slots are reserved in one call below
+        decode_context: list[int] = []
         decoding = RequestStatus.DECODING
         for req, n in zip(batch, plan.num_tokens):
             status = req.status
             computed = req.num_computed_tokens
             if n == 1 and status is decoding and computed + 1 == req.num_prompt_tokens + req.num_generated_tokens:
-                # decode row: one more KV slot; a new block only when the last one is full
-                try:
-                    ensure_slots(req.request_id, computed + 1)
-                except MemoryError as exc:
-                    raise PlanError(f"instance {self.instance_id}: {exc}") from None
-                num_decodes += 1
-                ctx_sum += computed + 1
-                if computed + 1 > ctx_max:
-                    ctx_max = computed + 1
+                decode_ids.append(req.request_id)
+                decode_context.append(computed + 1)
                 continue
             self._reserve(req, n)
             if status is RequestStatus.QUEUED or status is RequestStatus.PREEMPTED or status is RequestStatus.TRANSFERRING:
@@ -147,6 +141,14 @@ class InstanceRuntime:
             else:
                 prefill_tokens.append(n)
                 prefill_context.append(context)
+        if decode_ids:
+            try:
+                self.blocks.ensure_decode_slots(decode_ids, decode_context)
+            except MemoryError as exc:
+                raise PlanError(f"instance {self.instance_id}: {exc}") from None
+            num_decodes += len(decode_ids)
+            ctx_sum += sum(decode_context)
+            ctx_max = max(ctx_max, max(decode_context))
         if admitted:
             self._admit(admitted)
         shape = StepShape(tuple(prefill_tokens), tuple(prefill_context), num_decodes, ctx_sum, ctx_max,

@@ -135,6 +135,24 @@ class BlockManager:
             return
         self.allocate(request_id, num_tokens - have)
 
+    def ensure_decode_slots(self, request_ids: list[int], num_tokens: list[int]) -> None:
+        """``ensure_slots`` for a whole decode batch (the simulator's hottest path).
+
+        Raises MemoryError when blocks run out; rows before the failing one keep their slots
+        (the caller treats that as a broken plan, not a state to continue from).
+        """
+        have = self._num_tokens
+        bs = self.block_size
+        tables = self._gpu_tables
+        for rid, n in zip(request_ids, num_tokens):
+            h = have.get(rid, 0)
+            if h >= n:
+                continue
+            if h + 1 == n and h % bs and rid in tables:
+                have[rid] = n  # room left in the last block: the common case
+            else:
+                self.ensure_slots(rid, n)
+
     def free(self, request_id: int) -> None:
         """Release every block the request holds, on GPU or host. Unknown ids are a no-op."""
         self._free_gpu.extend(self._gpu_tables.pop(request_id, ()))

@@ -53,7 +53,7 @@ class StepPlan:
     def __post_init__(self) -> None:
         if len(self.request_ids) != len(self.num_tokens):
             raise ValueError("request_ids and num_tokens must have the same length")
-        if any(n < 1 for n in self.num_tokens):
+        if self.num_tokens and min(self.num_tokens) < 1:
             raise ValueError(f"every scheduled request must run >= 1 token, got {self.num_tokens}")
         if len(set(self.request_ids)) != len(self.request_ids):
             raise ValueError("a request is scheduled twice in one step")

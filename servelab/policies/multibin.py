@@ -9,9 +9,9 @@ finishes: no continuous batching, as in the paper. Binning and batch forming are
 ``servelab.analysis.binning`` (shared with the router and the queue simulator).
 
 ``multibin_replica`` is the instance side of the cluster-level ``multibin`` router: it runs
-whatever the router placed on it as one padded batch. The simulator enqueues a router's
-placements one by one and asks the policy after each, so the replica waits ``settle_s``
-(1 ns) after the last arrival before starting; set it to 0 where a batch arrives atomically.
+whatever the router placed on it as one padded batch. The simulator queues all of a
+router's placements before asking the policy, so a batch arrives whole; ``settle_s`` (0 by
+default) adds a wait after the last arrival for executors that deliver requests one by one.
 
 Invariants: a batch never mixes bins; every request runs in exactly one batch; KV for
 prompt + max output of every member is checked before a batch starts, so a started batch
@@ -182,7 +182,7 @@ class MultiBinPolicy(SchedulingPolicy):
 
 @dataclass(frozen=True)
 class ReplicaConfig:
-    settle_s: float = 1e-9  # wait after the last placement so a whole batch is in before it starts
+    settle_s: float = 0.0  # extra wait after the last placement before a batch starts
 
     def __post_init__(self) -> None:
         if self.settle_s < 0:

@@ -38,8 +38,10 @@ class StaticBatchingPolicy(SchedulingPolicy):
         self._batch: list[Request] = []  # the batch holding the instance
         self._max_prompt = 0
         self._oldest_waiting_s: float | None = None
+        self._unchecked: list[Request] = []  # arrivals not yet checked for admission
 
     def on_arrival(self, now_s: float, request: Request) -> None:
+        self._unchecked.append(request)
         if self._oldest_waiting_s is None:
             self._oldest_waiting_s = now_s
 
@@ -61,11 +63,13 @@ class StaticBatchingPolicy(SchedulingPolicy):
         return StepPlan(tuple(r.request_id for r in rows), tuple(1 for _ in rows), padding=pad)
 
     def _form_batch(self, now_s: float, state: InstanceState) -> StepPlan:
-        waiting = list(state.waiting)
+        waiting = state.waiting
         if not waiting:
             self._oldest_waiting_s = None
             return EMPTY_PLAN
-        rejects = [(r.request_id, why) for r in waiting if (why := admission_error(r, state)) is not None]
+        unchecked, self._unchecked = self._unchecked, []
+        rejects = [(r.request_id, why) for r in unchecked
+                   if not r.status.is_terminal and (why := admission_error(r, state)) is not None]
         if rejects:
             return StepPlan(reject=tuple(rejects))
         full = len(waiting) >= self.config.batch_size
@@ -83,7 +87,7 @@ class StaticBatchingPolicy(SchedulingPolicy):
         self._batch = batch
         self._num_rows = len(batch)
         self._max_prompt = max(r.num_pending_tokens for r in batch)
-        rest = waiting[len(batch):]
-        self._oldest_waiting_s = min((r.arrival_time_s for r in rest), default=None)
+        # the queue is in arrival order, so the next one left behind is the oldest
+        self._oldest_waiting_s = waiting[len(batch)].arrival_time_s if len(waiting) > len(batch) else None
         pad = PaddedBatch(num_rows=len(batch), row_tokens=self._max_prompt, context_tokens=self._max_prompt)
         return StepPlan(tuple(r.request_id for r in batch), tuple(r.num_pending_tokens for r in batch), padding=pad)

@@ -46,7 +46,7 @@ class SimResult:
 class _Instance:
     """Simulator-side wrapper: runtime + policy + cost model + the step in flight."""
 
-    __slots__ = ("runtime", "policy", "model", "busy", "plan", "batch", "wakeup_s", "group")
+    __slots__ = ("runtime", "policy", "model", "busy", "plan", "batch", "wakeup_s", "group", "step_start_s")
 
     def __init__(self, runtime: InstanceRuntime, policy: SchedulingPolicy, model: SimInstanceModel,
                  group: InstanceGroup) -> None:
@@ -58,6 +58,7 @@ class _Instance:
         self.plan: StepPlan | None = None
         self.batch: list[Request] = []
         self.wakeup_s: float | None = None
+        self.step_start_s = 0.0
 
 
 class _ClusterView:
@@ -132,6 +133,9 @@ class Simulation:
         self._place(self.router.on_arrival(self.now_s, req, self.view))
 
     def _place(self, placements: list[Placement]) -> None:
+        """Queue every placement first, then let each touched instance plan once: a batch a
+        router places together is seen together."""
+        touched: list[_Instance] = []
         for p in placements:
             if p.instance_id is None:
                 p.request.finish(RequestStatus.REJECTED, self.now_s, p.reject_reason or "rejected by router")
@@ -140,7 +144,12 @@ class Simulation:
             inst = self.instances[p.instance_id]
             if p.request.handoff_at_tokens is None:
                 p.request.handoff_at_tokens = self.router.handoff_point(p.request, inst.runtime)
-            self._enqueue(inst, p.request)
+            inst.runtime.add(p.request)
+            inst.policy.on_arrival(self.now_s, p.request)
+            if inst not in touched:
+                touched.append(inst)
+        for inst in touched:
+            self._kick(inst)
         self._arm_router_timer()
 
     def _enqueue(self, inst: _Instance, req: Request) -> None:
@@ -186,6 +195,7 @@ class Simulation:
     def _start_step(self, inst: _Instance, plan: StepPlan, batch: list[Request], shape: StepShape,
                     duration_s: float, num_waiting: int) -> None:
         inst.busy, inst.plan, inst.batch = True, plan, batch
+        inst.step_start_s = self.now_s
         self._record_step(inst, self.now_s, duration_s, shape, 1, num_waiting)
         self.events.push(self.now_s + duration_s, EventKind.STEP_DONE, inst.runtime.instance_id)
 
@@ -233,7 +243,7 @@ class Simulation:
         rt = inst.runtime
         plan, batch = inst.plan, inst.batch
         inst.busy, inst.plan, inst.batch = False, None, []
-        result = StepResult(duration_s=0.0)
+        result = StepResult(duration_s=self.now_s - inst.step_start_s)
         outcome = rt.complete(plan, batch, result, self.now_s)
         inst.policy.on_step_done(self.now_s, plan, result)
         self._settle(inst, outcome)

@@ -1,0 +1,208 @@
+"""Engine commands: ``generate``, ``make-tiny-model``, ``calibrate``.
+
+Everything that imports torch is imported inside the command bodies, so ``servelab --help``
+and the simulator commands never load it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from servelab.cli.common import emit_json, user_errors
+
+_PRESETS = ("tiny", "bench-200m")
+
+
+def read_prompts(path: Path) -> list[str]:
+    """One prompt per line, or JSONL objects with a "prompt" field; blank lines are skipped."""
+    if not path.is_file():
+        raise FileNotFoundError(f"prompts file not found: {path}")
+    prompts = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("{"):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{number}: invalid JSON ({e.msg})") from None
+            if not isinstance(row.get("prompt"), str) or not row["prompt"]:
+                raise ValueError(f"{path}:{number}: a JSONL row needs a non-empty string field 'prompt'")
+            prompts.append(row["prompt"])
+        else:
+            prompts.append(line)
+    if not prompts:
+        raise ValueError(f"{path}: no prompts")
+    return prompts
+
+
+def build_specs(tokenizer, prompts_file: Optional[Path], workload: Optional[str], data_dir: Optional[Path],
+                seed: int, max_tokens: Optional[int]) -> list:
+    """RequestSpecs with prompt_token_ids from a prompts file or a text-carrying workload."""
+    from servelab.core.request import RequestSpec
+
+    if (prompts_file is None) == (workload is None):
+        raise ValueError("give exactly one of --prompts FILE or --workload SPEC")
+    if prompts_file is not None:
+        specs = []
+        for i, text in enumerate(read_prompts(prompts_file)):
+            ids = tuple(tokenizer.encode(text).ids)
+            specs.append(RequestSpec(i, 0.0, len(ids), max_tokens or 64, prompt_token_ids=ids, prompt_text=text))
+        return specs
+    from servelab import api
+
+    specs = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
+    out = []
+    for spec in specs:
+        if spec.prompt_text is None:
+            raise ValueError(f"workload {workload!r} has no prompt text (request {spec.request_id}); "
+                             f"use a text dataset such as gsm8k, or --prompts")
+        ids = tuple(tokenizer.encode(spec.prompt_text).ids)
+        out.append(replace(spec, num_prompt_tokens=len(ids), prompt_token_ids=ids,
+                           num_output_tokens=max_tokens or spec.num_output_tokens))
+    return out
+
+
+def generate(
+    model: Path = typer.Option(..., "--model", help="HF checkpoint folder (e.g. from make-tiny-model)."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="One prompt per line, or JSONL with \"prompt\"."),
+    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="A text workload, e.g. gsm8k:n=32."),
+    policy: str = typer.Option("vllm", "--policy", "-p", help="Policy spec, e.g. sarathi:token_budget=256."),
+    max_tokens: Optional[int] = typer.Option(None, help="New tokens per request (default 64; a workload's own "
+                                                        "output lengths when --workload)."),
+    temperature: float = typer.Option(0.0, help="0 is greedy."),
+    top_p: float = typer.Option(1.0), top_k: int = typer.Option(0),
+    seed: int = typer.Option(0, help="Sampling seed (request i uses seed + i) and workload seed."),
+    stop: Optional[list[str]] = typer.Option(None, "--stop", help="Stop string (repeatable)."),
+    ignore_eos: bool = typer.Option(False, help="Keep generating past EOS (fixed-length benchmarks)."),
+    kv_budget_mb: float = typer.Option(256.0, help="KV cache memory in MiB."),
+    block_size: int = typer.Option(16), max_batch_tokens: int = typer.Option(2048),
+    max_num_seqs: int = typer.Option(64),
+    dtype: Optional[str] = typer.Option(None, help="float32 | bfloat16 (default: the checkpoint's)."),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+    data_dir: Optional[Path] = typer.Option(None),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Serve prompts on the real engine under one policy; print outputs and the run summary (measured)."""
+    with user_errors():
+        from servelab.engine.loader import CheckpointError, load_checkpoint
+
+        try:
+            _set_threads(threads)
+            loaded = load_checkpoint(model, dtype=dtype)
+        except CheckpointError as e:
+            raise ValueError(str(e)) from None
+        specs = build_specs(loaded.tokenizer, prompts, workload, data_dir, seed, max_tokens)
+        params = _sampling(specs, temperature, top_p, top_k, seed, stop or (), ignore_eos)
+        result = _serve(loaded, policy, specs, params, kv_budget_mb, block_size, max_batch_tokens, max_num_seqs, seed)
+    outputs = [{"request_id": r.request_id, "status": r.status.value, "finish_reason": r.finish_reason,
+                "num_prompt_tokens": r.num_prompt_tokens, "num_output_tokens": r.num_generated_tokens,
+                "text": result.texts.get(r.request_id, "")} for r in sorted(result.requests, key=lambda r: r.request_id)]
+    if json_out:
+        emit_json({"policy": policy, "model": str(model), "wall_s": result.wall_s, "outputs": outputs,
+                   "summary": result.summary.to_dict()})
+        return
+    for o in outputs:
+        typer.echo(f"[{o['request_id']}] ({o['status']}: {o['finish_reason']}, {o['num_output_tokens']} tokens) "
+                   f"{o['text']!r}")
+    from rich.console import Console
+
+    from servelab.metrics.report import render_rich
+
+    Console().print(render_rich({policy: result.summary}, title=f"{model.name} on this machine (measured, engine)"))
+
+
+def _set_threads(threads: Optional[int]) -> None:
+    import torch
+
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+
+
+def _sampling(specs, temperature, top_p, top_k, seed, stop, ignore_eos) -> dict:
+    from servelab.engine.sampling import SamplingParams
+
+    return {s.request_id: SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed + s.request_id,
+                                         max_tokens=s.num_output_tokens, stop=tuple(stop), ignore_eos=ignore_eos)
+            for s in specs}
+
+
+def _serve(loaded, policy, specs, params, kv_budget_mb, block_size, max_batch_tokens, max_num_seqs, seed):
+    from servelab.engine.serve_loop import EngineConfig, EngineInstance
+
+    if not kv_budget_mb > 0:
+        raise ValueError(f"--kv-budget-mb must be > 0, got {kv_budget_mb}")
+    config = EngineConfig(kv_budget_bytes=int(kv_budget_mb * 2**20), block_size=block_size,
+                          max_batch_tokens=max_batch_tokens, max_num_seqs=max_num_seqs, seed=seed)
+    return EngineInstance(loaded, policy, config).run(specs, params)
+
+
+def make_tiny_model_cmd(
+    out_dir: Path = typer.Argument(..., help="Folder to write the checkpoint into."),
+    preset: str = typer.Option("tiny", help="tiny (64 hidden, 2 layers) | bench-200m (~196M params)."),
+    arch: str = typer.Option("llama", help="llama | qwen2"),
+    seed: int = typer.Option(0),
+    dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16"),
+) -> None:
+    """Write a random-weight HF checkpoint with a tokenizer trained on GSM8K (no downloads)."""
+    with user_errors():
+        if preset not in _PRESETS:
+            raise ValueError(f"--preset must be one of {_PRESETS}, got {preset!r}")
+        if arch not in ("llama", "qwen2"):
+            raise ValueError(f"--arch must be llama or qwen2, got {arch!r}")
+        from servelab.engine.tiny_model import BENCH_200M, make_tiny_model
+
+        kwargs = dict(BENCH_200M) if preset == "bench-200m" else {}
+        path = make_tiny_model(out_dir, arch=arch, seed=seed, dtype=dtype, **kwargs)
+    typer.echo(f"wrote {preset} {arch} checkpoint to {path}")
+
+
+def calibrate_cmd(
+    model: Path = typer.Option(..., "--model", help="HF checkpoint folder."),
+    out: Path = typer.Option(..., "--out", help="Where to write the cost model JSON."),
+    grid: str = typer.Option("default", help="default (~2-3 min on bench-200m, 2 cores) | reduced (seconds)."),
+    block_size: int = typer.Option(16),
+    dtype: Optional[str] = typer.Option(None),
+    threads: Optional[int] = typer.Option(None),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Time engine steps over a grid of shapes, fit the linear cost model, save it for ``simulate --cost-model``."""
+    with user_errors():
+        if grid not in ("default", "reduced"):
+            raise ValueError(f"--grid must be default or reduced, got {grid!r}")
+        from servelab.engine.calibrate import REDUCED_GRID, CalibrationGrid, calibrate
+        from servelab.engine.loader import CheckpointError, load_checkpoint
+
+        _set_threads(threads)
+        try:
+            loaded = load_checkpoint(model, dtype=dtype)
+        except CheckpointError as e:
+            raise ValueError(str(e)) from None
+        chosen = REDUCED_GRID if grid == "reduced" else CalibrationGrid()
+        progress = None if json_out else (lambda k, n: typer.echo(f"  timed {k}/{n} shapes", err=True))
+        cost, error, samples = calibrate(loaded, chosen, block_size=block_size, progress=progress)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        cost.save(out)
+    payload = {"out": str(out), "fit": {"num_samples": error.num_samples, "median_rel_error": error.median_rel_error,
+                                        "p90_rel_error": error.p90_rel_error, "max_rel_error": error.max_rel_error},
+               "coefficients": cost.to_json()["coefficients"]}
+    if json_out:
+        emit_json(payload)
+        return
+    typer.echo(f"fit over {error.num_samples} measured steps: {error}")
+    for name, value in payload["coefficients"].items():
+        typer.echo(f"  {name:<15} {value:.3e}")
+    typer.echo(f"wrote {out} (use: servelab simulate --cost-model {out})")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("generate")(generate)
+    app.command("make-tiny-model")(make_tiny_model_cmd)
+    app.command("calibrate")(calibrate_cmd)

@@ -1,0 +1,176 @@
+"""Calibration: time real engine steps over a grid of shapes and fit a ``LinearCostModel``.
+
+Each grid point is one step shape (a prefill chunk with or without cached context, a batch
+of decodes at a context length, prefill + decodes mixed, or a dense padded batch). The
+step runs through ``ModelRunner`` exactly as the executor would run it, over a paged cache
+filled with random K/V at scattered blocks (a step's cost does not depend on KV values, and
+skipping the real prefills keeps calibration short). Each point is warmed up once, then the
+median of ``repeats`` wall times is the sample. ``fit_linear_cost_model`` fits the
+coefficients; swap time per block is timed separately (the fit skips steps with no rows).
+
+The saved JSON is what ``servelab simulate --cost-model FILE.json`` loads, so the simulator
+then predicts this machine. ``meta`` records the machine, model, dtype and grid.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from servelab.core.plan import PaddedBatch, StepShape
+from servelab.costmodel.fitting import FitError
+from servelab.costmodel.linear import LinearCostModel, fit_linear_cost_model
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationGrid:
+    """Shapes to time. Prefill chunks: every (tokens, cached context) pair; decodes: every
+    (rows, context) pair; mixed: one prefill chunk beside each decode count at ``mixed_context``;
+    padded: decode batches (rows, context) and prefill batches (rows, row_tokens)."""
+
+    prefill_tokens: tuple[int, ...] = (16, 64, 192)
+    prefill_cached: tuple[int, ...] = (0, 256)
+    decode_rows: tuple[int, ...] = (1, 4, 16, 32)
+    decode_context: tuple[int, ...] = (64, 256, 512)
+    mixed_prefill: int = 64
+    mixed_decodes: tuple[int, ...] = (4, 16)
+    mixed_context: int = 256
+    padded_decode: tuple[tuple[int, int], ...] = ((8, 128), (16, 384))
+    padded_prefill: tuple[tuple[int, int], ...] = ((4, 32), (4, 96))
+    repeats: int = 3
+    swap_blocks: int = 16  # blocks per swap timing (0 skips it)
+
+    def __post_init__(self) -> None:
+        sizes = (*self.prefill_tokens, *self.decode_rows, *self.decode_context, self.mixed_prefill,
+                 *self.mixed_decodes, self.mixed_context, *(v for p in self.padded_decode for v in p),
+                 *(v for p in self.padded_prefill for v in p))
+        if any(v < 1 for v in sizes) or any(v < 0 for v in self.prefill_cached):
+            raise ValueError(f"calibration grid sizes must be >= 1 (cached context >= 0): {self}")
+        if self.repeats < 1 or self.swap_blocks < 0:
+            raise ValueError("repeats must be >= 1 and swap_blocks >= 0")
+
+
+REDUCED_GRID = CalibrationGrid(prefill_tokens=(8, 32), prefill_cached=(0, 32), decode_rows=(1, 4, 8),
+                               decode_context=(16, 64), mixed_prefill=16, mixed_decodes=(4,), mixed_context=32,
+                               padded_decode=((4, 32),), padded_prefill=((2, 16),), repeats=2, swap_blocks=4)
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    """One step to time: chunks as (tokens, start_pos) pairs, optionally padded."""
+
+    chunks: tuple[tuple[int, int], ...]
+    padding: PaddedBatch | None = None
+
+    @property
+    def shape(self) -> StepShape:
+        decodes = [start + 1 for n, start in self.chunks if n == 1 and start > 0]
+        prefills = [(n, start + n) for n, start in self.chunks if not (n == 1 and start > 0)]
+        return StepShape(tuple(n for n, _ in prefills), tuple(c for _, c in prefills), len(decodes), sum(decodes),
+                         max(decodes, default=0), self.padding)
+
+    @property
+    def max_end(self) -> int:
+        return max(max(n + s for n, s in self.chunks), self.padding.context_tokens if self.padding else 0)
+
+
+def grid_points(grid: CalibrationGrid) -> list[_Point]:
+    points = [_Point(((n, cached),)) for n in grid.prefill_tokens for cached in grid.prefill_cached]
+    points += [_Point(((1, ctx - 1),) * rows) for rows in grid.decode_rows for ctx in grid.decode_context]
+    points += [_Point(((grid.mixed_prefill, 0),) + ((1, grid.mixed_context - 1),) * k) for k in grid.mixed_decodes]
+    points += [_Point(((1, ctx - 1),) * rows, PaddedBatch(rows, 1, ctx)) for rows, ctx in grid.padded_decode]
+    points += [_Point(tuple((max(1, tokens - 3 * i), 0) for i in range(rows)), PaddedBatch(rows, tokens, tokens))
+               for rows, tokens in grid.padded_prefill]
+    return points
+
+
+def time_point(runner, point: _Point, repeats: int, rng_order: Sequence[int]) -> float:
+    """Median wall seconds of the step over ``repeats`` runs after one warm-up."""
+    from servelab.engine.runner import SeqChunk
+
+    block_size = runner.kv_cache.block_size
+    chunks, used = [], 0
+    for rid, (n, start) in enumerate(point.chunks):
+        width = -(-max(start + n, point.max_end) // block_size)
+        table = list(rng_order[used:used + width])
+        used += width
+        chunks.append(SeqChunk(rid, [3 + rid % 50] * n, start, table))
+    pad = point.padding
+
+    def step() -> None:
+        if pad is None:
+            runner.run(chunks)
+        else:
+            runner.run_padded(chunks, pad.num_rows, pad.row_tokens, pad.context_tokens)
+
+    step()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _blocks_needed(points: list[_Point], block_size: int) -> int:
+    return max(len(p.chunks) * -(-p.max_end // block_size) for p in points)
+
+
+def time_swap_per_block(cache, num_blocks: int, repeats: int) -> float:
+    """Seconds per block of a swap out and back in (half the round trip per direction)."""
+    pairs = [(i, i) for i in range(num_blocks)]
+    cache.swap_out(pairs)
+    cache.swap_in(pairs)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        cache.swap_out(pairs)
+        cache.swap_in(pairs)
+    return (time.perf_counter() - t0) / (2 * repeats * num_blocks)
+
+
+def machine_meta() -> dict[str, str]:
+    import torch
+
+    return {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": str(os.cpu_count()), "torch_threads": str(torch.get_num_threads()),
+            "torch": torch.__version__, "date": datetime.date.today().isoformat()}
+
+
+def calibrate(loaded, grid: CalibrationGrid = CalibrationGrid(), *, block_size: int = 16, seed: int = 0,
+              progress: Callable[[int, int], None] | None = None
+              ) -> tuple[LinearCostModel, FitError, list[tuple[StepShape, float]]]:
+    """Time every grid point on ``loaded`` (a ``LoadedModel``); returns (model, fit error, samples)."""
+    import torch
+
+    from servelab.engine.kv_cache import PagedKVCache, bytes_per_block
+    from servelab.engine.runner import ModelRunner
+
+    c = loaded.config
+    dtype = loaded.model.embed_tokens.weight.dtype
+    points = grid_points(grid)
+    num_blocks = _blocks_needed(points, block_size) + 1
+    cache = PagedKVCache(c.num_layers, num_blocks, block_size, c.num_kv_heads, c.head_dim, dtype=dtype,
+                         device=loaded.model.embed_tokens.weight.device,
+                         num_host_blocks=grid.swap_blocks)
+    gen = torch.Generator().manual_seed(seed)
+    cache.kv.copy_(torch.randn(cache.kv.shape, generator=gen).to(dtype))
+    order = torch.randperm(num_blocks, generator=gen).tolist()  # scattered blocks, as after churn
+    runner = ModelRunner(loaded.model, cache)
+    samples = []
+    for k, point in enumerate(points):
+        samples.append((point.shape, time_point(runner, point, grid.repeats, order)))
+        if progress is not None:
+            progress(k + 1, len(points))
+    kv_per_token = bytes_per_block(c.num_layers, 1, c.num_kv_heads, c.head_dim, dtype)
+    meta = {**machine_meta(), "model": str(getattr(loaded, "path", "?")), "dtype": str(dtype).removeprefix("torch."),
+            "num_params": str(sum(p.numel() for p in loaded.model.parameters())), "block_size": str(block_size),
+            "grid": repr(grid), "source": "servelab calibrate (measured wall-clock engine steps)"}
+    model, error = fit_linear_cost_model(samples, kv_bytes_per_token=kv_per_token, meta=meta)
+    if grid.swap_blocks:
+        model = replace(model, c_swap_block=time_swap_per_block(cache, grid.swap_blocks, grid.repeats))
+    return model, error, samples
