@@ -15,7 +15,7 @@ import typer
 
 from servelab.cli.common import emit_json, user_errors
 
-_PRESETS = ("tiny", "bench-200m")
+_PRESETS = ("tiny", "bench-30m", "bench-200m")
 
 
 def read_prompts(path: Path) -> list[str]:
@@ -146,7 +146,7 @@ def _serve(loaded, policy, specs, params, kv_budget_mb, block_size, max_batch_to
 
 def make_tiny_model_cmd(
     out_dir: Path = typer.Argument(..., help="Folder to write the checkpoint into."),
-    preset: str = typer.Option("tiny", help="tiny (64 hidden, 2 layers) | bench-200m (~196M params)."),
+    preset: str = typer.Option("tiny", help="tiny (64 hidden, 2 layers) | bench-30m (~30M params) | bench-200m (~196M params)."),
     arch: str = typer.Option("llama", help="llama | qwen2"),
     seed: int = typer.Option(0),
     dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16"),
@@ -157,9 +157,9 @@ def make_tiny_model_cmd(
             raise ValueError(f"--preset must be one of {_PRESETS}, got {preset!r}")
         if arch not in ("llama", "qwen2"):
             raise ValueError(f"--arch must be llama or qwen2, got {arch!r}")
-        from servelab.engine.tiny_model import BENCH_200M, make_tiny_model
+        from servelab.engine.tiny_model import BENCH_30M, BENCH_200M, make_tiny_model
 
-        kwargs = dict(BENCH_200M) if preset == "bench-200m" else {}
+        kwargs = {"tiny": {}, "bench-30m": BENCH_30M, "bench-200m": BENCH_200M}[preset]
         path = make_tiny_model(out_dir, arch=arch, seed=seed, dtype=dtype, **kwargs)
     typer.echo(f"wrote {preset} {arch} checkpoint to {path}")
 

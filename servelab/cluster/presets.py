@@ -63,3 +63,32 @@ def _load_preset_modules() -> None:
     from servelab.core.policy import ROUTERS
 
     ROUTERS.names()
+
+
+@register_preset("multibin")
+def _multibin(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkConfig) -> ClusterConfig:
+    """One instance: the ``multibin`` policy does it all. Several: bins and the central batch
+    queue move into the ``multibin`` router, and every instance runs whole batches it is given."""
+    if num_instances == 1:
+        return ClusterConfig(groups=(InstanceGroup(policy="multibin", policy_params=params, **group),), link=link)
+    replica = {k: v for k, v in params.items() if k == "settle_s"}
+    router = {k: v for k, v in params.items() if k != "settle_s"}
+    return ClusterConfig(groups=(InstanceGroup(count=num_instances, policy="multibin_replica", policy_params=replica,
+                                               **group),), router="multibin", router_params=router, link=link)
+
+
+@register_preset("bucketserve-pd")
+def _bucketserve_pd(num_instances: int, params: dict[str, Any], group: dict[str, Any],
+                    link: LinkConfig) -> ClusterConfig:
+    """BucketServe with prefill/decode disaggregation: bucket batches on prefill instances, KV
+    moved over the link, continuous batching on decode instances (the paper's deployment)."""
+    if num_instances < 2:
+        raise RegistryError("bucketserve-pd needs at least 2 instances (prefill + decode)")
+    num_prefill = int(params.pop("num_prefill", (num_instances + 1) // 2))
+    if not 1 <= num_prefill < num_instances:
+        raise RegistryError(f"bucketserve-pd: num_prefill must be in [1, {num_instances - 1}], got {num_prefill}")
+    return ClusterConfig(groups=(
+        InstanceGroup(count=num_prefill, role="prefill", policy="bucketserve", policy_params=params, **group),
+        InstanceGroup(count=num_instances - num_prefill, role="decode", policy="bucketserve", policy_params=params,
+                      **group),
+    ), router="distserve", link=link)

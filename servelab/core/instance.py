@@ -62,15 +62,16 @@ class InstanceRuntime:
         self._by_id: dict[int, Request] = {}
         self.num_preemptions = 0
         self.num_swaps = 0
+        self._outstanding = 0
 
     # ---- read-only views (InstanceState) ----
     @property
     def num_outstanding_tokens(self) -> int:
-        """Work still owed here: pending prompt tokens plus expected remaining outputs."""
-        total = 0
-        for req in self._by_id.values():
-            total += req.num_pending_tokens + max(req.spec.expected_output_tokens - req.num_generated_tokens, 0)
-        return total
+        """Work still owed here: sum over requests of prompt + expected output - computed tokens.
+
+        Kept as a running total (routers ask on every arrival; a scan would cost O(queue)).
+        """
+        return self._outstanding
 
     @property
     def is_idle(self) -> bool:
@@ -90,6 +91,7 @@ class InstanceRuntime:
     def add(self, request: Request) -> None:
         """Queue a request (new, or transferred in with its KV already computed elsewhere)."""
         request.instance_id = self.instance_id
+        self._outstanding += _owed(request)
         if request.status is not RequestStatus.TRANSFERRING:
             request.status = RequestStatus.QUEUED
         self._by_id[request.request_id] = request
@@ -182,6 +184,7 @@ class InstanceRuntime:
         if req.status not in _RUNNING:
             raise PlanError(f"request {req.request_id} is {req.status.value}; only running requests are preempted")
         self.blocks.free(req.request_id)
+        self._outstanding += req.num_computed_tokens
         req.reset_for_recompute()
         self.num_preemptions += 1
         self.running.remove(req)
@@ -224,6 +227,7 @@ class InstanceRuntime:
         return req
 
     def _remove(self, req: Request) -> None:
+        self._outstanding -= _owed(req)
         self.blocks.free(req.request_id)
         del self._by_id[req.request_id]
         for queue in (self.waiting, self.running, self.swapped):
@@ -234,6 +238,7 @@ class InstanceRuntime:
     def complete(self, plan: StepPlan, batch: list[Request], result: StepResult, now_s: float) -> StepOutcome:
         """Advance every scheduled request; emit tokens, finish or hand off requests."""
         out = StepOutcome()
+        self._outstanding -= sum(plan.num_tokens)
         stopped = dict(result.stopped_ids) if result.stopped_ids else None
         sampled = result.sampled_token_ids
         emitted, leaving = out.emitted, []
@@ -271,6 +276,7 @@ class InstanceRuntime:
         The caller guarantees no request finishes or hands off before the last of these steps
         and that the KV blocks fit; the last step is completed normally by ``complete``.
         """
+        self._outstanding -= num_steps * len(batch)
         for req in batch:
             extra = num_steps - self.blocks.num_reserved_tokens(req.request_id) + req.num_computed_tokens
             if extra > 0:
@@ -285,7 +291,11 @@ class InstanceRuntime:
         for req in self._by_id.values():
             assert 0 <= req.num_computed_tokens <= req.num_tokens, f"request {req.request_id}: bad token counts"
             assert not req.status.is_terminal, f"request {req.request_id} ended but still on instance"
+        assert self._outstanding == sum(_owed(r) for r in self._by_id.values()), "outstanding-token total drifted"
 
 
-_WAITING = frozenset({RequestStatus.QUEUED, RequestStatus.PREEMPTED, RequestStatus.TRANSFERRING})
+def _owed(req: Request) -> int:
+    return req.num_prompt_tokens + req.spec.expected_output_tokens - req.num_computed_tokens
+
+
 _RUNNING = frozenset({RequestStatus.PREFILLING, RequestStatus.DECODING})

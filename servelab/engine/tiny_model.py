@@ -31,6 +31,9 @@ SPECIAL_TOKENS = ("<s>", "</s>", "<unk>")
 # ~196M parameters: for decode benchmarks on CPU (0.78 GB of fp32 weights).
 BENCH_200M = dict(hidden_size=1024, num_layers=16, num_heads=16, num_kv_heads=4, intermediate_size=2816,
                   vocab_size=8192, max_position=4096)
+# ~30M parameters: for whole-workload engine runs (policy comparisons) that must finish in minutes on CPU.
+BENCH_30M = dict(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=2, intermediate_size=1408,
+                 vocab_size=8192, max_position=4096)
 
 
 def gsm8k_texts(path: Path = GSM8K_PATH, limit: int | None = None) -> list[str]:

@@ -1,0 +1,53 @@
+"""Simulator speed benchmark: ``python -m servelab.simulator.bench [--repeats 3]``.
+
+Replays the whole Azure 2023 conversation trace (19,366 requests) on one simulated
+A100-80GB instance serving Llama-2-7B under ``vllm`` and reports CPU seconds and simulated
+output tokens per CPU-second (median of the repeats). The cost model is built once, outside
+the timed region, as a long sweep would reuse it; trace loading is timed separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from servelab.cluster.config import single_instance
+from servelab.costmodel.roofline import roofline_for
+from servelab.simulator import simulate
+from servelab.workloads.spec import parse_workload
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workload", default="azure-conv")
+    parser.add_argument("--policy", default="vllm")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-fast-forward", action="store_true")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    args = parser.parse_args()
+    t0 = time.process_time()
+    workload = parse_workload(args.workload, args.data_dir, 0)
+    load_s = time.process_time() - t0
+    cost = roofline_for("A100-80GB", "Llama-2-7B")
+    runs = []
+    for _ in range(args.repeats):
+        t0 = time.process_time()
+        res = simulate(workload, single_instance(args.policy), cost_model=cost, fast_forward=not args.no_fast_forward)
+        cpu_s = time.process_time() - t0
+        runs.append({"cpu_s": cpu_s, "wall_s": res.wall_s, "tokens": res.num_output_tokens,
+                     "tokens_per_cpu_s": res.num_output_tokens / cpu_s, "conserved": res.conserved,
+                     "makespan_s": res.makespan_s})
+    print(json.dumps({"workload": args.workload, "policy": args.policy, "requests": len(workload),
+                      "load_cpu_s": load_s, "fast_forward": not args.no_fast_forward,
+                      "median_cpu_s": statistics.median(r["cpu_s"] for r in runs),
+                      "median_tokens_per_cpu_s": statistics.median(r["tokens_per_cpu_s"] for r in runs),
+                      "runs": runs}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""Policy names from the CLI become whole clusters; each preset runs end to end."""
+
+import pytest
+from simkit import ToyCostModel, random_workload
+
+from servelab.cluster.presets import cluster_for
+from servelab.core.registry import RegistryError
+from servelab.simulator import simulate
+
+
+@pytest.mark.parametrize("spec,num_instances", [("vllm", 2), ("sarathi:token_budget=256", 3), ("distserve", 2),
+                                                ("multibin:batch_size=4", 1), ("multibin:batch_size=4", 2),
+                                                ("bucketserve-pd", 2), ("static:batch_size=4", 2)])
+def test_preset_runs_and_conserves(spec, num_instances):
+    cluster = cluster_for(spec, num_instances=num_instances, gpu="A100-80GB", model="Llama-2-7B")
+    assert cluster.num_instances == num_instances
+    res = simulate(random_workload(120, seed=9, rate=30), cluster, cost_model=ToyCostModel())
+    assert res.conserved
+    assert all(r.status.value == "finished" for r in res.requests)
+
+
+def test_bad_presets_say_why():
+    with pytest.raises(RegistryError, match="at least 2"):
+        cluster_for("distserve", num_instances=1)
+    with pytest.raises(RegistryError, match="unknown policy"):
+        cluster_for("fastest", num_instances=1)
