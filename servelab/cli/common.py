@@ -66,6 +66,19 @@ def write_json(path: Path, payload: Any) -> None:
     path.write_text(json.dumps(payload, indent=2, default=_jsonable))
 
 
+def write_timeseries(path: Path, collector: Any) -> None:
+    """Per-step KV use, queue length and batch size over time (one row per step or decode jump)."""
+    from servelab.metrics.collector import STEP_COLUMNS
+
+    steps = collector.steps
+    columns = [getattr(steps, name) for name in STEP_COLUMNS]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        f.write(",".join(STEP_COLUMNS) + "\n")
+        for row in zip(*columns):
+            f.write(",".join(f"{v:.9g}" for v in row) + "\n")
+
+
 def emit_json(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, indent=2, default=_jsonable) + "\n")
 

@@ -8,7 +8,7 @@ import typer
 
 from servelab.cli.common import emit_json, write_json
 
-DEMO_POLICIES = ("static", "vllm", "sarathi", "distserve")
+DEMO_POLICIES = ("static:batch_size=32", "vllm", "sarathi", "distserve")
 DEMO_SLO = "ttft:2,tpot:0.1"
 
 

@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from servelab.cli.common import (emit_json, parse_floats, parse_slo, progress_bar, user_errors, write_json)
+from servelab.cli.common import (emit_json, parse_floats, parse_slo, progress_bar, user_errors, write_json,
+                                 write_timeseries)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="servelab: LLM-serving policies in a calibrated simulator and a real engine.")
@@ -58,6 +59,7 @@ def simulate(
             res = api.run_simulation(wl, policy, hw, slo=parse_slo(slo), cost_model=_cost_model(cost_model), progress=cb)
     payload = {"workload": workload, "gpu": gpu, "model": model, "instances": instances, **res.to_dict()}
     write_json(out / "summary.json", payload)
+    write_timeseries(out / "timeseries.csv", res.result.collector)
     if json_out:
         emit_json(payload)
         return
