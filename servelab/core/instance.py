@@ -286,6 +286,10 @@ class InstanceRuntime:
             req.token_times_s.extend(step_end_times_s)
         return StepOutcome(emitted=list(batch))
 
+    def reserve_decode_slots(self, batch: list[Request]) -> None:
+        """KV slots for one more decode token of each request (a step in flight, simulator only)."""
+        self.blocks.ensure_decode_slots([r.request_id for r in batch], [r.num_computed_tokens + 1 for r in batch])
+
     def check_invariants(self) -> None:
         self.blocks.check_invariants()
         for req in self._by_id.values():

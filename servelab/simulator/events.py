@@ -33,5 +33,9 @@ class EventQueue:
     def peek_time_s(self) -> float:
         return self._heap[0][0] if self._heap else float("inf")
 
+    def peek_key(self) -> tuple[float, int]:
+        """(time, kind) of the next event, for merging with an outside stream of arrivals."""
+        return (self._heap[0][0], self._heap[0][1]) if self._heap else (float("inf"), 0)
+
     def __len__(self) -> int:
         return len(self._heap)

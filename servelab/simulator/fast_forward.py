@@ -5,10 +5,14 @@ policy is ``stable_under_decode`` runs the same all-decode plan every step, and 
 context lengths grow. The number of such steps is bounded by (a) the first request to
 finish or hand off, (b) the next event on the heap and (c) the free KV blocks. Step times
 come from the cost model's vectorised ``decode_step_times_s``, so the jump reproduces the
-step-by-step run exactly.
+step-by-step run exactly. A run is applied lazily: only when something reads or reaches
+the instance (a router decision, a request placed on it) are its finished steps applied,
+and a request placed on it cuts the run short at the step then in flight.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -47,12 +51,30 @@ def is_full_decode(plan: StepPlan, shape: StepShape, instance: InstanceRuntime) 
     )
 
 
-def plan_jump(cost_model, shape: StepShape, num_steps: int, now_s: float, next_event_s: float) -> np.ndarray:
-    """End times of the steps to take now: each step's plan is made before ``next_event_s``."""
+def plan_jump(cost_model, shape: StepShape, num_steps: int, now_s: float) -> np.ndarray:
+    """End times of ``num_steps`` decode steps of ``shape``'s batch, contexts growing by one."""
     n = shape.num_decodes
     context_sums = shape.decode_context_sum + n * np.arange(num_steps, dtype=np.int64)
-    durations = cost_model.decode_step_times_s(n, context_sums)
-    ends = now_s + np.cumsum(durations)
-    # step i starts at ends[i-1]; only steps that start before the next event keep the plan
-    num_ok = 1 + int(np.searchsorted(ends[:-1], next_event_s, side="left"))
-    return ends[:num_ok]
+    return now_s + np.cumsum(cost_model.decode_step_times_s(n, context_sums))
+
+
+@dataclass(slots=True)
+class DecodeRun:
+    """A stretch of identical decode steps in flight; steps are applied when someone looks.
+
+    ends[i] is the end time of step i. Steps before ``final_step`` are applied in bulk
+    (``num_applied`` of them so far); ``final_step`` is completed as an ordinary step.
+    """
+
+    shape: StepShape
+    ends: np.ndarray
+    start_s: float
+    num_waiting: int
+    final_step: int
+    num_applied: int = 0
+
+    def num_ended_by(self, now_s: float) -> int:
+        return int(np.searchsorted(self.ends, now_s, side="right"))
+
+    def step_start(self, index: int) -> float:
+        return self.start_s if index == 0 else float(self.ends[index - 1])

@@ -17,8 +17,8 @@ from servelab.core.plan import StepPlan, StepResult, StepShape
 from servelab.core.policy import POLICIES, ROUTERS, Placement, SchedulingPolicy
 from servelab.core.request import Request, RequestSpec, RequestStatus
 from servelab.simulator.events import EventKind, EventQueue
-from servelab.simulator.fast_forward import (MIN_JUMP_STEPS, is_full_decode, plan_jump, steps_until_exit,
-                                             steps_within_memory)
+from servelab.simulator.fast_forward import (MIN_JUMP_STEPS, DecodeRun, is_full_decode, plan_jump,
+                                             steps_until_exit, steps_within_memory)
 from servelab.simulator.hardware import SimInstanceModel, build_instance_model
 
 
@@ -46,7 +46,8 @@ class SimResult:
 class _Instance:
     """Simulator-side wrapper: runtime + policy + cost model + the step in flight."""
 
-    __slots__ = ("runtime", "policy", "model", "busy", "plan", "batch", "wakeup_s", "group", "step_start_s")
+    __slots__ = ("runtime", "policy", "model", "busy", "plan", "batch", "wakeup_s", "group", "step_start_s",
+                 "run", "version")
 
     def __init__(self, runtime: InstanceRuntime, policy: SchedulingPolicy, model: SimInstanceModel,
                  group: InstanceGroup) -> None:
@@ -59,6 +60,8 @@ class _Instance:
         self.batch: list[Request] = []
         self.wakeup_s: float | None = None
         self.step_start_s = 0.0
+        self.run: DecodeRun | None = None  # a fast-forwarded stretch of decode steps in flight
+        self.version = 0  # STEP_DONE events carry it; a truncated run leaves a stale event behind
 
 
 class _ClusterView:
@@ -103,7 +106,7 @@ class Simulation:
         last_progress = 0
         while i < num_specs or len(events):
             next_arrival = specs[i].arrival_time_s if i < num_specs else float("inf")
-            if next_arrival <= events.peek_time_s():
+            if (next_arrival, EventKind.ARRIVAL) <= events.peek_key():
                 self.now_s = next_arrival
                 self._on_arrival(specs[i])
                 i += 1
@@ -113,7 +116,9 @@ class Simulation:
                 continue
             self.now_s, kind, payload = events.pop()
             if kind is EventKind.STEP_DONE:
-                self._on_step_done(payload)
+                instance_id, version = payload
+                if version == self.instances[instance_id].version:
+                    self._on_step_done(instance_id)
             elif kind is EventKind.TRANSFER_DONE:
                 self._on_transfer_done(*payload)
             elif kind is EventKind.WAKEUP:
@@ -122,6 +127,7 @@ class Simulation:
                 self._kick(inst)
             elif kind is EventKind.ROUTER_TIMER:
                 self._router_timer_s = None
+                self._settle_all()
                 self._place(self.router.on_timer(self.now_s, self.view))
         self._abort_leftovers()
         return self._result(time.perf_counter() - wall0)
@@ -130,6 +136,7 @@ class Simulation:
     def _on_arrival(self, spec: RequestSpec) -> None:
         req = Request(spec)
         self.requests.append(req)
+        self._settle_all()
         self._place(self.router.on_arrival(self.now_s, req, self.view))
 
     def _place(self, placements: list[Placement]) -> None:
@@ -144,6 +151,8 @@ class Simulation:
             inst = self.instances[p.instance_id]
             if p.request.handoff_at_tokens is None:
                 p.request.handoff_at_tokens = self.router.handoff_point(p.request, inst.runtime)
+            if inst.run is not None:
+                self._truncate_run(inst)
             inst.runtime.add(p.request)
             inst.policy.on_arrival(self.now_s, p.request)
             if inst not in touched:
@@ -153,6 +162,8 @@ class Simulation:
         self._arm_router_timer()
 
     def _enqueue(self, inst: _Instance, req: Request) -> None:
+        if inst.run is not None:
+            self._truncate_run(inst)
         inst.runtime.add(req)
         inst.policy.on_arrival(self.now_s, req)
         self._kick(inst)
@@ -197,27 +208,67 @@ class Simulation:
         inst.busy, inst.plan, inst.batch = True, plan, batch
         inst.step_start_s = self.now_s
         self._record_step(inst, self.now_s, duration_s, shape, 1, num_waiting)
-        self.events.push(self.now_s + duration_s, EventKind.STEP_DONE, inst.runtime.instance_id)
+        inst.version += 1
+        self.events.push(self.now_s + duration_s, EventKind.STEP_DONE, (inst.runtime.instance_id, inst.version))
 
     def _try_jump(self, inst: _Instance, plan: StepPlan, shape: StepShape, batch: list[Request],
                   num_waiting: int) -> bool:
+        """Start a run of identical decode steps, applied lazily (see ``_settle_run``).
+
+        The run ends when a request finishes or hands off, or KV blocks would run short; an
+        event that touches this instance earlier truncates it at the step then in flight.
+        """
         rt = inst.runtime
         horizon = min(steps_until_exit(batch), steps_within_memory(rt, len(batch)) + 1)
         if horizon < MIN_JUMP_STEPS:
             return False
-        next_event = min(self.events.peek_time_s(),
-                         self.specs[len(self.requests)].arrival_time_s if len(self.requests) < len(self.specs) else float("inf"))
-        ends = plan_jump(inst.model.cost, shape, horizon, self.now_s, next_event)
-        if len(ends) < MIN_JUMP_STEPS:
-            return False
-        bulk = ends[:-1]
-        start = self.now_s
-        rt.fast_forward_decodes(batch, len(bulk), bulk.tolist())
-        self._record_step(inst, start, float(bulk[-1]) - start, shape, len(bulk), num_waiting)
-        self.now_s = float(bulk[-1])
-        applied = rt.apply(plan, self.now_s)
-        self._start_step(inst, plan, applied.batch, applied.shape, float(ends[-1]) - self.now_s, num_waiting)
+        ends = plan_jump(inst.model.cost, shape, horizon, self.now_s)
+        inst.busy, inst.plan, inst.batch = True, plan, batch
+        inst.run = DecodeRun(shape, ends, self.now_s, num_waiting, len(ends) - 1)
+        inst.version += 1
+        self.events.push(float(ends[-1]), EventKind.STEP_DONE, (rt.instance_id, inst.version))
         return True
+
+    def _settle_run(self, inst: _Instance, *, through_step: int | None = None) -> None:
+        """Apply the run's steps that ended by now (or up to ``through_step``), in one jump."""
+        run = inst.run
+        done = run.num_ended_by(self.now_s) if through_step is None else through_step
+        done = min(done, run.final_step)
+        if done > run.num_applied:
+            ends = run.ends[run.num_applied:done]
+            start = run.step_start(run.num_applied)
+            inst.runtime.fast_forward_decodes(inst.batch, len(ends), ends.tolist())
+            self._record_step(inst, start, float(ends[-1]) - start, run.shape, len(ends), run.num_waiting)
+            run.num_applied = done
+        # the step in flight holds its KV slots, as it would step by step
+        inst.runtime.reserve_decode_slots(inst.batch)
+
+    def _truncate_run(self, inst: _Instance) -> None:
+        """Something reached this instance: its run ends with the step now in flight."""
+        self._settle_run(inst)
+        run = inst.run
+        if run.num_applied < run.final_step:
+            run.final_step = run.num_applied
+            inst.version += 1
+            self.events.push(float(run.ends[run.final_step]), EventKind.STEP_DONE,
+                             (inst.runtime.instance_id, inst.version))
+
+    def _settle_all(self) -> None:
+        """Routers read every instance's state: bring runs up to now first."""
+        for inst in self.instances:
+            if inst.run is not None:
+                self._settle_run(inst)
+
+    def _finish_run(self, inst: _Instance) -> None:
+        """The run's last step ends now: apply everything before it and record that step."""
+        run = inst.run
+        self._settle_run(inst, through_step=run.final_step)
+        inst.run = None
+        start = run.step_start(run.final_step)
+        applied = inst.runtime.apply(inst.plan, start)
+        inst.batch = applied.batch
+        inst.step_start_s = start
+        self._record_step(inst, start, self.now_s - start, applied.shape, 1, run.num_waiting)
 
     def _record_step(self, inst: _Instance, start_s: float, duration_s: float, shape: StepShape, num_steps: int,
                      num_waiting: int) -> None:
@@ -240,6 +291,8 @@ class Simulation:
 
     def _on_step_done(self, instance_id: int) -> None:
         inst = self.instances[instance_id]
+        if inst.run is not None:
+            self._finish_run(inst)
         rt = inst.runtime
         plan, batch = inst.plan, inst.batch
         inst.busy, inst.plan, inst.batch = False, None, []
@@ -248,6 +301,7 @@ class Simulation:
         inst.policy.on_step_done(self.now_s, plan, result)
         self._settle(inst, outcome)
         if rt.is_idle:
+            self._settle_all()
             self._place(self.router.on_instance_idle(self.now_s, instance_id, self.view))
         self._kick(inst)
 
@@ -261,6 +315,7 @@ class Simulation:
 
     # ---- hand-offs (P/D, micro-requests) ----
     def _hand_off(self, source: _Instance, req: Request) -> None:
+        self._settle_all()
         target_id = self.router.handoff_target(self.now_s, req, source.runtime.instance_id, self.view)
         req.handoff_at_tokens = None
         req.num_transfers += 1
