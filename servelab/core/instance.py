@@ -39,11 +39,15 @@ class StepOutcome:
     handed_off: list[Request] = field(default_factory=list)  # leave for another instance
 
 
+SwapCopies = list[tuple[str, list[tuple[int, int]]]]  # ("out" | "in", [(src block, dst block), ...])
+
+
 @dataclass(slots=True)
 class AppliedStep:
     shape: StepShape
     batch: list[Request]  # the plan's requests, in plan order
     rejected: list[Request]  # refused by the plan; already ended
+    swap_copies: SwapCopies = field(default_factory=list)  # KV copies a real executor makes first, in order
 
 
 class InstanceRuntime:
@@ -103,11 +107,12 @@ class InstanceRuntime:
         rejected = [self._reject(rid, reason, now_s) for rid, reason in plan.reject]
         for rid in plan.preempt_ids:
             self._preempt(self.get(rid))
-        swap_blocks = 0
+        copies: SwapCopies = []
         for rid in plan.swap_out_ids:
-            swap_blocks += self._swap_out(self.get(rid))
+            copies.append(("out", self._swap_out(self.get(rid))))
         for rid in plan.swap_in_ids:
-            swap_blocks += self._swap_in(self.get(rid))
+            copies.append(("in", self._swap_in(self.get(rid))))
+        swap_blocks = sum(len(pairs) for _, pairs in copies)
         if len(plan.request_ids) > self.max_num_seqs:
             raise PlanError(f"instance {self.instance_id}: {len(plan.request_ids)} rows > max_num_seqs {self.max_num_seqs}")
         by_id = self._by_id
@@ -155,7 +160,7 @@ class InstanceRuntime:
             self._admit(admitted)
         shape = StepShape(tuple(prefill_tokens), tuple(prefill_context), num_decodes, ctx_sum, ctx_max,
                           plan.padding, swap_blocks)
-        return AppliedStep(shape, batch, rejected)
+        return AppliedStep(shape, batch, rejected, copies)
 
     def _reserve(self, req: Request, n: int) -> None:
         if req.status.is_terminal or req.status is RequestStatus.SWAPPED:
@@ -190,12 +195,12 @@ class InstanceRuntime:
         self.running.remove(req)
         self.waiting.insert(0, req)
 
-    def _swap_out(self, req: Request) -> int:
+    def _swap_out(self, req: Request) -> list[tuple[int, int]]:
         if req.status not in _RUNNING:
             raise PlanError(f"request {req.request_id} is {req.status.value}; only running requests swap out")
         if not self.blocks.can_swap_out(req.request_id):
             raise PlanError(f"request {req.request_id}: host KV pool is full")
-        moved = len(self.blocks.swap_out(req.request_id))
+        moved = self.blocks.swap_out(req.request_id)
         req.status = RequestStatus.SWAPPED
         req.num_swaps += 1
         self.num_swaps += 1
@@ -203,12 +208,12 @@ class InstanceRuntime:
         self.swapped.append(req)
         return moved
 
-    def _swap_in(self, req: Request) -> int:
+    def _swap_in(self, req: Request) -> list[tuple[int, int]]:
         if req.status is not RequestStatus.SWAPPED:
             raise PlanError(f"request {req.request_id} is {req.status.value}, not swapped")
         if not self.blocks.can_swap_in(req.request_id):
             raise PlanError(f"request {req.request_id}: not enough GPU blocks to swap in")
-        moved = len(self.blocks.swap_in(req.request_id))
+        moved = self.blocks.swap_in(req.request_id)
         req.status = RequestStatus.DECODING if not req.is_prefill else RequestStatus.PREFILLING
         self.swapped.remove(req)
         self.running.append(req)

@@ -14,7 +14,7 @@ on EOS, a stop token or a stop string (``stopped_ids`` carries the reason); ``ma
 the request's ``max_output_tokens``, which the runtime enforces as "length".
 
 Swap copies need the (src, dst) block pairs that ``BlockManager.swap_out/swap_in`` return;
-``SwapRecordingBlockManager`` records them during ``apply`` and the executor copies them, in
+``InstanceRuntime.apply`` returns them on the applied step and the executor copies them, in
 order, before the forward pass (a block freed by a swap-out may be reused by a swap-in of the
 same plan, so order matters).
 """
@@ -27,34 +27,13 @@ from dataclasses import dataclass, field
 
 from servelab.core.kv_blocks import BlockManager
 from servelab.core.plan import StepPlan, StepResult
+from servelab.core.instance import SwapCopies
 from servelab.core.request import Request
 from servelab.engine.detokenize import IncrementalDetokenizer
 from servelab.engine.runner import ModelRunner, SeqChunk
 from servelab.engine.sampling import SamplingParams, finish_reason
 
 STOP_STRING_REASON = "stop_string"
-
-
-class SwapRecordingBlockManager(BlockManager):
-    """A ``BlockManager`` that remembers the copy pairs of every swap until they are taken."""
-
-    def __init__(self, config) -> None:
-        super().__init__(config)
-        self.pending_copies: list[tuple[str, list[tuple[int, int]]]] = []  # ("out" | "in", pairs)
-
-    def swap_out(self, request_id: int) -> list[tuple[int, int]]:
-        pairs = super().swap_out(request_id)
-        self.pending_copies.append(("out", pairs))
-        return pairs
-
-    def swap_in(self, request_id: int) -> list[tuple[int, int]]:
-        pairs = super().swap_in(request_id)
-        self.pending_copies.append(("in", pairs))
-        return pairs
-
-    def take_copies(self) -> list[tuple[str, list[tuple[int, int]]]]:
-        copies, self.pending_copies = self.pending_copies, []
-        return copies
 
 
 @dataclass(slots=True)
@@ -105,11 +84,11 @@ class Executor:
         for direction, pairs in copies:
             (cache.swap_out if direction == "out" else cache.swap_in)(pairs)
 
-    def execute(self, plan: StepPlan, batch: Sequence[Request], blocks: BlockManager) -> StepResult:
+    def execute(self, plan: StepPlan, batch: Sequence[Request], blocks: BlockManager,
+                swap_copies: SwapCopies = ()) -> StepResult:
         """Swap copies, one forward pass over the plan's slices, sampling, stop checks; timed."""
         t0 = time.perf_counter()
-        if isinstance(blocks, SwapRecordingBlockManager):
-            self.copy_swaps(blocks.take_copies())
+        self.copy_swaps(swap_copies)
         chunks = [self._chunk(req, n, blocks) for req, n in zip(batch, plan.num_tokens)]
         if not chunks:
             return StepResult(duration_s=time.perf_counter() - t0)

@@ -27,13 +27,13 @@ from typing import Any
 
 from servelab.core.instance import InstanceLimits, InstanceRuntime
 from servelab.core.kv_blocks import KVCacheConfig
-from servelab.core.plan import StepShape
 from servelab.core.policy import POLICIES, SchedulingPolicy
 from servelab.core.registry import parse_name_params
 from servelab.core.request import Request, RequestSpec, RequestStatus
-from servelab.engine.executor import Executor, SwapRecordingBlockManager
+from servelab.engine.executor import Executor
 from servelab.engine.sampling import SamplingParams
 from servelab.metrics import MetricsCollector, RequestTable, RunSummary, summarize
+from servelab.metrics.collector import record_step
 
 _IDLE_POLL_S = 0.05  # longest sleep while waiting for an arrival or a policy wake-up
 
@@ -131,7 +131,6 @@ class _Loop:
         self.policy = policy
         cfg = engine.config
         self.runtime = InstanceRuntime(0, engine.kv_config, InstanceLimits(cfg.max_batch_tokens, cfg.max_num_seqs))
-        self.runtime.blocks = SwapRecordingBlockManager(engine.kv_config)  # swap pairs for the executor
         self.pending = sorted(specs, key=lambda s: (s.arrival_time_s, s.request_id))
         if len({s.request_id for s in specs}) != len(specs):
             raise ValueError("request ids must be unique within a run")
@@ -212,9 +211,9 @@ class _Loop:
         for _ in plan.swap_out_ids:
             self.collector.on_preemption(rt.instance_id, now, "swap")
         if not applied.batch:
-            self.executor.copy_swaps(rt.blocks.take_copies())
+            self.executor.copy_swaps(applied.swap_copies)
             return True
-        result = self.executor.execute(plan, applied.batch, rt.blocks)
+        result = self.executor.execute(plan, applied.batch, rt.blocks, applied.swap_copies)
         end = self.now()
         record_step(self.collector, rt, now, end - now, applied.shape, num_waiting, self.engine.flops_per_token)
         outcome = rt.complete(plan, applied.batch, result, end)
@@ -235,15 +234,3 @@ class _Loop:
         for req in list(rt.waiting) + list(rt.running) + list(rt.swapped):
             rt.abort(req.request_id, "the policy left the request queued with nothing to wait for", now)
             self._leave(req, now)
-
-
-def record_step(collector: MetricsCollector, runtime: InstanceRuntime, start_s: float, duration_s: float,
-                shape: StepShape, num_waiting: int, flops_per_token: float) -> None:
-    """The simulator's step record (``Simulation._record_step``) for one real step."""
-    num_tokens = shape.num_tokens
-    num_rows = len(shape.prefill_tokens) + shape.num_decodes
-    pad = shape.padding
-    num_padding = pad.num_rows * pad.row_tokens - num_tokens if pad is not None else 0
-    collector.on_step(runtime.instance_id, start_s, duration_s, num_tokens, num_rows, max(num_padding, 0),
-                      runtime.blocks.num_used_gpu_blocks, runtime.blocks.num_gpu_blocks, num_waiting,
-                      len(runtime.running), flops_per_token * num_tokens)

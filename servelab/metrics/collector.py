@@ -166,3 +166,21 @@ def time_weighted_mean(times_s: np.ndarray, values: np.ndarray, end_s: float) ->
     if total <= 0:
         return float(np.mean(values))
     return float(np.dot(widths, values) / total)
+
+
+def record_step(collector: MetricsCollector, runtime, start_s: float, duration_s: float, shape, num_waiting: int,
+                flops_per_token: float, num_steps: int = 1) -> None:
+    """Record ``num_steps`` identical steps of ``shape`` on ``runtime`` (an InstanceRuntime).
+
+    The one place where a step becomes a metrics row, for the simulator and the engine alike:
+    padding is the dense rectangle minus the real tokens; KV and queue figures are read off
+    the runtime.
+    """
+    num_tokens = shape.num_tokens * num_steps
+    num_rows = len(shape.prefill_tokens) + shape.num_decodes
+    pad = shape.padding
+    num_padding = (pad.num_rows * pad.row_tokens - shape.num_tokens) * num_steps if pad is not None else 0
+    blocks = runtime.blocks
+    collector.on_step(runtime.instance_id, start_s, duration_s, num_tokens, num_rows, max(num_padding, 0),
+                      blocks.num_used_gpu_blocks, blocks.num_gpu_blocks, num_waiting, len(runtime.running),
+                      flops_per_token * num_tokens)

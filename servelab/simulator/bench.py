@@ -1,7 +1,7 @@
 """Simulator speed benchmark: ``python -m servelab.simulator.bench [--repeats 3]``.
 
-Replays the whole Azure 2023 conversation trace (19,366 requests) on one simulated
-A100-80GB instance serving Llama-2-7B under ``vllm`` and reports CPU seconds and simulated
+Replays the whole Azure 2023 conversation trace (19,366 requests) on simulated A100-80GB
+instances (one by default) serving Llama-2-7B under ``vllm`` and reports CPU seconds and simulated
 output tokens per CPU-second (median of the repeats). The cost model is built once, outside
 the timed region, as a long sweep would reuse it; trace loading is timed separately.
 """
@@ -14,7 +14,7 @@ import statistics
 import time
 from pathlib import Path
 
-from servelab.cluster.config import single_instance
+from servelab.cluster.presets import cluster_for
 from servelab.costmodel.roofline import roofline_for
 from servelab.simulator import simulate
 from servelab.workloads.spec import parse_workload
@@ -27,6 +27,7 @@ def main() -> None:
     parser.add_argument("--workload", default="azure-conv")
     parser.add_argument("--policy", default="vllm")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--instances", type=int, default=1)
     parser.add_argument("--no-fast-forward", action="store_true")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     args = parser.parse_args()
@@ -37,12 +38,14 @@ def main() -> None:
     runs = []
     for _ in range(args.repeats):
         t0 = time.process_time()
-        res = simulate(workload, single_instance(args.policy), cost_model=cost, fast_forward=not args.no_fast_forward)
+        cluster = cluster_for(args.policy, num_instances=args.instances, gpu="A100-80GB", model="Llama-2-7B")
+        res = simulate(workload, cluster, cost_model=cost, fast_forward=not args.no_fast_forward)
         cpu_s = time.process_time() - t0
         runs.append({"cpu_s": cpu_s, "wall_s": res.wall_s, "tokens": res.num_output_tokens,
                      "tokens_per_cpu_s": res.num_output_tokens / cpu_s, "conserved": res.conserved,
                      "makespan_s": res.makespan_s})
-    print(json.dumps({"workload": args.workload, "policy": args.policy, "requests": len(workload),
+    print(json.dumps({"workload": args.workload, "policy": args.policy, "instances": args.instances,
+                      "requests": len(workload),
                       "load_cpu_s": load_s, "fast_forward": not args.no_fast_forward,
                       "median_cpu_s": statistics.median(r["cpu_s"] for r in runs),
                       "median_tokens_per_cpu_s": statistics.median(r["tokens_per_cpu_s"] for r in runs),

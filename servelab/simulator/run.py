@@ -16,6 +16,7 @@ from servelab.core.instance import InstanceLimits, InstanceRuntime, StepOutcome
 from servelab.core.plan import StepPlan, StepResult, StepShape
 from servelab.core.policy import POLICIES, ROUTERS, Placement, SchedulingPolicy
 from servelab.core.request import Request, RequestSpec, RequestStatus
+from servelab.metrics.collector import record_step
 from servelab.simulator.events import EventKind, EventQueue
 from servelab.simulator.fast_forward import (MIN_JUMP_STEPS, DecodeRun, is_full_decode, plan_jump,
                                              steps_until_exit, steps_within_memory)
@@ -272,16 +273,9 @@ class Simulation:
 
     def _record_step(self, inst: _Instance, start_s: float, duration_s: float, shape: StepShape, num_steps: int,
                      num_waiting: int) -> None:
-        rt = inst.runtime
-        self.busy_s[rt.instance_id] += duration_s
-        num_tokens = shape.num_tokens * num_steps
-        num_rows = len(shape.prefill_tokens) + shape.num_decodes
-        pad = shape.padding
-        num_padding = (pad.num_rows * pad.row_tokens - shape.num_tokens) * num_steps if pad is not None else 0
-        flops = inst.model.flops_per_token * num_tokens
-        self.collector.on_step(rt.instance_id, start_s, duration_s, num_tokens, num_rows, max(num_padding, 0),
-                               rt.blocks.num_used_gpu_blocks, rt.blocks.num_gpu_blocks, num_waiting,
-                               len(rt.running), flops)
+        self.busy_s[inst.runtime.instance_id] += duration_s
+        record_step(self.collector, inst.runtime, start_s, duration_s, shape, num_waiting, inst.model.flops_per_token,
+                    num_steps)
 
     def _arm_wakeup(self, inst: _Instance) -> None:
         t = inst.policy.next_wakeup_s(self.now_s)
