@@ -10,14 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from servelab.cluster.config import ClusterConfig, LinkConfig
+from servelab.cluster.config import ClusterConfig, default_link
 from servelab.cluster.presets import cluster_for
 from servelab.core.request import SLO, RequestSpec
+from servelab.costmodel.links import LinkSpec
 from servelab.metrics import RequestTable, RunSummary, capacity_search, summarize
 from servelab.metrics.capacity import CapacityResult
+from servelab.paths import default_data_dir
 from servelab.simulator import SimResult, simulate
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DEFAULT_DATA_DIR = default_data_dir()
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class HardwareChoice:
     pp: int = 1
     max_num_seqs: int = 256
     max_batch_tokens: int = 8192
-    link: LinkConfig = field(default_factory=LinkConfig)
+    link: LinkSpec = field(default_factory=default_link)
 
     def cluster(self, policy_spec: str) -> ClusterConfig:
         return cluster_for(policy_spec, num_instances=self.num_instances, link=self.link, gpu=self.gpu,

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from servelab.costmodel.links import LinkSpec
+
 _ROLES = ("mixed", "prefill", "decode")
 
 
@@ -45,19 +47,9 @@ class InstanceGroup:
             raise ValueError(f"host_kv_gb must be >= 0, got {self.host_kv_gb}")
 
 
-@dataclass(frozen=True)
-class LinkConfig:
-    """KV transfer path between instances (NVLink inside a node by default)."""
-
-    bandwidth_bytes_per_s: float = 300e9
-    latency_s: float = 10e-6
-
-    def __post_init__(self) -> None:
-        if not self.bandwidth_bytes_per_s > 0 or self.latency_s < 0:
-            raise ValueError(f"invalid link {self}")
-
-    def transfer_time_s(self, num_bytes: float) -> float:
-        return self.latency_s + num_bytes / self.bandwidth_bytes_per_s
+def default_link() -> LinkSpec:
+    """KV transfer path between instances when none is given: NVLink class inside a node."""
+    return LinkSpec(bandwidth_bytes_per_s=300e9, latency_s=10e-6)
 
 
 @dataclass(frozen=True)
@@ -65,7 +57,7 @@ class ClusterConfig:
     groups: tuple[InstanceGroup, ...] = (InstanceGroup(),)
     router: str = "round_robin"
     router_params: Mapping[str, Any] = field(default_factory=dict)
-    link: LinkConfig = LinkConfig()
+    link: LinkSpec = field(default_factory=default_link)
 
     def __post_init__(self) -> None:
         if not self.groups:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from servelab.cluster.config import ClusterConfig, InstanceGroup, LinkConfig
+from servelab.cluster.config import ClusterConfig, InstanceGroup, default_link
+from servelab.costmodel.links import LinkSpec
 from servelab.core.registry import RegistryError, parse_name_params
 
-PresetBuilder = Callable[[int, dict[str, Any], dict[str, Any], LinkConfig], ClusterConfig]
+PresetBuilder = Callable[[int, dict[str, Any], dict[str, Any], LinkSpec], ClusterConfig]
 PRESETS: dict[str, PresetBuilder] = {}
 
 
@@ -25,7 +26,7 @@ def register_preset(name: str):
     return decorate
 
 
-def cluster_for(policy_spec: str, *, num_instances: int = 1, link: LinkConfig | None = None,
+def cluster_for(policy_spec: str, *, num_instances: int = 1, link: LinkSpec | None = None,
                 **group: Any) -> ClusterConfig:
     """``policy_spec`` is ``name[:key=value,...]``; ``group`` holds InstanceGroup fields (gpu, model, tp...)."""
     _load_preset_modules()
@@ -33,7 +34,7 @@ def cluster_for(policy_spec: str, *, num_instances: int = 1, link: LinkConfig | 
     if num_instances < 1:
         raise RegistryError(f"num_instances must be >= 1, got {num_instances}")
     builder = PRESETS.get(name)
-    link = link or LinkConfig()
+    link = link or default_link()
     if builder is not None:
         return builder(num_instances, params, group, link)
     from servelab.core.policy import POLICIES
@@ -45,7 +46,7 @@ def cluster_for(policy_spec: str, *, num_instances: int = 1, link: LinkConfig | 
 
 
 @register_preset("distserve")
-def _distserve(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkConfig) -> ClusterConfig:
+def _distserve(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkSpec) -> ClusterConfig:
     """Half the instances prefill, half decode (at least one each); vLLM scheduling on both."""
     if num_instances < 2:
         raise RegistryError("distserve needs at least 2 instances (prefill + decode)")
@@ -66,7 +67,7 @@ def _load_preset_modules() -> None:
 
 
 @register_preset("multibin")
-def _multibin(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkConfig) -> ClusterConfig:
+def _multibin(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkSpec) -> ClusterConfig:
     """One instance: the ``multibin`` policy does it all. Several: bins and the central batch
     queue move into the ``multibin`` router, and every instance runs whole batches it is given."""
     if num_instances == 1:
@@ -79,7 +80,7 @@ def _multibin(num_instances: int, params: dict[str, Any], group: dict[str, Any],
 
 @register_preset("bucketserve-pd")
 def _bucketserve_pd(num_instances: int, params: dict[str, Any], group: dict[str, Any],
-                    link: LinkConfig) -> ClusterConfig:
+                    link: LinkSpec) -> ClusterConfig:
     """BucketServe with prefill/decode disaggregation: bucket batches on prefill instances, KV
     moved over the link, continuous batching on decode instances (the paper's deployment)."""
     if num_instances < 2:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,6 +28,7 @@ import numpy as np
 from servelab.catalog.gpus import GPUSpec, get_gpu
 from servelab.costmodel.fitting import FitError, fit_error
 from servelab.costmodel.links import fit_send_recv
+from servelab.paths import default_data_dir
 from servelab.costmodel.ops import (
     GEMM_OPS,
     MEMORY_OPS,
@@ -56,12 +56,6 @@ _COMPUTE_RANGE = (0.02, 1.0)
 _MEMORY_RANGE = (0.02, 4.0)  # above 1 when a small operand stays in L2
 _FLOOR_RANGE_S = (0.0, 50e-6)
 IDEAL = OpEfficiency(compute=1.0, memory=1.0, floor_s=0.0)
-
-
-def default_data_dir() -> Path:
-    """``$SERVELAB_DATA_DIR``, else ``shared/data`` beside the repository."""
-    env = os.environ.get("SERVELAB_DATA_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,10 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from servelab.engine.config import ModelConfig, RopeScaling
+from servelab.paths import gsm8k_path
 
 # the shared data folder sits next to the repository (see ../shared/data/README.md)
-GSM8K_PATH = Path(__file__).resolve().parents[3] / "shared" / "data" / "datasets" / "gsm8k_train.jsonl"
+GSM8K_PATH = gsm8k_path()
 SPECIAL_TOKENS = ("<s>", "</s>", "<unk>")
 
 # ~196M parameters: for decode benchmarks on CPU (0.78 GB of fp32 weights).

@@ -19,11 +19,12 @@ from servelab.analysis.binning import quantile_edges
 from servelab.analysis.multibin_theory import analyze
 from servelab.analysis.service_models import DEFAULT_LINEAR, LinearServiceModel
 from servelab.core.request import RequestSpec
+from servelab.paths import gsm8k_path
 from servelab.reproduce import multibin_experiments as ex
 from servelab.reproduce import multibin_plots as plots
 from servelab.reproduce.multibin_report import write_report
 
-GSM8K_PATH = Path(__file__).resolve().parents[3] / "shared" / "data" / "datasets" / "gsm8k_train.jsonl"
+GSM8K_PATH = gsm8k_path()
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from servelab.cluster.presets import cluster_for
 from servelab.costmodel.roofline import roofline_for
+from servelab.paths import default_data_dir
 from servelab.simulator import simulate
 from servelab.workloads.spec import parse_workload
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def main() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--instances", type=int, default=1)
     parser.add_argument("--no-fast-forward", action="store_true")
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--data-dir", type=Path, default=default_data_dir())
     args = parser.parse_args()
     t0 = time.process_time()
     workload = parse_workload(args.workload, args.data_dir, 0)

@@ -29,7 +29,7 @@ def instance_spec(group: InstanceGroup):
 def build_instance_model(group: InstanceGroup, cost_override: Any = None) -> SimInstanceModel:
     """KV blocks from the catalog (HBM minus weights and reserve); cost from the roofline unless overridden."""
     from servelab.catalog.gpus import get_gpu
-    from servelab.catalog.instance import kv_cache_config
+    from servelab.catalog.instance import kv_bytes_per_token, kv_cache_config
     from servelab.catalog.models import get_model
     spec = instance_spec(group)
     if cost_override is not None:
@@ -40,5 +40,5 @@ def build_instance_model(group: InstanceGroup, cost_override: Any = None) -> Sim
         cost = roofline_for(group.gpu, group.model, tp=group.tp, pp=group.pp)
     model = get_model(group.model)
     gpu = get_gpu(group.gpu)
-    return SimInstanceModel(kv_cache_config(spec), cost, model.kv_bytes_per_token(), gpu.peak_flops * group.tp * group.pp,
+    return SimInstanceModel(kv_cache_config(spec), cost, kv_bytes_per_token(spec), gpu.peak_flops * group.tp * group.pp,
                             float(model.flops_per_token))

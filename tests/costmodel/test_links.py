@@ -2,7 +2,7 @@ import pytest
 
 from servelab.catalog.gpus import get_gpu
 from servelab.costmodel.links import LinkSpec, fit_send_recv, network, nvlink, pcie
-from servelab.costmodel.profile_fit import default_data_dir
+from servelab.paths import default_data_dir
 
 
 def test_transfer_time():

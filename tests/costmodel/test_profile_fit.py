@@ -5,9 +5,9 @@ import pytest
 
 from servelab.catalog.gpus import get_gpu
 from servelab.costmodel.ops import GEMM_OPS, RooflineParams
+from servelab.paths import default_data_dir
 from servelab.costmodel.profile_fit import (
     IDEAL,
-    default_data_dir,
     fit_profile,
     fitted_params,
     load_profile,
