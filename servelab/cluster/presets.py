@@ -45,25 +45,32 @@ def cluster_for(policy_spec: str, *, num_instances: int = 1, link: LinkSpec | No
                          router=router, link=link)
 
 
-@register_preset("distserve")
-def _distserve(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkSpec) -> ClusterConfig:
-    """Half the instances prefill, half decode (at least one each); vLLM scheduling on both."""
+def _pd_cluster(name: str, policy: str, num_instances: int, params: dict[str, Any], group: dict[str, Any],
+                link: LinkSpec) -> ClusterConfig:
+    """Prefill and decode pools (half each by default, ``num_prefill`` to choose) behind the
+    ``distserve`` router, which hands each request over with its KV after the first token."""
     if num_instances < 2:
-        raise RegistryError("distserve needs at least 2 instances (prefill + decode)")
+        raise RegistryError(f"{name} needs at least 2 instances (prefill + decode)")
     num_prefill = int(params.pop("num_prefill", (num_instances + 1) // 2))
     if not 1 <= num_prefill < num_instances:
-        raise RegistryError(f"distserve: num_prefill must be in [1, {num_instances - 1}], got {num_prefill}")
+        raise RegistryError(f"{name}: num_prefill must be in [1, {num_instances - 1}], got {num_prefill}")
     return ClusterConfig(groups=(
-        InstanceGroup(count=num_prefill, role="prefill", policy="vllm", policy_params=params, **group),
-        InstanceGroup(count=num_instances - num_prefill, role="decode", policy="vllm", policy_params=params, **group),
+        InstanceGroup(count=num_prefill, role="prefill", policy=policy, policy_params=params, **group),
+        InstanceGroup(count=num_instances - num_prefill, role="decode", policy=policy, policy_params=params, **group),
     ), router="distserve", link=link)
 
 
-def _load_preset_modules() -> None:
-    """Designs register presets in their router modules; importing the routers loads them."""
-    from servelab.core.policy import ROUTERS
+@register_preset("distserve")
+def _distserve(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkSpec) -> ClusterConfig:
+    """DistServe: vLLM scheduling on both pools."""
+    return _pd_cluster("distserve", "vllm", num_instances, params, group, link)
 
-    ROUTERS.names()
+
+@register_preset("bucketserve-pd")
+def _bucketserve_pd(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkSpec) -> ClusterConfig:
+    """BucketServe's deployment: bucket batches on prefill instances, KV over the link,
+    continuous batching on decode instances."""
+    return _pd_cluster("bucketserve-pd", "bucketserve", num_instances, params, group, link)
 
 
 @register_preset("multibin")
@@ -78,18 +85,8 @@ def _multibin(num_instances: int, params: dict[str, Any], group: dict[str, Any],
                                                **group),), router="multibin", router_params=router, link=link)
 
 
-@register_preset("bucketserve-pd")
-def _bucketserve_pd(num_instances: int, params: dict[str, Any], group: dict[str, Any],
-                    link: LinkSpec) -> ClusterConfig:
-    """BucketServe with prefill/decode disaggregation: bucket batches on prefill instances, KV
-    moved over the link, continuous batching on decode instances (the paper's deployment)."""
-    if num_instances < 2:
-        raise RegistryError("bucketserve-pd needs at least 2 instances (prefill + decode)")
-    num_prefill = int(params.pop("num_prefill", (num_instances + 1) // 2))
-    if not 1 <= num_prefill < num_instances:
-        raise RegistryError(f"bucketserve-pd: num_prefill must be in [1, {num_instances - 1}], got {num_prefill}")
-    return ClusterConfig(groups=(
-        InstanceGroup(count=num_prefill, role="prefill", policy="bucketserve", policy_params=params, **group),
-        InstanceGroup(count=num_instances - num_prefill, role="decode", policy="bucketserve", policy_params=params,
-                      **group),
-    ), router="distserve", link=link)
+def _load_preset_modules() -> None:
+    """Designs register presets in their router modules; importing the routers loads them."""
+    from servelab.core.policy import ROUTERS
+
+    ROUTERS.names()
