@@ -14,10 +14,12 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
+
 from servelab.cluster.presets import cluster_for
 from servelab.costmodel.roofline import roofline_for
 from servelab.paths import default_data_dir
-from servelab.simulator import simulate
+from servelab.simulator import Simulation
 from servelab.workloads.spec import parse_workload
 
 
@@ -29,6 +31,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--instances", type=int, default=1)
     parser.add_argument("--no-fast-forward", action="store_true")
+    parser.add_argument("--time-decisions", action="store_true",
+                        help="also time every policy.schedule call (adds a little overhead to the run)")
     parser.add_argument("--data-dir", type=Path, default=default_data_dir())
     args = parser.parse_args()
     t0 = time.process_time()
@@ -39,17 +43,37 @@ def main() -> None:
     for _ in range(args.repeats):
         t0 = time.process_time()
         cluster = cluster_for(args.policy, num_instances=args.instances, gpu="A100-80GB", model="Llama-2-7B")
-        res = simulate(workload, cluster, cost_model=cost, fast_forward=not args.no_fast_forward)
+        sim = Simulation(workload, cluster, cost_model=cost, fast_forward=not args.no_fast_forward)
+        decision_s: list[float] = []
+        if args.time_decisions:
+            for inst in sim.instances:
+                inst.policy.schedule = _timed(inst.policy.schedule, decision_s)
+        res = sim.run()
         cpu_s = time.process_time() - t0
-        runs.append({"cpu_s": cpu_s, "wall_s": res.wall_s, "tokens": res.num_output_tokens,
-                     "tokens_per_cpu_s": res.num_output_tokens / cpu_s, "conserved": res.conserved,
-                     "makespan_s": res.makespan_s})
+        run = {"cpu_s": cpu_s, "wall_s": res.wall_s, "tokens": res.num_output_tokens,
+               "tokens_per_cpu_s": res.num_output_tokens / cpu_s, "conserved": res.conserved,
+               "makespan_s": res.makespan_s}
+        if decision_s:
+            us = np.array(decision_s) * 1e6
+            run["schedule_calls"] = len(us)
+            run["schedule_us_p50_p99_max"] = [float(np.percentile(us, 50)), float(np.percentile(us, 99)), float(us.max())]
+        runs.append(run)
     print(json.dumps({"workload": args.workload, "policy": args.policy, "instances": args.instances,
                       "requests": len(workload),
                       "load_cpu_s": load_s, "fast_forward": not args.no_fast_forward,
                       "median_cpu_s": statistics.median(r["cpu_s"] for r in runs),
                       "median_tokens_per_cpu_s": statistics.median(r["tokens_per_cpu_s"] for r in runs),
                       "runs": runs}, indent=2))
+
+
+def _timed(schedule, sink: list[float]):
+    def timed(now_s, state):
+        t0 = time.perf_counter()
+        plan = schedule(now_s, state)
+        sink.append(time.perf_counter() - t0)
+        return plan
+
+    return timed
 
 
 if __name__ == "__main__":
