@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from servelab.core.plan import StepShape
 from servelab.core.request import RequestSpec
+from servelab.paths import default_data_dir
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA_DIR = default_data_dir()
 
 
 class ToyCostModel:

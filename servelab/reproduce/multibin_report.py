@@ -26,7 +26,7 @@ def _header(r: dict) -> str:
     cmd = "servelab reproduce multibin" + (" --reduced" if r["reduced"] else "") + f" --seed {r['seed']}"
     return f"""# Multi-Bin Batching: reproduction
 
-Paper: *Multi-Bin Batching for Increasing LLM Inference Throughput* (Guldogan et al.), `/work/shared/papers/multibin.md`.
+Paper: *Multi-Bin Batching for Increasing LLM Inference Throughput* (Guldogan et al.), `../shared/papers/multibin.md`.
 Made by `{cmd}` (Python: `servelab.reproduce.multibin.run_reproduction`), {size}, seed {r['seed']}.
 **Everything here is simulated; nothing is measured on a GPU.**
 

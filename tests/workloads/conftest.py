@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+from servelab.paths import default_data_dir
+
+DATA_DIR = default_data_dir()
 
 
 @pytest.fixture(scope="session")
