@@ -16,7 +16,7 @@ from servelab.core.instance import InstanceLimits, InstanceRuntime, StepOutcome
 from servelab.core.plan import StepPlan, StepResult, StepShape
 from servelab.core.policy import POLICIES, ROUTERS, Placement, SchedulingPolicy
 from servelab.core.request import Request, RequestSpec, RequestStatus
-from servelab.metrics.collector import record_step
+from servelab.metrics.collector import MetricsCollector, record_step
 from servelab.simulator.events import EventKind, EventQueue
 from servelab.simulator.fast_forward import (MIN_JUMP_STEPS, DecodeRun, is_full_decode, plan_jump,
                                              steps_until_exit, steps_within_memory)
@@ -32,7 +32,6 @@ class SimResult:
     busy_s: list[float]
     collector: Any
     transfers: list[tuple[int, int, float, float, float]] = field(default_factory=list)
-    summary: Any = None
     unfinished: list[int] = field(default_factory=list)
 
     @property
@@ -76,8 +75,6 @@ class _ClusterView:
 class Simulation:
     def __init__(self, workload: Sequence[RequestSpec], cluster: ClusterConfig, *, cost_model=None,
                  collector=None, fast_forward: bool = True, progress: Callable[[float], None] | None = None) -> None:
-        from servelab.metrics.collector import MetricsCollector
-
         self.specs = sorted(workload, key=lambda s: (s.arrival_time_s, s.request_id))
         self.cluster = cluster
         self.collector = collector if collector is not None else MetricsCollector()
@@ -152,22 +149,18 @@ class Simulation:
             inst = self.instances[p.instance_id]
             if p.request.handoff_at_tokens is None:
                 p.request.handoff_at_tokens = self.router.handoff_point(p.request, inst.runtime)
-            if inst.run is not None:
-                self._truncate_run(inst)
-            inst.runtime.add(p.request)
-            inst.policy.on_arrival(self.now_s, p.request)
+            self._add(inst, p.request)
             if inst not in touched:
                 touched.append(inst)
         for inst in touched:
             self._kick(inst)
         self._arm_router_timer()
 
-    def _enqueue(self, inst: _Instance, req: Request) -> None:
-        if inst.run is not None:
+    def _add(self, inst: _Instance, req: Request) -> None:
+        if inst.run is not None:  # the instance would see it at its next step boundary
             self._truncate_run(inst)
         inst.runtime.add(req)
         inst.policy.on_arrival(self.now_s, req)
-        self._kick(inst)
 
     def _arm_router_timer(self) -> None:
         t = self.router.next_wakeup_s(self.now_s)
@@ -321,7 +314,8 @@ class Simulation:
     def _on_transfer_done(self, req: Request, target_id: int) -> None:
         target = self.instances[target_id]
         req.handoff_at_tokens = self.router.handoff_point(req, target.runtime)
-        self._enqueue(target, req)
+        self._add(target, req)
+        self._kick(target)
 
     # ---- end of run ----
     def _abort_leftovers(self) -> None:
