@@ -275,21 +275,39 @@ class InstanceRuntime:
             self._remove(req)
         return out
 
-    def fast_forward_decodes(self, batch: list[Request], num_steps: int, step_end_times_s: list[float]) -> StepOutcome:
+    def fast_forward_decodes(self, batch: list[Request], num_steps: int, step_end_times_s: list[float], *,
+                             final: bool = False) -> StepOutcome:
         """Apply ``num_steps`` pure-decode steps of the whole ``batch`` at once (simulator only).
 
-        The caller guarantees no request finishes or hands off before the last of these steps
-        and that the KV blocks fit; the last step is completed normally by ``complete``.
+        The caller guarantees that the KV blocks fit and that no request finishes or hands off
+        before the last of these steps; with ``final`` the last step is completed here too
+        (requests that reach their length or hand-off point leave), so a run costs one pass.
         """
         self._outstanding -= num_steps * len(batch)
+        out = StepOutcome(emitted=list(batch))
+        allocate, reserved = self.blocks.allocate, self.blocks.num_reserved_tokens
+        now_s = step_end_times_s[-1]
+        leaving = []
         for req in batch:
-            extra = num_steps - self.blocks.num_reserved_tokens(req.request_id) + req.num_computed_tokens
+            extra = num_steps - reserved(req.request_id) + req.num_computed_tokens
             if extra > 0:
-                self.blocks.allocate(req.request_id, extra)
+                allocate(req.request_id, extra)
             req.num_computed_tokens += num_steps
             req.num_generated_tokens += num_steps
             req.token_times_s.extend(step_end_times_s)
-        return StepOutcome(emitted=list(batch))
+            if not final:
+                continue
+            if req.num_generated_tokens >= req.max_output_tokens:
+                req.finish(RequestStatus.FINISHED, now_s, "length")
+                out.finished.append(req)
+                leaving.append(req)
+            elif req.handoff_at_tokens is not None and req.num_computed_tokens >= req.handoff_at_tokens:
+                req.status = RequestStatus.TRANSFERRING
+                out.handed_off.append(req)
+                leaving.append(req)
+        for req in leaving:
+            self._remove(req)
+        return out
 
     def reserve_decode_slots(self, batch: list[Request]) -> None:
         """KV slots for one more decode token of each request (a step in flight, simulator only)."""

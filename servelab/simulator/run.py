@@ -223,11 +223,10 @@ class Simulation:
         self.events.push(float(ends[-1]), EventKind.STEP_DONE, (rt.instance_id, inst.version))
         return True
 
-    def _settle_run(self, inst: _Instance, *, through_step: int | None = None) -> None:
-        """Apply the run's steps that ended by now (or up to ``through_step``), in one jump."""
+    def _settle_run(self, inst: _Instance) -> None:
+        """Apply the run's steps that ended by now, in one jump (the last step is _finish_run's)."""
         run = inst.run
-        done = run.num_ended_by(self.now_s) if through_step is None else through_step
-        done = min(done, run.final_step)
+        done = min(run.num_ended_by(self.now_s), run.final_step)
         if done > run.num_applied:
             ends = run.ends[run.num_applied:done]
             start = run.step_start(run.num_applied)
@@ -253,16 +252,16 @@ class Simulation:
             if inst.run is not None:
                 self._settle_run(inst)
 
-    def _finish_run(self, inst: _Instance) -> None:
-        """The run's last step ends now: apply everything before it and record that step."""
+    def _finish_run(self, inst: _Instance) -> tuple[StepOutcome, StepResult]:
+        """The run's last step ends now: apply what is left of it, last step included, in one pass."""
         run = inst.run
-        self._settle_run(inst, through_step=run.final_step)
         inst.run = None
-        start = run.step_start(run.final_step)
-        applied = inst.runtime.apply(inst.plan, start)
-        inst.batch = applied.batch
-        inst.step_start_s = start
-        self._record_step(inst, start, self.now_s - start, applied.shape, 1, run.num_waiting)
+        first, last = run.num_applied, run.final_step
+        ends = run.ends[first:last + 1]
+        start = run.step_start(first)
+        outcome = inst.runtime.fast_forward_decodes(inst.batch, len(ends), ends.tolist(), final=True)
+        self._record_step(inst, start, self.now_s - start, run.shape, len(ends), run.num_waiting)
+        return outcome, StepResult(duration_s=self.now_s - run.step_start(last))
 
     def _record_step(self, inst: _Instance, start_s: float, duration_s: float, shape: StepShape, num_steps: int,
                      num_waiting: int) -> None:
@@ -278,13 +277,14 @@ class Simulation:
 
     def _on_step_done(self, instance_id: int) -> None:
         inst = self.instances[instance_id]
-        if inst.run is not None:
-            self._finish_run(inst)
         rt = inst.runtime
         plan, batch = inst.plan, inst.batch
+        if inst.run is not None:
+            outcome, result = self._finish_run(inst)
+        else:
+            result = StepResult(duration_s=self.now_s - inst.step_start_s)
+            outcome = rt.complete(plan, batch, result, self.now_s)
         inst.busy, inst.plan, inst.batch = False, None, []
-        result = StepResult(duration_s=self.now_s - inst.step_start_s)
-        outcome = rt.complete(plan, batch, result, self.now_s)
         inst.policy.on_step_done(self.now_s, plan, result)
         self._settle(inst, outcome)
         if rt.is_idle:
