@@ -14,7 +14,10 @@
 
 The engine is our PyTorch engine on CPU with a random-weight checkpoint (``bench-30m`` preset
 by default, made in a temporary folder), not Phi-3.5-mini on an A100: only ratios between k
-values compare with the paper. Writes ``out_dir/multibin_engine.md`` and a plot.
+values compare with the paper. Also: the token-level simulator with this machine's calibrated
+per-step ``LinearCostModel``, and the queue simulator with the measured line on all 7473
+requests (the paper's size). Writes ``out_dir/multibin_engine.md``, a plot, and
+``out_dir/multibin_engine.json`` (quoted by ``multibin.md``, see ``multibin_engine_summary``).
 Invariant: every request of every run finishes, else ``RuntimeError`` names the run.
 """
 
@@ -41,10 +44,9 @@ _KV_BUDGET_BYTES = 256 << 20  # far above one running batch of 8 x (prompt + 102
 def gsm8k_requests(tokenizer, num_requests: int, seed: int, max_tokens: int,
                    path: Path | None = None) -> list[RequestSpec]:
     """A seeded sample of GSM8K: prompt ids from the question, output length = answer tokens (capped)."""
-    from servelab.workloads._parse import read_jsonl
     from servelab.workloads.tokenize import count_tokens
 
-    _, records, _ = read_jsonl(path or gsm8k_path(), ("question", "answer"))
+    records = _gsm8k_records(path)
     if not 1 <= num_requests <= len(records):
         raise ValueError(f"num_requests must be in [1, {len(records)}], got {num_requests}")
     if max_tokens < 1:
@@ -98,11 +100,11 @@ def measure_figure5(loaded, prompts: Sequence[RequestSpec], tokens: Sequence[int
 
     run_engine(loaded, policy, forced(4), batch_size)  # warm-up: first calls allocate and compile paths
     xs, ys = [], []
-    for n in tokens:
-        for _ in range(repeats):
+    for rep in range(repeats):  # repeats interleaved over n: a burst of load from other processes hits one n less
+        for n in tokens:
             xs.append(n)
             ys.append(run_engine(loaded, policy, forced(n), batch_size).wall_s)
-        log(f"  figure 5: n={n}: {np.mean(ys[-repeats:]):.3f} s")
+            log(f"  figure 5: run {rep + 1}, n={n}: {ys[-1]:.3f} s")
     xs_arr, ys_arr = np.asarray(xs, dtype=np.float64), np.asarray(ys)
     fit = fit_linear_service_model(xs_arr, ys_arr)
     rel = (fit.model.request_time_s(xs_arr) - ys_arr) / ys_arr
@@ -111,11 +113,31 @@ def measure_figure5(loaded, prompts: Sequence[RequestSpec], tokens: Sequence[int
                                                                                       for s in batch]}
 
 
+def batch_counts(lengths: np.ndarray, edges: BinEdges, batch_size: int) -> tuple[int, int]:
+    """(batches, partial batches) that oracle binning of a t=0 burst forms."""
+    per_bin = np.bincount(edges.bins_of(lengths), minlength=edges.num_bins)
+    return int(np.sum(-(-per_bin // batch_size))), int(np.sum(per_bin % batch_size > 0))
+
+
+def simulate_with_cost(specs: Sequence[RequestSpec], edges: BinEdges, cost_model, batch_size: int) -> float:
+    """Token-level simulator, ``multibin`` policy, any step cost model: output tokens per second."""
+    from servelab.cluster.config import single_instance
+    from servelab.simulator import simulate
+
+    params = dict(batch_size=batch_size, num_bins=edges.num_bins, boundaries="explicit", edges=edges.inner,
+                  max_wait_s=1e-6)
+    result = simulate(specs, single_instance("multibin", policy_params=params, max_num_seqs=max(batch_size, 8)),
+                      cost_model=cost_model)
+    if any(r.status.name != "FINISHED" for r in result.requests):
+        raise RuntimeError("simulated Figure 7 run left requests unfinished")
+    return result.num_output_tokens / result.makespan_s
+
+
 def measure_figure7(loaded, specs: Sequence[RequestSpec], ks: Sequence[int], batch_size: int, fit: LinearFit,
-                    log) -> list[dict]:
-    """Per k: engine throughput (measured) and both simulators' predictions with the fitted line."""
+                    step_cost, log) -> list[dict]:
+    """Per k: engine throughput (measured), both simulators with the fitted line, and the token-level
+    simulator with the calibrated per-step cost model ``step_cost`` (None: skipped)."""
     lengths = np.array([s.num_output_tokens for s in specs])
-    total = int(lengths.sum())
     rows = []
     for k in ks:
         edges = quantile_edges(lengths, k)
@@ -124,11 +146,12 @@ def measure_figure7(loaded, specs: Sequence[RequestSpec], ks: Sequence[int], bat
         s = res.summary
         queue_tok_s = burst_throughput(lengths, lengths, edges, fit.model, batch_size)
         token_tok_s = burst_throughput_token_level(specs, edges, fit.model, batch_size)
+        step_tok_s = simulate_with_cost(specs, edges, step_cost, batch_size) if step_cost is not None else None
+        num_batches, num_partial = batch_counts(lengths, edges, batch_size)
         rows.append({"k": k, "engine_tok_s": s.output_tokens_per_s, "engine_req_s": s.requests_per_s,
                      "engine_duration_s": s.duration_s, "padding_waste": s.padding_waste,
-                     "num_steps": res.collector.num_steps, "token_sim_tok_s": token_tok_s,
-                     "token_sim_req_s": token_tok_s * len(specs) / total, "queue_sim_tok_s": queue_tok_s,
-                     "queue_sim_req_s": queue_tok_s * len(specs) / total})
+                     "num_steps": res.collector.num_steps, "num_batches": num_batches, "num_partial": num_partial,
+                     "token_sim_tok_s": token_tok_s, "queue_sim_tok_s": queue_tok_s, "calibrated_sim_tok_s": step_tok_s})
         log(f"  figure 7: k={k}: engine {s.output_tokens_per_s:.1f} tok/s ({s.duration_s:.1f} s), token-level sim "
             f"{token_tok_s:.1f}, queue sim {queue_tok_s:.1f} ({time.perf_counter() - t0:.1f} s wall)")
     return rows
@@ -138,7 +161,7 @@ def run_engine_reproduction(out_dir: Path, *, num_requests: int = 128, ks: tuple
                             seed: int = 0, progress: bool = True, model_dir: Path | None = None,
                             preset: str = "bench-30m", batch_size: int = 8, max_tokens: int = 1024,
                             fig5_tokens: Sequence[int] = FIG5_TOKENS, fig5_repeats: int = 2, threads: int = 1,
-                            command: str | None = None) -> dict:
+                            calibrated: bool = True, command: str | None = None) -> dict:
     """Measure Figures 5 and 7 on the engine; write ``out_dir/multibin_engine.md``; return the numbers.
 
     ``model_dir`` None makes the ``preset`` checkpoint in a temporary folder (a few seconds).
@@ -160,23 +183,54 @@ def run_engine_reproduction(out_dir: Path, *, num_requests: int = 128, ks: tuple
             t0 = time.perf_counter()
             fig5 = measure_figure5(loaded, specs, fig5_tokens, fig5_repeats, batch_size, log)
             t5 = time.perf_counter() - t0
-            fig7 = measure_figure7(loaded, specs, ks, batch_size, fig5["fit"], log)
-            t7 = time.perf_counter() - t0 - t5
+            step_cost, cal_error = _calibrate(loaded, log) if calibrated else (None, "")
+            t_cal = time.perf_counter() - t0 - t5
+            fig7 = measure_figure7(loaded, specs, ks, batch_size, fig5["fit"], step_cost, log)
+            t7 = time.perf_counter() - t0 - t5 - t_cal
     finally:
         torch.set_num_threads(old_threads)
     lengths = np.array([s.num_output_tokens for s in specs])
+    full = full_size_line(loaded.tokenizer, fig5["fit"], batch_size, max_tokens, seed)
     result = {"model": "given folder" if model_dir is not None else preset, "model_dir": str(model_dir or ""),
               "num_params": sum(p.numel() for p in loaded.model.parameters()), "threads": threads,
               "num_requests": num_requests, "seed": seed, "batch_size": batch_size, "max_tokens": max_tokens,
               "ks": tuple(ks), "mean_output_tokens": float(lengths.mean()), "max_output_tokens": int(lengths.max()),
               "total_output_tokens": int(lengths.sum()), "fig5": fig5, "fig7": fig7,
-              "fig5_wall_s": t5, "fig7_wall_s": t7,
+              "full_size_line": full, "fig5_wall_s": t5, "fig7_wall_s": t7, "calibration_wall_s": t_cal,
+              "calibrated": None if step_cost is None else {
+                  "c_step_s": step_cost.c_step, "c_token_s": step_cost.c_token, "c_row_s": step_cost.c_row,
+                  "c_decode_ctx_s": step_cost.c_decode_ctx, "c_prefill_attn_s": step_cost.c_prefill_attn, "fit_error": cal_error},
               "command": command or f"servelab reproduce multibin-engine --num-requests {num_requests} "
                                     f"--ks {','.join(map(str, ks))} --seed {seed} --out {out_dir}"}
     from servelab.reproduce.multibin_engine_report import write_engine_report
 
     write_engine_report(Path(out_dir), result)
     return result
+
+
+def full_size_line(tokenizer, fit: LinearFit, batch_size: int, max_tokens: int, seed: int,
+                   ks: Sequence[int] = (1, 2, 4, 8, 16, 32)) -> dict:
+    """Queue simulator with the measured line on every GSM8K request (the paper's size), per k: tok/s."""
+    specs = gsm8k_requests(tokenizer, len(_gsm8k_records()), seed, max_tokens)
+    lengths = np.array([s.num_output_tokens for s in specs])
+    tok_s = [burst_throughput(lengths, lengths, quantile_edges(lengths, k), fit.model, batch_size) for k in ks]
+    return {"ks": tuple(ks), "num_requests": len(specs), "tok_s": tok_s}
+
+
+def _gsm8k_records(path: Path | None = None) -> list[dict]:
+    from servelab.workloads._parse import read_jsonl
+
+    return read_jsonl(path or gsm8k_path(), ("question", "answer"))[1]
+
+
+def _calibrate(loaded, log):
+    """Per-step ``LinearCostModel`` of this machine and checkpoint (``servelab calibrate``'s default grid)."""
+    from servelab.engine.calibrate import calibrate
+
+    log("calibrating the per-step cost model (servelab calibrate, default grid)")
+    model, error, _ = calibrate(loaded)
+    log(f"  calibration fit: {error}")
+    return model, str(error)
 
 
 def _make_preset(folder: Path, preset: str, log) -> Path:

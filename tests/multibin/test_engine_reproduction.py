@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from servelab.analysis.binning import BinEdges
 from servelab.engine.tiny_model import gsm8k_texts, make_tiny_model, train_tokenizer
 from servelab.reproduce.multibin_engine import gsm8k_requests, multibin_policy, run_engine_reproduction
-from servelab.analysis.binning import BinEdges
+from servelab.reproduce.multibin_engine_summary import engine_rows, engine_section, load_engine_summary
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +27,8 @@ def test_engine_reproduction_small(tiny_model_dir, tmp_path):
     assert [row["k"] for row in result["fig7"]] == [1, 2]
     for row in result["fig7"]:
         assert row["engine_req_s"] > 0 and row["engine_tok_s"] > 0
-        assert row["token_sim_tok_s"] > 0 and row["queue_sim_tok_s"] > 0
+        assert row["token_sim_tok_s"] > 0 and row["queue_sim_tok_s"] > 0 and row["calibrated_sim_tok_s"] > 0
+        assert row["num_batches"] >= 2  # 16 requests in batches of 8
         # every request finished (run_engine raises otherwise): 16 requests over the measured duration
         assert row["engine_req_s"] * row["engine_duration_s"] == pytest.approx(16, rel=1e-6)
     # the two simulators agree on the same requests with the same line (padded batches, t = 0 burst)
@@ -34,6 +37,15 @@ def test_engine_reproduction_small(tiny_model_dir, tmp_path):
     assert "Figure 5" in text and "Figure 7" in text and "measured" in text
     assert "servelab reproduce multibin-engine --num-requests 16" in text
     assert (tmp_path / "multibin" / "fig5_fig7_engine.png").stat().st_size > 0
+    summary = json.loads((tmp_path / "multibin_engine.json").read_text())
+    assert summary["fit"]["per_token_s"] > 0 and [row["k"] for row in summary["fig7"]] == [1, 2]
+    assert summary["full_size_line"]["num_requests"] == 7473 and all(t > 0 for t in summary["full_size_line"]["tok_s"])
+    # multibin.md quotes the JSON: a measured section and two paper-vs-ours rows
+    loaded = load_engine_summary(tmp_path / "multibin_engine.json")
+    section = engine_section(loaded)
+    assert section.startswith("## Figure 5 and Figure 7 on our engine (measured)") and "| 2 |" in section
+    assert [row[0].split(":")[0] for row in engine_rows(loaded)] == ["Fig. 5", "Fig. 7 on a real engine"]
+    assert load_engine_summary(tmp_path / "missing.json") is None and engine_section(None) == ""
 
 
 def test_gsm8k_requests_caps_and_seeds(tiny_model_dir):
