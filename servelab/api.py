@@ -56,7 +56,8 @@ class SimulationOutput:
     def to_dict(self) -> dict[str, Any]:
         return {"policy": self.policy, "wall_s": self.wall_s, "cpu_s": self.cpu_s,
                 "simulated_tokens_per_cpu_s": self.simulated_tokens_per_cpu_s,
-                "conserved": self.result.conserved, **self.summary.to_dict()}
+                "conserved": self.result.conserved, **self.summary.to_dict(),
+                "policy_reports": {str(k): v for k, v in self.result.policy_reports.items()}}
 
 
 def load_workload(spec: str, *, data_dir: Path | str = DEFAULT_DATA_DIR, seed: int = 0) -> list[RequestSpec]:

@@ -33,6 +33,7 @@ class SimResult:
     collector: Any
     transfers: list[tuple[int, int, float, float, float]] = field(default_factory=list)
     unfinished: list[int] = field(default_factory=list)
+    policy_reports: dict[int, dict] = field(default_factory=dict)  # per instance, from policies with report()
 
     @property
     def num_output_tokens(self) -> int:
@@ -331,8 +332,10 @@ class Simulation:
         unfinished = [r.request_id for r in self.requests if not r.status.is_terminal]
         busy = list(self.busy_s)
         first = self.specs[0].arrival_time_s if self.specs else 0.0
+        reports = {inst.runtime.instance_id: inst.policy.report() for inst in self.instances
+                   if callable(getattr(inst.policy, "report", None))}
         return SimResult(self.requests, len(self.instances), self.now_s - first, wall_s, busy, self.collector,
-                         self.transfers, unfinished=unfinished)
+                         self.transfers, unfinished=unfinished, policy_reports=reports)
 
 
 def simulate(workload: Sequence[RequestSpec], cluster: ClusterConfig, *, cost_model=None, fast_forward: bool = True,

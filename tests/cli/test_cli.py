@@ -56,3 +56,11 @@ def test_analyze_multibin_prints_closed_forms():
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert len(out["rows"]) == 3 and out["c_max"] > 0
+
+
+def test_policy_monitor_figures_are_exported(tmp_path):
+    """BucketServe's global monitor (memory, queue, arrival rate, lengths, batch latency) lands in results."""
+    res = runner.invoke(app, ["simulate", "-w", SMALL, "-p", "bucketserve", "--json", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)["policy_reports"]["0"]
+    assert report["num_arrivals"] == 60 and report["avg_seq_len"] > 0 and "bucket_edges" in report
