@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from servelab.engine.attention import PaddedMetadata, PrefillChunk, RaggedMetadata
+from servelab.engine.attention import GatherWorkspace, PaddedMetadata, PrefillChunk, RaggedMetadata
 from servelab.engine.kv_cache import PagedKVCache
 from servelab.engine.model import Model
 from servelab.engine.sampling import GREEDY, Sampler, SamplingParams
@@ -57,7 +57,8 @@ def _padded_tables(tables: Sequence[Sequence[int]], width: int, device: torch.de
     return torch.tensor(rows, dtype=torch.long, device=device)  # [B, width]
 
 
-def build_ragged(chunks: Sequence[SeqChunk], block_size: int, device: torch.device
+def build_ragged(chunks: Sequence[SeqChunk], block_size: int, device: torch.device,
+                 workspace: GatherWorkspace | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor, RaggedMetadata, list[SeqChunk]]:
     """Flatten chunks (decodes first) into input_ids [T], positions [T] and metadata."""
     _check(chunks, block_size)
@@ -94,13 +95,13 @@ def build_ragged(chunks: Sequence[SeqChunk], block_size: int, device: torch.devi
     meta = RaggedMetadata(slot_mapping=torch.cat(slots),
                           logits_indices=torch.tensor(logits_rows, dtype=torch.long, device=device),
                           num_decodes=len(decodes), decode_block_tables=decode_tables, decode_mask=decode_mask,
-                          prefills=tuple(chunk_meta))
+                          prefills=tuple(chunk_meta), workspace=workspace)
     sampled = [c for c in ordered if c.sample]
     return torch.tensor(ids, dtype=torch.long, device=device), positions.to(device), meta, sampled
 
 
 def build_padded(chunks: Sequence[SeqChunk], num_rows: int, row_tokens: int, context_tokens: int,
-                 block_size: int, device: torch.device
+                 block_size: int, device: torch.device, workspace: GatherWorkspace | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor, PaddedMetadata, list[SeqChunk]]:
     """Dense [num_rows, row_tokens] batch; rows past the chunks are pure padding."""
     _check(chunks, block_size)
@@ -132,7 +133,8 @@ def build_padded(chunks: Sequence[SeqChunk], num_rows: int, row_tokens: int, con
     mask = keys.view(1, 1, -1) <= last_key.to(device).unsqueeze(2)  # [B, S, C]
     meta = PaddedMetadata(block_tables=tables, mask=mask.unsqueeze(1), write_rows=write_rows_t,
                           write_slots=write_slots,
-                          logits_indices=torch.tensor(logits_rows, dtype=torch.long, device=device))
+                          logits_indices=torch.tensor(logits_rows, dtype=torch.long, device=device),
+                          workspace=workspace)
     return ids.to(device), positions.to(device), meta, [c for c in chunks if c.sample]
 
 
@@ -145,13 +147,14 @@ class ModelRunner:
         self.kv_cache = kv_cache
         self.device = kv_cache.device
         self.sampler = sampler or Sampler(device=self.device)
+        self.workspace = GatherWorkspace()  # reused by every layer of every step
 
     @torch.inference_mode()
     def compute_logits(self, chunks: Sequence[SeqChunk]) -> tuple[list[int], torch.Tensor]:
         """Request ids of the sampled chunks, and their logits [R, vocab] float32 in that order."""
         if not chunks:
             return [], torch.empty(0, self.model.config.vocab_size)
-        ids, positions, meta, sampled = build_ragged(chunks, self.kv_cache.block_size, self.device)
+        ids, positions, meta, sampled = build_ragged(chunks, self.kv_cache.block_size, self.device, self.workspace)
         logits = self.model(ids, positions, self.kv_cache.kv, meta)
         return [c.request_id for c in sampled], logits
 
@@ -159,7 +162,7 @@ class ModelRunner:
     def compute_logits_padded(self, chunks: Sequence[SeqChunk], num_rows: int, row_tokens: int,
                               context_tokens: int) -> tuple[list[int], torch.Tensor]:
         ids, positions, meta, sampled = build_padded(chunks, num_rows, row_tokens, context_tokens,
-                                                     self.kv_cache.block_size, self.device)
+                                                     self.kv_cache.block_size, self.device, self.workspace)
         logits = self.model.forward_padded(ids, positions, self.kv_cache.kv, meta)
         return [c.request_id for c in sampled], logits
 
