@@ -246,7 +246,7 @@ class InstanceRuntime:
         self._outstanding -= sum(plan.num_tokens)
         stopped = dict(result.stopped_ids) if result.stopped_ids else None
         sampled = result.sampled_token_ids
-        emitted, leaving = out.emitted, []
+        emitted = out.emitted
         decoding = RequestStatus.DECODING
         for req, n in zip(batch, plan.num_tokens):
             computed = req.num_computed_tokens + n
@@ -262,17 +262,11 @@ class InstanceRuntime:
                 req.status = decoding
                 emitted.append(req)
                 if generated >= req.max_output_tokens or (stopped and req.request_id in stopped):
-                    reason = stopped.get(req.request_id, "length") if stopped else "length"
-                    req.finish(RequestStatus.FINISHED, now_s, reason)
-                    out.finished.append(req)
-                    leaving.append(req)
+                    _leave(out, req, now_s, stopped.get(req.request_id, "length") if stopped else "length")
                     continue
             if req.handoff_at_tokens is not None and computed >= req.handoff_at_tokens:
-                req.status = RequestStatus.TRANSFERRING
-                out.handed_off.append(req)
-                leaving.append(req)
-        for req in leaving:
-            self._remove(req)
+                _leave(out, req, now_s, None)
+        self._remove_leavers(out)
         return out
 
     def fast_forward_decodes(self, batch: list[Request], num_steps: int, step_end_times_s: list[float], *,
@@ -287,7 +281,6 @@ class InstanceRuntime:
         out = StepOutcome(emitted=list(batch))
         allocate, reserved = self.blocks.allocate, self.blocks.num_reserved_tokens
         now_s = step_end_times_s[-1]
-        leaving = []
         for req in batch:
             extra = num_steps - reserved(req.request_id) + req.num_computed_tokens
             if extra > 0:
@@ -298,16 +291,17 @@ class InstanceRuntime:
             if not final:
                 continue
             if req.num_generated_tokens >= req.max_output_tokens:
-                req.finish(RequestStatus.FINISHED, now_s, "length")
-                out.finished.append(req)
-                leaving.append(req)
+                _leave(out, req, now_s, "length")
             elif req.handoff_at_tokens is not None and req.num_computed_tokens >= req.handoff_at_tokens:
-                req.status = RequestStatus.TRANSFERRING
-                out.handed_off.append(req)
-                leaving.append(req)
-        for req in leaving:
-            self._remove(req)
+                _leave(out, req, now_s, None)
+        self._remove_leavers(out)
         return out
+
+    def _remove_leavers(self, out: StepOutcome) -> None:
+        for req in out.finished:
+            self._remove(req)
+        for req in out.handed_off:
+            self._remove(req)
 
     def reserve_decode_slots(self, batch: list[Request]) -> None:
         """KV slots for one more decode token of each request (a step in flight, simulator only)."""
@@ -319,6 +313,16 @@ class InstanceRuntime:
             assert 0 <= req.num_computed_tokens <= req.num_tokens, f"request {req.request_id}: bad token counts"
             assert not req.status.is_terminal, f"request {req.request_id} ended but still on instance"
         assert self._outstanding == sum(_owed(r) for r in self._by_id.values()), "outstanding-token total drifted"
+
+
+def _leave(out: StepOutcome, req: Request, now_s: float, finish_reason: str | None) -> None:
+    """A request ends its time here: finished with ``finish_reason``, or (None) handed off."""
+    if finish_reason is not None:
+        req.finish(RequestStatus.FINISHED, now_s, finish_reason)
+        out.finished.append(req)
+    else:
+        req.status = RequestStatus.TRANSFERRING
+        out.handed_off.append(req)
 
 
 def _owed(req: Request) -> int:
