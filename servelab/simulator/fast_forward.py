@@ -24,7 +24,10 @@ MIN_JUMP_STEPS = 3  # below this, stepping one by one is cheaper
 
 
 def steps_until_exit(batch: list[Request]) -> int:
-    """Steps until the first request finishes or reaches its hand-off point (that step included)."""
+    """Steps until the first request finishes or reaches its hand-off point (that step included).
+
+    Stops scanning as soon as a request is that close that no jump is worth it.
+    """
     horizon = 1 << 30
     for req in batch:
         left = req.max_output_tokens - req.num_generated_tokens
@@ -32,6 +35,8 @@ def steps_until_exit(batch: list[Request]) -> int:
             left = min(left, req.handoff_at_tokens - req.num_computed_tokens)
         if left < horizon:
             horizon = left
+            if horizon < MIN_JUMP_STEPS:
+                break
     return horizon
 
 
