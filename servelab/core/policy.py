@@ -50,7 +50,8 @@ class SchedulingPolicy(ABC):
 
     ``stable_under_decode``: a policy sets this when, having returned a plan that decodes
     every running request and nothing else, it would return the same plan at every later
-    step until an arrival, a completion or a KV-block shortage. The simulator then
+    step until an arrival, a completion or a KV-block shortage (for a padded decode plan: the
+    same rows, the padded context one token longer each step). The simulator then
     fast-forwards such stretches in one vectorised jump; the result is identical.
     """
 

@@ -32,6 +32,9 @@ class StaticConfig:
 @POLICIES.register("static")
 class StaticBatchingPolicy(SchedulingPolicy):
     Config = StaticConfig
+    # a held batch decodes the same rows every step until one finishes, and its padded length
+    # grows by one per step: the simulator may fast-forward such stretches
+    stable_under_decode = True
 
     def __init__(self, config: StaticConfig = StaticConfig()) -> None:
         self.config = config
@@ -57,9 +60,11 @@ class StaticBatchingPolicy(SchedulingPolicy):
         return self._form_batch(now_s, state)
 
     def _decode_step(self) -> StepPlan:
+        """Every live row decodes; the dense batch keeps all formed rows (finished ones too) at
+        the padded length max prompt + tokens generated so far, as a static engine does."""
         rows = [r for r in self._batch if r.num_pending_tokens == 1]
-        longest = max(r.num_tokens for r in self._batch)
-        pad = PaddedBatch(num_rows=self._num_rows, row_tokens=1, context_tokens=max(longest, self._max_prompt))
+        context = self._max_prompt + self._batch[0].num_generated_tokens
+        pad = PaddedBatch(num_rows=self._num_rows, row_tokens=1, context_tokens=context)
         return StepPlan(tuple(r.request_id for r in rows), tuple(1 for _ in rows), padding=pad)
 
     def _form_batch(self, now_s: float, state: InstanceState) -> StepPlan:

@@ -12,7 +12,7 @@ and a request placed on it cuts the run short at the step then in flight.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -48,16 +48,23 @@ def steps_within_memory(instance: InstanceRuntime, num_rows: int) -> int:
 
 
 def is_full_decode(plan: StepPlan, shape: StepShape, instance: InstanceRuntime) -> bool:
+    """Every running request decodes one token and nothing else happens (a padded decode
+    batch qualifies: its rows stay fixed and only the padded context grows)."""
     return (
         shape.num_decodes == len(instance.running) == len(plan.request_ids)
         and not shape.prefill_tokens
-        and plan.padding is None
+        and (plan.padding is None or plan.padding.row_tokens == 1)
         and not (plan.preempt_ids or plan.swap_out_ids or plan.swap_in_ids or plan.reject)
     )
 
 
 def plan_jump(cost_model, shape: StepShape, num_steps: int, now_s: float) -> np.ndarray:
     """End times of ``num_steps`` decode steps of ``shape``'s batch, contexts growing by one."""
+    pad = shape.padding
+    if pad is not None:  # dense padded decode: the padded context grows by one per step
+        durations = np.fromiter((cost_model.step_time_s(replace(shape, padding=replace(
+            pad, context_tokens=pad.context_tokens + i))) for i in range(num_steps)), float, num_steps)
+        return now_s + np.cumsum(durations)
     n = shape.num_decodes
     context_sums = shape.decode_context_sum + n * np.arange(num_steps, dtype=np.int64)
     return now_s + np.cumsum(cost_model.decode_step_times_s(n, context_sums))

@@ -79,3 +79,17 @@ def test_distserve_hands_every_request_to_a_decode_instance():
     assert all(r.num_transfers == 1 for r in multi)
     assert all(r.instance_id in (2, 3) for r in multi)
     assert len(res.transfers) == len(multi)
+
+
+def test_fast_forward_of_padded_static_batches_matches_step_by_step():
+    wl = random_workload(200, seed=6, rate=30)
+    cluster = single_instance("static", policy_params={"batch_size": 8})
+    fast = simulate(wl, cluster, cost_model=ToyCostModel(), fast_forward=True)
+    slow = simulate(wl, cluster, cost_model=ToyCostModel(), fast_forward=False)
+    assert fast.conserved and slow.conserved
+    for a, b in zip(_token_times(fast), _token_times(slow)):
+        assert len(a) == len(b)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-9)
+    f, s = fast.collector.steps, slow.collector.steps
+    assert f.num_padding_tokens.sum() == s.num_padding_tokens.sum()
+    assert len(f.duration_s) < len(s.duration_s)
