@@ -34,7 +34,6 @@ class InstanceLimits:
 class StepOutcome:
     """What changed in one step, for the cluster layer and the metrics."""
 
-    emitted: list[Request] = field(default_factory=list)  # requests that got a token
     finished: list[Request] = field(default_factory=list)
     handed_off: list[Request] = field(default_factory=list)  # leave for another instance
 
@@ -246,7 +245,6 @@ class InstanceRuntime:
         self._outstanding -= sum(plan.num_tokens)
         stopped = dict(result.stopped_ids) if result.stopped_ids else None
         sampled = result.sampled_token_ids
-        emitted = out.emitted
         decoding = RequestStatus.DECODING
         for req, n in zip(batch, plan.num_tokens):
             computed = req.num_computed_tokens + n
@@ -260,7 +258,6 @@ class InstanceRuntime:
                     if token is not None:
                         req.output_token_ids.append(token)
                 req.status = decoding
-                emitted.append(req)
                 if generated >= req.max_output_tokens or (stopped and req.request_id in stopped):
                     _leave(out, req, now_s, stopped.get(req.request_id, "length") if stopped else "length")
                     continue
@@ -278,7 +275,7 @@ class InstanceRuntime:
         (requests that reach their length or hand-off point leave), so a run costs one pass.
         """
         self._outstanding -= num_steps * len(batch)
-        out = StepOutcome(emitted=list(batch))
+        out = StepOutcome()
         allocate, reserved = self.blocks.allocate, self.blocks.num_reserved_tokens
         now_s = step_end_times_s[-1]
         for req in batch:

@@ -63,7 +63,7 @@ class PlanBuilder:
         self.preempt: list[int] = []
         self.swap_out: list[int] = []
         self.reject: list[tuple[int, str]] = []
-        self._gone: set[int] = set()
+        self.evicted: set[int] = set()  # preempted or swapped out by this plan
 
     @property
     def rows_left(self) -> int:
@@ -136,15 +136,16 @@ class PlanBuilder:
         else:
             self.preempt.append(victim.request_id)
         self.free_blocks += held
-        self._gone.add(victim.request_id)
+        self.evicted.add(victim.request_id)
 
     def build(self, **extra) -> StepPlan:
         return StepPlan(tuple(self.ids), tuple(self.counts), preempt_ids=tuple(self.preempt),
                         swap_out_ids=tuple(self.swap_out), reject=tuple(self.reject), **extra)
 
 
-def sorted_by(requests: Sequence[Request], key: OrderKey, *, already_fcfs: bool) -> Sequence[Request]:
-    """The queue in policy order; FCFS queues are returned as they are (read-only, no copy)."""
-    if already_fcfs and key is fcfs_key:
+def sorted_by(requests: Sequence[Request], key: OrderKey) -> Sequence[Request]:
+    """The queue in policy order; queues are kept in FCFS order, so FCFS returns them as they
+    are (read-only, no copy)."""
+    if key is fcfs_key:
         return requests
     return sorted(requests, key=key)

@@ -35,14 +35,13 @@ class SarathiPolicy(ContinuousBatchingPolicy):
         rejected = {rid for rid, _ in rejects}
         b = PlanBuilder(state, token_budget=max(budget, len(state.running)))
         b.reject = rejects
-        running = sorted_by(state.running, self._key, already_fcfs=True)
+        running = sorted_by(state.running, self._key)
         b.add_decodes(running, swap=self.config.preemption == "swap")
         b.token_budget = max(budget, b.num_tokens)
-        gone = set(b.preempt) | set(b.swap_out)
         for req in running:
-            if not is_decode(req) and req.request_id not in gone and b.tokens_left > 0:
+            if not is_decode(req) and req.request_id not in b.evicted and b.tokens_left > 0:
                 b.try_add(req, min(req.num_pending_tokens, b.tokens_left))
-        for req in sorted_by(state.waiting, self._key, already_fcfs=True):
+        for req in sorted_by(state.waiting, self._key):
             if req.request_id in rejected:
                 continue
             if b.tokens_left < 1 or not b.try_add(req, min(req.num_pending_tokens, b.tokens_left), new_request=True):

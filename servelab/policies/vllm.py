@@ -57,14 +57,14 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
     def schedule(self, now_s: float, state: InstanceState) -> StepPlan:
         rejects = self._rejections(state)
         rejected = {rid for rid, _ in rejects}
-        waiting = sorted_by(state.waiting, self._key, already_fcfs=True)
+        waiting = sorted_by(state.waiting, self._key)
         if rejected:
             waiting = [r for r in waiting if r.request_id not in rejected]
         # a prompt longer than the step limit runs alone rather than blocking the queue forever
         budget = max(state.max_batch_tokens, waiting[0].num_pending_tokens if waiting else 0)
         b = PlanBuilder(state, token_budget=budget)
         b.reject = rejects
-        running = sorted_by(state.running, self._key, already_fcfs=True)
+        running = sorted_by(state.running, self._key)
         admitted_prefill = False
         for req in waiting:
             if not b.try_add(req, req.num_pending_tokens, new_request=True):

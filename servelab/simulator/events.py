@@ -30,9 +30,6 @@ class EventQueue:
         time_s, kind, _, payload = heapq.heappop(self._heap)
         return time_s, EventKind(kind), payload
 
-    def peek_time_s(self) -> float:
-        return self._heap[0][0] if self._heap else float("inf")
-
     def peek_key(self) -> tuple[float, int]:
         """(time, kind) of the next event, for merging with an outside stream of arrivals."""
         return (self._heap[0][0], self._heap[0][1]) if self._heap else (float("inf"), 0)

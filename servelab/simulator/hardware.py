@@ -14,7 +14,7 @@ class SimInstanceModel:
     kv_config: KVCacheConfig
     cost: Any  # CostModel: step_time_s(shape), decode_step_times_s(n, context_sums)
     kv_bytes_per_token: float
-    peak_flops: float
+    peak_flops: float  # of the whole instance (tp x pp GPUs), for MFU
     flops_per_token: float  # linear-layer FLOPs per token, for the MFU estimate
 
 
@@ -39,6 +39,6 @@ def build_instance_model(group: InstanceGroup, cost_override: Any = None) -> Sim
 
         cost = roofline_for(group.gpu, group.model, tp=group.tp, pp=group.pp)
     model = get_model(group.model)
-    gpu = get_gpu(group.gpu)
-    return SimInstanceModel(kv_cache_config(spec), cost, kv_bytes_per_token(spec), gpu.peak_flops * group.tp * group.pp,
+    peak_flops = get_gpu(group.gpu).peak_flops * group.tp * group.pp
+    return SimInstanceModel(kv_cache_config(spec), cost, kv_bytes_per_token(spec), peak_flops,
                             float(model.flops_per_token))

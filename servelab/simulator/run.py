@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from servelab.cluster.config import ClusterConfig, InstanceGroup
+from servelab.cluster.config import ClusterConfig
 from servelab.core.instance import InstanceLimits, InstanceRuntime, StepOutcome
 from servelab.core.plan import StepPlan, StepResult, StepShape
 from servelab.core.policy import POLICIES, ROUTERS, Placement, SchedulingPolicy
@@ -47,15 +47,12 @@ class SimResult:
 class _Instance:
     """Simulator-side wrapper: runtime + policy + cost model + the step in flight."""
 
-    __slots__ = ("runtime", "policy", "model", "busy", "plan", "batch", "wakeup_s", "group", "step_start_s",
-                 "run", "version")
+    __slots__ = ("runtime", "policy", "model", "busy", "plan", "batch", "wakeup_s", "step_start_s", "run", "version")
 
-    def __init__(self, runtime: InstanceRuntime, policy: SchedulingPolicy, model: SimInstanceModel,
-                 group: InstanceGroup) -> None:
+    def __init__(self, runtime: InstanceRuntime, policy: SchedulingPolicy, model: SimInstanceModel) -> None:
         self.runtime = runtime
         self.policy = policy
         self.model = model
-        self.group = group
         self.busy = False
         self.plan: StepPlan | None = None
         self.batch: list[Request] = []
@@ -87,7 +84,7 @@ class Simulation:
             runtime = InstanceRuntime(iid, model.kv_config, InstanceLimits(group.max_batch_tokens, group.max_num_seqs),
                                       group.role)
             policy = POLICIES.create(group.policy, dict(group.policy_params))
-            self.instances.append(_Instance(runtime, policy, model, group))
+            self.instances.append(_Instance(runtime, policy, model))
         self.view = _ClusterView(self.instances)
         self.router = ROUTERS.create(cluster.router, dict(cluster.router_params))
         self.events = EventQueue()
