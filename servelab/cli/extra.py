@@ -21,7 +21,7 @@ def _reproduce(module: str, out: Path, reduced: bool, seed: int, json_out: bool)
     import importlib
 
     with user_errors():
-        mod = importlib.import_module(f"servelab.reproduce.{module}")
+        mod = importlib.import_module(f"servelab.designs.{module}.reproduce.run")
         result = mod.run_reproduction(out, reduced=reduced, seed=seed, progress=not json_out)
     if json_out:
         emit_json(result)
@@ -57,7 +57,7 @@ def reproduce_multibin_engine(
             k_values = tuple(int(k) for k in ks.split(",") if k.strip())
         except ValueError:
             raise ValueError(f"--ks must be comma-separated integers, got {ks!r}") from None
-        from servelab.reproduce.multibin_engine import run_engine_reproduction  # imports torch
+        from servelab.designs.multibin.reproduce.engine import run_engine_reproduction  # imports torch
 
         command = (f"servelab reproduce multibin-engine --num-requests {num_requests} --ks {ks} --seed {seed} "
                    f"--out {out}" + (f" --model {model}" if model else ""))
@@ -90,7 +90,7 @@ def analyze_multibin(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Throughput_k (Thm 4.2), c_max (Eq. 5), k(eps) (Thm 4.3), latency (Lemma 5.1), exponential bound."""
-    from servelab.analysis.multibin_theory import analyze, format_analysis
+    from servelab.designs.multibin.theory import analyze, format_analysis
 
     with user_errors():
         result = analyze(distribution, lmin=lmin, lmax=lmax, mu=mu, batch_size=batch_size, k_max=k_max, eps=eps,

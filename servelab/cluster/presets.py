@@ -2,7 +2,7 @@
 
 Most policies run on every instance of a homogeneous cluster behind a least-loaded router.
 Designs that shape the cluster itself (DistServe's prefill/decode split, BucketServe's P/D
-pools, Multi-Bin's central batch queue) register a preset builder here instead, so the CLI
+pools, Multi-Bin's central batch queue) register a preset builder from their own module, so the CLI
 and the API stay one line: ``cluster_for("distserve", num_instances=4, gpu=..., model=...)``.
 """
 
@@ -45,7 +45,7 @@ def cluster_for(policy_spec: str, *, num_instances: int = 1, link: LinkSpec | No
                          router=router, link=link)
 
 
-def _pd_cluster(name: str, policy: str, num_instances: int, params: dict[str, Any], group: dict[str, Any],
+def pd_cluster(name: str, policy: str, num_instances: int, params: dict[str, Any], group: dict[str, Any],
                 link: LinkSpec) -> ClusterConfig:
     """Prefill and decode pools (half each by default, ``num_prefill`` to choose) behind the
     ``distserve`` router, which hands each request over with its KV after the first token."""
@@ -60,33 +60,9 @@ def _pd_cluster(name: str, policy: str, num_instances: int, params: dict[str, An
     ), router="distserve", link=link)
 
 
-@register_preset("distserve")
-def _distserve(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkSpec) -> ClusterConfig:
-    """DistServe: vLLM scheduling on both pools."""
-    return _pd_cluster("distserve", "vllm", num_instances, params, group, link)
-
-
-@register_preset("bucketserve-pd")
-def _bucketserve_pd(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkSpec) -> ClusterConfig:
-    """BucketServe's deployment: bucket batches on prefill instances, KV over the link,
-    continuous batching on decode instances."""
-    return _pd_cluster("bucketserve-pd", "bucketserve", num_instances, params, group, link)
-
-
-@register_preset("multibin")
-def _multibin(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkSpec) -> ClusterConfig:
-    """One instance: the ``multibin`` policy does it all. Several: bins and the central batch
-    queue move into the ``multibin`` router, and every instance runs whole batches it is given."""
-    if num_instances == 1:
-        return ClusterConfig(groups=(InstanceGroup(policy="multibin", policy_params=params, **group),), link=link)
-    replica = {k: v for k, v in params.items() if k == "settle_s"}
-    router = {k: v for k, v in params.items() if k != "settle_s"}
-    return ClusterConfig(groups=(InstanceGroup(count=num_instances, policy="multibin_replica", policy_params=replica,
-                                               **group),), router="multibin", router_params=router, link=link)
-
-
 def _load_preset_modules() -> None:
-    """Designs register presets in their router modules; importing the routers loads them."""
+    """Designs and baselines register presets in their own modules; loading the registries
+    imports them."""
     from servelab.core.policy import ROUTERS
 
     ROUTERS.names()

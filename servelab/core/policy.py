@@ -118,5 +118,6 @@ class Router(ABC):
         return None
 
 
-POLICIES: Registry[SchedulingPolicy] = Registry("policy", "servelab.policies")
-ROUTERS: Registry[Router] = Registry("router", "servelab.routers")
+_PLUGINS = ("servelab.baselines", "servelab.designs")
+POLICIES: Registry[SchedulingPolicy] = Registry("policy", _PLUGINS)
+ROUTERS: Registry[Router] = Registry("router", _PLUGINS)

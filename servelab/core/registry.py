@@ -1,7 +1,8 @@
 """Name -> class registries for policies, routers and cost models.
 
 Each policy module registers itself with a decorator, and ``load_plugins`` imports every
-module of a package, so adding a policy touches one file. A registered class may define a
+module of the plugin packages (``servelab.baselines`` and every design folder under
+``servelab.designs``), so adding a policy touches its own folder only. A registered class may define a
 nested frozen ``Config`` dataclass; ``create`` builds it from keyword parameters (strings
 from the CLI are converted to the field's type) so bad parameters fail with a clear error.
 """
@@ -22,10 +23,10 @@ class RegistryError(ValueError):
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str, plugin_package: str | None = None) -> None:
+    def __init__(self, kind: str, plugin_packages: tuple[str, ...] = ()) -> None:
         self.kind = kind
-        self._plugin_package = plugin_package
-        self._loaded = plugin_package is None
+        self._plugin_packages = plugin_packages
+        self._loaded = not plugin_packages
         self._classes: dict[str, type[T]] = {}
 
     def register(self, name: str):
@@ -41,7 +42,8 @@ class Registry(Generic[T]):
     def _ensure_loaded(self) -> None:
         if not self._loaded:
             self._loaded = True
-            load_plugins(self._plugin_package)
+            for package in self._plugin_packages:
+                load_plugins(package)
 
     def names(self) -> list[str]:
         self._ensure_loaded()
@@ -62,6 +64,8 @@ class Registry(Generic[T]):
 
 
 def load_plugins(package: str) -> None:
+    """Import every public module and sub-package of ``package`` (a design's ``__init__``
+    imports the modules that register its policy and router)."""
     pkg = importlib.import_module(package)
     for info in pkgutil.iter_modules(pkg.__path__):
         if not info.name.startswith("_"):

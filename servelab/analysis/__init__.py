@@ -1,1 +1,0 @@
-"""Queueing analysis: Multi-Bin closed forms, service-time distributions, the batch-level queue simulator."""

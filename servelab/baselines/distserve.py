@@ -1,0 +1,40 @@
+"""DistServe-style prefill/decode disaggregation.
+
+Arrivals go to the prefill instance with the least outstanding work; each request is handed
+off once its prompt is computed and its first token emitted, and continues on the decode
+instance with the most free KV blocks (its KV crosses the cluster link on the way).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servelab.cluster.config import ClusterConfig
+from servelab.cluster.presets import pd_cluster, register_preset
+from servelab.core.policy import ROUTERS, ClusterState, InstanceState, Placement, Router
+from servelab.core.request import Request
+from servelab.costmodel.links import LinkSpec
+
+
+@ROUTERS.register("distserve")
+class DistServeRouter(Router):
+    def on_arrival(self, now_s: float, request: Request, cluster: ClusterState) -> list[Placement]:
+        prefill = cluster.instances_with_role("prefill")
+        if not prefill or not cluster.instances_with_role("decode"):
+            return [Placement(request, None, "distserve router needs prefill and decode instances")]
+        target = min(prefill, key=lambda inst: (inst.num_outstanding_tokens, inst.instance_id))
+        return [Placement(request, target.instance_id)]
+
+    def handoff_point(self, request: Request, instance: InstanceState) -> int | None:
+        return request.num_prompt_tokens if instance.role == "prefill" else None
+
+    def handoff_target(self, now_s: float, request: Request, source_id: int, cluster: ClusterState) -> int:
+        decode = cluster.instances_with_role("decode")
+        target = max(decode, key=lambda inst: (inst.blocks.num_free_gpu_blocks - len(inst.waiting), -inst.instance_id))
+        return target.instance_id
+
+
+@register_preset("distserve")
+def _distserve(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkSpec) -> ClusterConfig:
+    """DistServe: vLLM scheduling on both pools."""
+    return pd_cluster("distserve", "vllm", num_instances, params, group, link)

@@ -1,0 +1,53 @@
+"""Sarathi-Serve chunked prefill: decodes first, then prefill chunks up to a token budget.
+
+vLLM's chunked-prefill default. Every step runs all running decodes, then continues
+partially prefilled requests, then admits waiting ones (FCFS), each taking at most the
+budget that is left, so decode latency stays bounded by one budget-sized step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servelab.core.plan import EMPTY_PLAN, StepPlan
+from servelab.core.policy import POLICIES, InstanceState
+from servelab.core.planning import PlanBuilder, is_decode, sorted_by
+from servelab.baselines.vllm import ContinuousBatchingPolicy, ContinuousConfig
+
+
+@dataclass(frozen=True)
+class SarathiConfig(ContinuousConfig):
+    token_budget: int = 512
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.token_budget < 1:
+            raise ValueError(f"token_budget must be >= 1, got {self.token_budget}")
+
+
+@POLICIES.register("sarathi")
+class SarathiPolicy(ContinuousBatchingPolicy):
+    Config = SarathiConfig
+
+    def schedule(self, now_s: float, state: InstanceState) -> StepPlan:
+        budget = min(self.config.token_budget, state.max_batch_tokens)
+        rejects = self._rejections(state)
+        rejected = {rid for rid, _ in rejects}
+        b = PlanBuilder(state, token_budget=max(budget, len(state.running)))
+        b.reject = rejects
+        running = sorted_by(state.running, self._key)
+        b.add_decodes(running, swap=self.config.preemption == "swap")
+        b.token_budget = max(budget, b.num_tokens)
+        for req in running:
+            if not is_decode(req) and req.request_id not in b.evicted and b.tokens_left > 0:
+                b.try_add(req, min(req.num_pending_tokens, b.tokens_left))
+        for req in sorted_by(state.waiting, self._key):
+            if req.request_id in rejected:
+                continue
+            if b.tokens_left < 1 or not b.try_add(req, min(req.num_pending_tokens, b.tokens_left), new_request=True):
+                break
+        if not b.ids and state.swapped and not b.preempt:
+            return self._swap_in_one(state, b)
+        plan = b.build()
+        return plan if not plan.is_empty else EMPTY_PLAN
+

@@ -1,0 +1,98 @@
+"""Request-level static batching (FasterTransformer / UELLM style), the padded baseline.
+
+A batch of up to ``batch_size`` queued requests is formed when the instance is free; its
+prompts are prefilled as one dense batch padded to the longest prompt, and the batch holds
+the instance until its longest output finishes: finished rows keep costing compute until
+then. KV for every row is reserved up front for prompt + max output, as a static engine
+preallocates, so a formed batch never runs out of memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servelab.core.plan import EMPTY_PLAN, PaddedBatch, StepPlan
+from servelab.core.policy import POLICIES, InstanceState, SchedulingPolicy
+from servelab.core.request import Request
+from servelab.core.planning import admission_error
+
+
+@dataclass(frozen=True)
+class StaticConfig:
+    batch_size: int = 8
+    max_wait_s: float = 0.0  # wait this long for a full batch before running a partial one
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.max_wait_s < 0:
+            raise ValueError(f"max_wait_s must be >= 0, got {self.max_wait_s}")
+
+
+@POLICIES.register("static")
+class StaticBatchingPolicy(SchedulingPolicy):
+    Config = StaticConfig
+    # a held batch decodes the same rows every step until one finishes, and its padded length
+    # grows by one per step: the simulator may fast-forward such stretches
+    stable_under_decode = True
+
+    def __init__(self, config: StaticConfig = StaticConfig()) -> None:
+        self.config = config
+        self._batch: list[Request] = []  # the batch holding the instance
+        self._max_prompt = 0
+        self._oldest_waiting_s: float | None = None
+        self._unchecked: list[Request] = []  # arrivals not yet checked for admission
+
+    def on_arrival(self, now_s: float, request: Request) -> None:
+        self._unchecked.append(request)
+        if self._oldest_waiting_s is None:
+            self._oldest_waiting_s = now_s
+
+    def next_wakeup_s(self, now_s: float) -> float | None:
+        if self._batch or self._oldest_waiting_s is None:
+            return None
+        return self._oldest_waiting_s + self.config.max_wait_s
+
+    def schedule(self, now_s: float, state: InstanceState) -> StepPlan:
+        self._batch = [r for r in self._batch if not r.status.is_terminal]
+        if self._batch:
+            return self._decode_step()
+        return self._form_batch(now_s, state)
+
+    def _decode_step(self) -> StepPlan:
+        """Every live row decodes; the dense batch keeps all formed rows (finished ones too) at
+        the padded length max prompt + tokens generated so far, as a static engine does."""
+        rows = [r for r in self._batch if r.num_pending_tokens == 1]
+        context = self._max_prompt + self._batch[0].num_generated_tokens
+        pad = PaddedBatch(num_rows=self._num_rows, row_tokens=1, context_tokens=context)
+        return StepPlan(tuple(r.request_id for r in rows), tuple(1 for _ in rows), padding=pad)
+
+    def _form_batch(self, now_s: float, state: InstanceState) -> StepPlan:
+        waiting = state.waiting
+        if not waiting:
+            self._oldest_waiting_s = None
+            return EMPTY_PLAN
+        unchecked, self._unchecked = self._unchecked, []
+        rejects = [(r.request_id, why) for r in unchecked
+                   if not r.status.is_terminal and (why := admission_error(r, state)) is not None]
+        if rejects:
+            return StepPlan(reject=tuple(rejects))
+        full = len(waiting) >= self.config.batch_size
+        if not full and self._oldest_waiting_s is not None and now_s < self._oldest_waiting_s + self.config.max_wait_s:
+            return EMPTY_PLAN
+        batch, free = [], state.blocks.num_free_gpu_blocks
+        for req in waiting[: self.config.batch_size]:
+            need = state.blocks.blocks_for(req.num_tokens + req.max_output_tokens - req.num_generated_tokens)
+            if need > free:
+                break
+            free -= need
+            batch.append(req)
+        if not batch:
+            return EMPTY_PLAN
+        self._batch = batch
+        self._num_rows = len(batch)
+        self._max_prompt = max(r.num_pending_tokens for r in batch)
+        # the queue is in arrival order, so the next one left behind is the oldest
+        self._oldest_waiting_s = waiting[len(batch)].arrival_time_s if len(waiting) > len(batch) else None
+        pad = PaddedBatch(num_rows=len(batch), row_tokens=self._max_prompt, context_tokens=self._max_prompt)
+        return StepPlan(tuple(r.request_id for r in batch), tuple(r.num_pending_tokens for r in batch), padding=pad)

@@ -1,0 +1,118 @@
+"""vLLM-style continuous batching: prefill-first, FCFS, recompute preemption (plus orderings).
+
+Each step either prefills whole prompts of newly admitted requests (no decodes in that
+step, as vLLM v0's default scheduler) or decodes every running request. ``sjf``, ``ljf``
+and ``priority`` reuse the same loop with the waiting and running queues ordered by the
+predicted remaining length or the priority (ties by arrival). Requests that arrive with
+their KV already computed elsewhere (P/D hand-offs) join the decode batch directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servelab.core.plan import EMPTY_PLAN, StepPlan
+from servelab.core.policy import POLICIES, InstanceState, SchedulingPolicy
+from servelab.core.request import Request
+from servelab.core.planning import ORDERS, PlanBuilder, admission_error, sorted_by
+
+
+@dataclass(frozen=True)
+class ContinuousConfig:
+    order: str = "fcfs"  # fcfs | sjf | ljf | priority
+    preemption: str = "recompute"  # recompute | swap (needs a host KV pool)
+
+    def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {sorted(ORDERS)}, got {self.order!r}")
+        if self.preemption not in ("recompute", "swap"):
+            raise ValueError(f"preemption must be recompute or swap, got {self.preemption!r}")
+
+
+class ContinuousBatchingPolicy(SchedulingPolicy):
+    """Shared by vllm, sjf, ljf and priority; ``Config.order`` picks the queue order."""
+
+    Config = ContinuousConfig
+    stable_under_decode = True
+
+    def __init__(self, config: ContinuousConfig = ContinuousConfig()) -> None:
+        self.config = config
+        self._key = ORDERS[config.order]
+        self._unchecked: list[Request] = []
+
+    def on_arrival(self, now_s: float, request: Request) -> None:
+        self._unchecked.append(request)
+
+    def _rejections(self, state: InstanceState) -> list[tuple[int, str]]:
+        out = []
+        for req in self._unchecked:
+            if req.status.is_terminal:
+                continue
+            reason = admission_error(req, state)
+            if reason is not None:
+                out.append((req.request_id, reason))
+        self._unchecked.clear()
+        return out
+
+    def schedule(self, now_s: float, state: InstanceState) -> StepPlan:
+        rejects = self._rejections(state)
+        rejected = {rid for rid, _ in rejects}
+        waiting = sorted_by(state.waiting, self._key)
+        if rejected:
+            waiting = [r for r in waiting if r.request_id not in rejected]
+        # a prompt longer than the step limit runs alone rather than blocking the queue forever
+        budget = max(state.max_batch_tokens, waiting[0].num_pending_tokens if waiting else 0)
+        b = PlanBuilder(state, token_budget=budget)
+        b.reject = rejects
+        running = sorted_by(state.running, self._key)
+        admitted_prefill = False
+        for req in waiting:
+            if not b.try_add(req, req.num_pending_tokens, new_request=True):
+                break
+            admitted_prefill |= req.num_pending_tokens > 1 or req.is_prefill
+        if admitted_prefill:
+            return b.build()
+        swap = self.config.preemption == "swap"
+        b.add_decodes(running, swap=swap)
+        if not b.ids and state.swapped and not b.preempt:
+            return self._swap_in_one(state, b)
+        plan = b.build()
+        return plan if not plan.is_empty else EMPTY_PLAN
+
+    def _swap_in_one(self, state: InstanceState, b: PlanBuilder) -> StepPlan:
+        req = min(state.swapped, key=self._key)
+        if state.blocks.can_swap_in(req.request_id):
+            return StepPlan(swap_in_ids=(req.request_id,), reject=tuple(b.reject))
+        return b.build()
+
+
+@POLICIES.register("vllm")
+class VLLMPolicy(ContinuousBatchingPolicy):
+    pass
+
+
+def _fixed_order(order: str):
+    @dataclass(frozen=True)
+    class OrderedConfig(ContinuousConfig):
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "order", order)
+            super().__post_init__()
+
+    return OrderedConfig
+
+
+@POLICIES.register("sjf")
+class SJFPolicy(ContinuousBatchingPolicy):
+    """Shortest predicted remaining output first (``RequestSpec.predicted_output_tokens``)."""
+
+    Config = _fixed_order("sjf")
+
+
+@POLICIES.register("ljf")
+class LJFPolicy(ContinuousBatchingPolicy):
+    Config = _fixed_order("ljf")
+
+
+@POLICIES.register("priority")
+class PriorityPolicy(ContinuousBatchingPolicy):
+    Config = _fixed_order("priority")

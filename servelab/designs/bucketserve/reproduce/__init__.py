@@ -1,0 +1,1 @@
+"""BucketServe reproduction (``run``): offline throughput, online attainment, breakdown."""

@@ -1,0 +1,1 @@
+"""Multi-Bin Batching reproduction: ``run`` (simulated figures) and ``engine`` (measured)."""

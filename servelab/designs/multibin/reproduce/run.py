@@ -1,0 +1,147 @@
+"""``servelab reproduce multibin``: every Multi-Bin Batching figure, its plot and one markdown report.
+
+``run_reproduction(out_dir, reduced=..., seed=..., progress=...)`` runs the experiments of
+``multibin_experiments`` (full paper sizes, or a reduced size that finishes in well under a
+minute), writes ``out_dir/multibin.md`` and the plots under ``out_dir/multibin/``, and returns
+the numbers. Each step's wall time is measured and reported.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from servelab.designs.multibin.binning import quantile_edges
+from servelab.designs.multibin.theory import analyze
+from servelab.designs.multibin.service_models import DEFAULT_LINEAR, LinearServiceModel
+from servelab.core.request import RequestSpec
+from servelab.paths import gsm8k_path
+from servelab.designs.multibin.reproduce import experiments as ex
+from servelab.designs.multibin.reproduce import plots as plots
+from servelab.designs.multibin.reproduce.report import write_report
+
+GSM8K_PATH = gsm8k_path()
+
+
+@dataclass(frozen=True)
+class Sizes:
+    fig3_requests: int = 128_000
+    fig3_seeds: int = 10
+    fig4_requests: int = 128_000
+    fig4_seeds: int = 10
+    fig8_requests: int = 200_000
+    fig8_seeds: int = 10
+    fig6_requests: int = 20_000
+    fig6_seeds: int = 5
+    fig7_token_requests: int | None = None  # None: every GSM8K request
+    crosscheck_requests: int = 600
+
+
+FULL = Sizes()
+REDUCED = Sizes(12_800, 2, 12_800, 2, 20_000, 2, 3_000, 1, 800, 300)
+
+
+def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, progress: bool = False,
+                     gsm8k_path: Path | None = None, model: LinearServiceModel = DEFAULT_LINEAR) -> dict:
+    """Run every Multi-Bin experiment; write ``out_dir/multibin.md`` and plots; return the numbers."""
+    out_dir = Path(out_dir)
+    gsm8k_path = Path(gsm8k_path) if gsm8k_path is not None else GSM8K_PATH
+    if not gsm8k_path.is_file():
+        raise FileNotFoundError(f"GSM8K not found at {gsm8k_path}; pass gsm8k_path=... (the shared data folder)")
+    sizes = REDUCED if reduced else FULL
+    timings: dict[str, float] = {}
+    say: Callable[[str], None] = print if progress else (lambda _msg: None)
+
+    def step(name: str, fn):
+        t0 = time.perf_counter()
+        value = fn()
+        timings[name] = time.perf_counter() - t0
+        say(f"[multibin] {name}: {timings[name]:.1f} s")
+        return value
+
+    seeds = lambda n: range(seed, seed + n)  # noqa: E731
+    r: dict = {"reduced": reduced, "seed": seed, "sizes": asdict(sizes), "model": model}
+    r["theory_uniform"] = step("theory", lambda: analyze("uniform", batch_size=128, k_max=8, eps=0.5,
+                                                          arrival_rate=1.0))
+    r["theory_exp"] = analyze("exponential", mu=0.1, batch_size=200, k_max=8, arrival_rate=2.0)
+    r["fig3"] = step("figure 3", lambda: ex.figure3(num_requests=sizes.fig3_requests, seeds=seeds(sizes.fig3_seeds)))
+    r["fig4"] = step("figure 4", lambda: ex.figure4(num_requests=sizes.fig4_requests, seeds=seeds(sizes.fig4_seeds)))
+    r["fig8"] = step("figure 8", lambda: ex.figure8(num_requests=sizes.fig8_requests, seeds=seeds(sizes.fig8_seeds)))
+    table = step("GSM8K load + BPE tokenise", lambda: _load_gsm8k(gsm8k_path))
+    r["gsm8k"] = {"num_requests": len(table.num_output_tokens), "mean_output": float(table.num_output_tokens.mean()),
+                  "max_output": int(table.num_output_tokens.max())}
+    r["estimators"] = step("length estimators", lambda: _estimators(table, seed))
+    r["fig6"] = step("figure 6", lambda: ex.figure6(table.num_output_tokens, model, num_requests=sizes.fig6_requests,
+                                                    seeds=seeds(sizes.fig6_seeds)))
+    r["fig7"] = step("figure 7", lambda: ex.figure7(table.num_output_tokens, model, seed=seed,
+                                                    token_level_requests=sizes.fig7_token_requests,
+                                                    estimates=r["estimators"]["out_of_fold"]))
+    r["fig7"]["num_all"] = len(table.num_output_tokens)
+    r["crosscheck"] = step("token-level cross-check", lambda: ex.crosscheck_token_level(
+        num_requests=sizes.crosscheck_requests, seed=seed))
+    r["plots"] = step("plots", lambda: _plots(r, out_dir / "multibin", reduced))
+    r["timings_s"] = timings
+    write_report(r, out_dir / "multibin.md")
+    return r
+
+
+def _load_gsm8k(path: Path):
+    from servelab.workloads.datasets import load_gsm8k
+
+    return load_gsm8k(path)
+
+
+def _estimators(table, seed: int) -> dict:
+    """Held-out accuracy of the estimators on GSM8K, and 5-fold out-of-fold predictions for Figure 7."""
+    from servelab.estimators import evaluate, make_estimator, split
+
+    specs = [RequestSpec(i, 0.0, int(p), int(o), prompt_text=t) for i, (p, o, t) in
+             enumerate(zip(table.num_prompt_tokens, table.num_output_tokens, table.prompt_texts))]
+    train, test = split(specs, 0.2, np.random.default_rng(seed))
+    train_out = [s.num_output_tokens for s in train]
+    reports = {}
+    for name, params in (("ridge", {}), ("noisy", {"mode": "multiplicative", "scale": 0.3, "seed": seed}),
+                         ("oracle", {})):
+        est = make_estimator(name, **params).fit(train)
+        reports[name] = {k: evaluate(est, test, quantile_edges(train_out, k)) for k in (2, 4, 8)}
+    baseline = _Constant(int(np.median(train_out)))
+    reports["train median"] = {k: evaluate(baseline, test, quantile_edges(train_out, k)) for k in (2, 4, 8)}
+    folds = np.random.default_rng(seed).permutation(len(specs)) % 5
+    oof = np.zeros(len(specs), dtype=np.int64)
+    for f in range(5):
+        est = make_estimator("ridge").fit([s for s, g in zip(specs, folds) if g != f])
+        idx = np.flatnonzero(folds == f)
+        oof[idx] = est.predict_many([specs[i] for i in idx])
+    noisy = make_estimator("noisy", mode="multiplicative", scale=0.3, seed=seed).predict_many(specs)
+    return {"reports": reports, "num_train": len(train), "num_test": len(test),
+            "out_of_fold": {"ridge (5-fold)": oof, "noisy ×e^N(0,0.3)": noisy}}
+
+
+class _Constant:
+    """Baseline predictor: the training median for everyone."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def predict_many(self, specs) -> np.ndarray:
+        return np.full(len(specs), self.value, dtype=np.int64)
+
+
+def _plots(r: dict, fig_dir: Path, reduced: bool) -> dict:
+    sub = "simulated (batch-level queue sim, no cost model)" + (" — reduced size" if reduced else "")
+    lin = r["model"]
+    sub6 = f"simulated: linear model {lin.intercept_s}s + {lin.per_token_s}s/token (placeholder for Fig. 5 fit)"
+    return {
+        "fig3": plots.plot_figure3(r["fig3"], fig_dir / "fig3_throughput_uniform.png", sub),
+        "fig4": plots.plot_figure4(r["fig4"], fig_dir / "fig4_latency_uniform.png", sub),
+        "fig8_rate": plots.plot_rate_panels(r["fig8"]["sweep"], fig_dir / "fig8_exponential_vs_rate.png",
+                                            f"Fig. 8: Exp(μ=0.1), B=200 vs λ — {sub}", lat_ylim=1e4),
+        "fig8_k": plots.plot_figure8_vs_k(r["fig8"], fig_dir / "fig8_exponential_vs_k.png", sub),
+        "fig6": plots.plot_rate_panels(r["fig6"]["sweep"], fig_dir / "fig6_gsm8k_8servers.png",
+                                       f"Fig. 6: GSM8K, B=8, 8 servers, oracle bins — {sub6}", lat_ylim=300),
+        "fig7": plots.plot_figure7(r["fig7"], fig_dir / "fig7_gsm8k_burst.png", sub6),
+    }

@@ -1,1 +1,0 @@
-"""Replica-level scheduling policies, one module per design; each registers itself in POLICIES."""
