@@ -9,6 +9,7 @@ preallocates, so a formed batch never runs out of memory.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from servelab.core.plan import EMPTY_PLAN, PaddedBatch, StepPlan
@@ -25,8 +26,8 @@ class StaticConfig:
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.max_wait_s < 0:
-            raise ValueError(f"max_wait_s must be >= 0, got {self.max_wait_s}")
+        if not (math.isfinite(self.max_wait_s) and self.max_wait_s >= 0):
+            raise ValueError(f"max_wait_s must be a finite number >= 0, got {self.max_wait_s}")
 
 
 @POLICIES.register("static")

@@ -18,26 +18,39 @@ from servelab.core.planning import ORDERS, PlanBuilder, admission_error, sorted_
 
 
 @dataclass(frozen=True)
-class ContinuousConfig:
-    order: str = "fcfs"  # fcfs | sjf | ljf | priority
+class PreemptionConfig:
+    """What a policy with a built-in queue order (sjf, ljf, priority) takes."""
+
     preemption: str = "recompute"  # recompute | swap (needs a host KV pool)
 
     def __post_init__(self) -> None:
-        if self.order not in ORDERS:
-            raise ValueError(f"order must be one of {sorted(ORDERS)}, got {self.order!r}")
         if self.preemption not in ("recompute", "swap"):
             raise ValueError(f"preemption must be recompute or swap, got {self.preemption!r}")
 
 
-class ContinuousBatchingPolicy(SchedulingPolicy):
-    """Shared by vllm, sjf, ljf and priority; ``Config.order`` picks the queue order."""
+@dataclass(frozen=True)
+class ContinuousConfig(PreemptionConfig):
+    order: str = "fcfs"  # fcfs | sjf | ljf | priority
 
-    Config = ContinuousConfig
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {sorted(ORDERS)}, got {self.order!r}")
+
+
+class ContinuousBatchingPolicy(SchedulingPolicy):
+    """Shared by vllm, sjf, ljf and priority. ``fixed_order`` names the order of a policy
+    that is defined by it (its Config then has no ``order``, so ``sjf:order=ljf`` is an
+    unknown parameter rather than a setting that is silently overridden); otherwise
+    ``Config.order`` picks it."""
+
+    Config: type[PreemptionConfig] = ContinuousConfig
+    fixed_order: str | None = None
     stable_under_decode = True
 
-    def __init__(self, config: ContinuousConfig = ContinuousConfig()) -> None:
-        self.config = config
-        self._key = ORDERS[config.order]
+    def __init__(self, config: PreemptionConfig | None = None) -> None:
+        self.config = config if config is not None else self.Config()
+        self._key = ORDERS[self.fixed_order or self.config.order]
         self._unchecked: list[Request] = []
 
     def on_arrival(self, now_s: float, request: Request) -> None:
@@ -91,28 +104,21 @@ class VLLMPolicy(ContinuousBatchingPolicy):
     pass
 
 
-def _fixed_order(order: str):
-    @dataclass(frozen=True)
-    class OrderedConfig(ContinuousConfig):
-        def __post_init__(self) -> None:
-            object.__setattr__(self, "order", order)
-            super().__post_init__()
-
-    return OrderedConfig
-
-
 @POLICIES.register("sjf")
 class SJFPolicy(ContinuousBatchingPolicy):
     """Shortest predicted remaining output first (``RequestSpec.predicted_output_tokens``)."""
 
-    Config = _fixed_order("sjf")
+    Config = PreemptionConfig
+    fixed_order = "sjf"
 
 
 @POLICIES.register("ljf")
 class LJFPolicy(ContinuousBatchingPolicy):
-    Config = _fixed_order("ljf")
+    Config = PreemptionConfig
+    fixed_order = "ljf"
 
 
 @POLICIES.register("priority")
 class PriorityPolicy(ContinuousBatchingPolicy):
-    Config = _fixed_order("priority")
+    Config = PreemptionConfig
+    fixed_order = "priority"
