@@ -11,14 +11,23 @@ Registered by name in ``ARRIVAL_PROCESSES`` so the spec parser can list them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
+from servelab.core.errors import UserError
+from servelab.core.limits import MAX_CV
+
 
 class ArrivalProcess(Protocol):
     def sample(self, num_requests: int, rng: np.random.Generator) -> np.ndarray: ...
+
+
+def _check_rate(rate_per_s: float) -> None:
+    if not 0 < rate_per_s < math.inf:
+        raise UserError(f"rate must be a finite number > 0 (requests/s), got {rate_per_s}")
 
 
 def _check_count(num_requests: int) -> None:
@@ -41,8 +50,7 @@ class PoissonArrivals:
     rate_per_s: float
 
     def __post_init__(self) -> None:
-        if not self.rate_per_s > 0:
-            raise ValueError(f"rate_per_s must be > 0, got {self.rate_per_s}")
+        _check_rate(self.rate_per_s)
 
     def sample(self, num_requests: int, rng: np.random.Generator) -> np.ndarray:
         _check_count(num_requests)
@@ -61,10 +69,9 @@ class GammaArrivals:
     cv: float
 
     def __post_init__(self) -> None:
-        if not self.rate_per_s > 0:
-            raise ValueError(f"rate_per_s must be > 0, got {self.rate_per_s}")
-        if not self.cv >= 0:
-            raise ValueError(f"cv must be >= 0, got {self.cv}")
+        _check_rate(self.rate_per_s)
+        if not 0 <= self.cv <= MAX_CV:
+            raise UserError(f"cv must be in [0, {MAX_CV:g}], got {self.cv}")
 
     def sample(self, num_requests: int, rng: np.random.Generator) -> np.ndarray:
         _check_count(num_requests)

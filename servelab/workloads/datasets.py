@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from servelab.core.errors import shown
 from servelab.workloads._parse import fail, int_column, read_csv, read_jsonl
 from servelab.workloads.lengths import LengthTable
 from servelab.workloads.tokenize import count_tokens, train_bpe_tokenizer
@@ -37,7 +38,7 @@ def load_gsm8k(path: Path | str, tokenizer: Tokenizer | None = None, *, vocab_si
     for record, line in zip(records, lines):
         for key in ("question", "answer"):
             if not isinstance(record[key], str) or not record[key].strip():
-                raise fail(path, line, f"{key} must be a non-empty string, got {record[key]!r:.80}")
+                raise fail(path, line, f"{key} must be a non-empty string, got {shown(record[key])}")
     questions = [r["question"] for r in records]
     answers = [r["answer"] for r in records]
     if tokenizer is None:

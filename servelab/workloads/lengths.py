@@ -6,8 +6,10 @@ Two layers. A ``LengthDist`` samples one integer length per request (``fixed``,
 as a ``LengthTable``: independent dists, rows drawn jointly from a dataset or trace
 (keeping prompt text where the dataset has it), or a weighted mixture of sources.
 
-Invariants: every sampled length is an int64 >= 1; the same ``rng`` state gives the same
-table; nothing here knows about arrival times.
+Invariants: every sampled length is an int64 in [1, ``MAX_TOKENS``] (a distribution without
+its own maximum is clipped there); the same ``rng`` state gives the same table; nothing here
+knows about arrival times. Parameters are checked on construction and a bad one is a
+``UserError`` (they come from spec strings).
 
 Presets (``PRESETS``), parametrised from the public dataset statistics they imitate:
 
@@ -26,6 +28,9 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
+
+from servelab.core.errors import UserError
+from servelab.core.limits import MAX_TOKENS
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -63,13 +68,19 @@ class LengthSource(Protocol):
 
 
 def _clip(values: np.ndarray, max_tokens: int | None) -> np.ndarray:
-    lengths = np.rint(values).astype(np.int64)
-    return np.clip(lengths, 1, max_tokens if max_tokens is not None else None)
+    """Round and clip in float64 first, so a huge draw cannot wrap around in int64."""
+    upper = max_tokens if max_tokens is not None else MAX_TOKENS
+    return np.clip(np.rint(values), 1, upper).astype(np.int64)
+
+
+def _check_tokens(what: str, tokens: float, low: float = 1) -> None:
+    if not low <= tokens <= MAX_TOKENS:
+        raise UserError(f"{what} must be in [{low:g}, {MAX_TOKENS:,}] tokens, got {tokens}")
 
 
 def _check_max(max_tokens: int | None) -> None:
-    if max_tokens is not None and max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    if max_tokens is not None:
+        _check_tokens("max_tokens", max_tokens)
 
 
 def _fmt(value: float) -> str:
@@ -81,8 +92,7 @@ class Fixed:
     tokens: int
 
     def __post_init__(self) -> None:
-        if self.tokens < 1:
-            raise ValueError(f"fixed length must be >= 1, got {self.tokens}")
+        _check_tokens("fixed length", self.tokens)
 
     def sample(self, num_requests: int, rng: np.random.Generator) -> np.ndarray:
         return np.full(num_requests, self.tokens, dtype=np.int64)
@@ -99,8 +109,8 @@ class Uniform:
     hi: int
 
     def __post_init__(self) -> None:
-        if not 1 <= self.lo <= self.hi:
-            raise ValueError(f"uniform needs 1 <= lo <= hi, got ({self.lo}, {self.hi})")
+        if not 1 <= self.lo <= self.hi <= MAX_TOKENS:
+            raise UserError(f"uniform needs 1 <= lo <= hi <= {MAX_TOKENS:,}, got ({self.lo}, {self.hi})")
 
     def sample(self, num_requests: int, rng: np.random.Generator) -> np.ndarray:
         return rng.integers(self.lo, self.hi, size=num_requests, endpoint=True, dtype=np.int64)
@@ -117,8 +127,8 @@ class Exponential:
     max_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.mean > 0:
-            raise ValueError(f"exp mean must be > 0, got {self.mean}")
+        if not 0 < self.mean <= MAX_TOKENS:
+            raise UserError(f"exp mean must be in (0, {MAX_TOKENS:,}], got {self.mean}")
         _check_max(self.max_tokens)
 
     def sample(self, num_requests: int, rng: np.random.Generator) -> np.ndarray:
@@ -127,6 +137,9 @@ class Exponential:
     def __str__(self) -> str:
         tail = "" if self.max_tokens is None else f",{self.max_tokens}"
         return f"exp({_fmt(self.mean)}{tail})"
+
+
+MAX_SIGMA = 10.0  # exp(10) ~ 22,000: any wider and nearly every draw is clipped to 1 or the maximum
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +155,9 @@ class LogNormal:
     max_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.median > 0 or not self.sigma >= 0:
-            raise ValueError(f"lognormal needs median > 0 and sigma >= 0, got ({self.median}, {self.sigma})")
+        if not (0 < self.median <= MAX_TOKENS and 0 <= self.sigma <= MAX_SIGMA):
+            raise UserError(f"lognormal needs 0 < median <= {MAX_TOKENS:,} and 0 <= sigma <= {MAX_SIGMA}, "
+                            f"got ({self.median}, {self.sigma})")
         _check_max(self.max_tokens)
 
     @classmethod
@@ -172,8 +186,8 @@ class IndependentLengths:
     name: str = "synthetic"
 
     def __post_init__(self) -> None:
-        if self.max_total_tokens is not None and self.max_total_tokens < 2:
-            raise ValueError(f"max_total_tokens must be >= 2, got {self.max_total_tokens}")
+        if self.max_total_tokens is not None:
+            _check_tokens("max_total_tokens", self.max_total_tokens, low=2)
 
     def sample(self, num_requests: int, rng: np.random.Generator) -> LengthTable:
         prompt = self.prompt.sample(num_requests, rng)
@@ -216,9 +230,9 @@ class MixtureLengths:
 
     def __post_init__(self) -> None:
         if not self.components or len(self.components) != len(self.weights):
-            raise ValueError("a mixture needs one weight per component and at least one component")
-        if any(not w >= 0 for w in self.weights) or not sum(self.weights) > 0:
-            raise ValueError(f"mixture weights must be >= 0 with a positive sum, got {self.weights}")
+            raise UserError("a mixture needs one weight per component and at least one component")
+        if any(not 0 <= w < math.inf for w in self.weights) or not 0 < sum(self.weights) < math.inf:
+            raise UserError(f"mixture weights must be finite and >= 0 with a positive sum, got {self.weights}")
 
     def sample(self, num_requests: int, rng: np.random.Generator) -> LengthTable:
         probs = np.asarray(self.weights, dtype=np.float64) / sum(self.weights)
@@ -261,11 +275,13 @@ LENGTH_DISTS: dict[str, tuple[type, int, int]] = {
 def make_length_dist(name: str, args: Sequence[float]) -> LengthDist:
     """Build a dist from its spec name and positional numbers (integer fields are checked)."""
     if name not in LENGTH_DISTS:
-        raise ValueError(f"unknown length distribution {name!r}; valid: {sorted(LENGTH_DISTS)}")
+        raise UserError(f"unknown length distribution {name!r}; valid: {sorted(LENGTH_DISTS)}")
     cls, lo, hi = LENGTH_DISTS[name]
     if not lo <= len(args) <= hi:
         arity = str(lo) if lo == hi else f"{lo}-{hi}"
-        raise ValueError(f"{name}() takes {arity} numbers, got {len(args)}")
+        raise UserError(f"{name}() takes {arity} numbers, got {len(args)}")
+    if not all(math.isfinite(a) for a in args):
+        raise UserError(f"{name}() needs finite numbers, got {tuple(args)}")
     if cls in (Fixed, Uniform):
         return cls(*(_as_int(a, name) for a in args))
     fixed_args = list(args)
@@ -276,5 +292,7 @@ def make_length_dist(name: str, args: Sequence[float]) -> LengthDist:
 
 def _as_int(value: float, name: str) -> int:
     if not float(value).is_integer():
-        raise ValueError(f"{name}() needs whole token counts, got {value}")
+        raise UserError(f"{name}() needs whole token counts, got {value}")
+    if abs(value) > MAX_TOKENS:
+        raise UserError(f"{name}() token counts must be at most {MAX_TOKENS:,}, got {value:g}")
     return int(value)

@@ -33,9 +33,13 @@ Sources and their keys:
 ``gsm8k``, ``azure-conv``, ``azure-code``, ``mooncake`` (pairs sampled jointly from the
 data), or ``mix(SOURCE:WEIGHT,...)``, e.g. ``mix(alpaca:0.7,longbench:0.3)``.
 
-Keys valid for every source: ``slo=ttft:S,tpot:S,tbt:S`` (any subset),
+Keys valid for every source: ``slo=ttft:S,tpot:S,tbt:S`` (any subset, each name once),
 ``offline=F`` (fraction of requests marked offline; they get no SLO),
-``priority=P:W,P:W`` (priority values drawn with these weights).
+``priority=P:W,P:W`` (priority values drawn with these weights, each value once).
+
+Every number must be finite; ``n=`` is at most ``MAX_NUM_REQUESTS`` and token counts at
+most ``MAX_TOKENS`` (``servelab.core.limits``). A key given twice is an error. Every error is
+a ``WorkloadError`` (a ``UserError``) that quotes the spec or names the file and line.
 
 Examples: ``azure-conv:rate=2.0,window=0-600,n=1000``,
 ``gamma:rate=5,cv=3,n=1000,prompt=uniform(32,512),output=exp(200)``,
@@ -51,10 +55,13 @@ from pathlib import Path
 
 import numpy as np
 
-from servelab.core.request import SLO, RequestSpec
+from servelab.core.errors import UserError
+from servelab.core.limits import MAX_NUM_REQUESTS, MAX_PARAM_INT, MAX_TOKENS
+from servelab.core.request import RequestSpec
 from servelab.workloads import arrivals as arr
 from servelab.workloads import lengths as ln
-from servelab.workloads._parse import WorkloadError
+from servelab.workloads._parse import WorkloadError, WorkloadFileError
+from servelab.workloads.slo import parse_slo
 from servelab.workloads.datasets import load_arxiv_lengths, load_gsm8k
 from servelab.workloads.traces import ZERO_TOKEN_POLICIES, load_azure_llm, load_burstgpt, load_mooncake
 from servelab.workloads.workload import (RequestAttrs, Workload, assign_attrs, build_workload, head, length_table,
@@ -107,7 +114,11 @@ def parse_spec(spec: str) -> WorkloadSpec:
     if source not in VALID_KEYS:
         raise WorkloadError(f"workload spec {spec!r}: unknown source {source!r}; valid: {sorted(VALID_KEYS)}")
     options: list[list[str]] = []
-    for piece in split_top_level(rest) if rest.strip() else []:
+    try:
+        pieces = split_top_level(rest) if rest.strip() else []
+    except WorkloadError as err:
+        raise WorkloadError(f"workload spec {spec!r}: {err}") from None
+    for piece in pieces:
         key, eq, value = piece.partition("=")
         if eq and "(" not in key:
             options.append([key.strip(), value.strip()])
@@ -141,13 +152,17 @@ def split_top_level(text: str) -> list[str]:
 
 
 def parse_workload(spec: str, data_dir: Path | str, seed: int) -> list[RequestSpec]:
-    """Parse ``spec`` and build its workload; bad specs raise ``WorkloadError``."""
+    """Parse ``spec`` and build its workload; bad specs raise ``WorkloadError``.
+
+    Errors about a file already name it (``path:line: ...``); any other ``UserError`` from
+    building (a value, a length distribution, an arrival process) gets the spec quoted in front.
+    """
     parsed = parse_spec(spec)
     try:
         return build_spec(parsed, Path(data_dir), np.random.default_rng(seed))
-    except WorkloadError:
+    except WorkloadFileError:
         raise
-    except ValueError as err:
+    except UserError as err:
         raise WorkloadError(f"workload spec {spec!r}: {err}") from None
 
 
@@ -169,15 +184,15 @@ def _build_trace(spec: WorkloadSpec, data_dir: Path) -> Workload:
         start_s, end_s = _window(window)
         workload = time_window(workload, start_s, end_s)
     if (n := spec.get("n")) is not None:
-        workload = head(workload, _positive_int("n", n))
+        workload = head(workload, _positive_int("n", n, MAX_NUM_REQUESTS))
     if spec.get("rate") is not None and spec.get("scale") is not None:
-        raise WorkloadError(f"workload spec {str(spec)!r}: give rate= or scale=, not both")
+        raise WorkloadError("give rate= or scale=, not both")
     if (rate := spec.get("rate")) is not None:
         workload = scale_to_rate(workload, _positive_float("rate", rate))
     if (scale := spec.get("scale")) is not None:
         workload = scale_rate(workload, _positive_float("scale", scale))
     if not workload:
-        raise WorkloadError(f"workload spec {str(spec)!r}: no requests left")
+        raise WorkloadError("no requests left after window= and n=")
     return workload
 
 
@@ -194,7 +209,7 @@ def load_trace(source: str, path: Path, spec: WorkloadSpec | None = None) -> Wor
 
 
 def _build_synthetic(spec: WorkloadSpec, data_dir: Path, rng: np.random.Generator) -> Workload:
-    n = _positive_int("n", _required(spec, "n"))
+    n = _positive_int("n", _required(spec, "n"), MAX_NUM_REQUESTS)
     if spec.source == "poisson":
         process = arr.PoissonArrivals(_positive_float("rate", _required(spec, "rate")))
     elif spec.source == "gamma":
@@ -207,10 +222,10 @@ def _build_synthetic(spec: WorkloadSpec, data_dir: Path, rng: np.random.Generato
 
 def _build_dataset(spec: WorkloadSpec, data_dir: Path, rng: np.random.Generator) -> Workload:
     table = _load_table(spec.source, _path(spec, data_dir))
-    n = _positive_int("n", spec.get("n")) if spec.get("n") is not None else len(table)
+    n = _positive_int("n", spec.get("n"), MAX_NUM_REQUESTS) if spec.get("n") is not None else len(table)
     rate, cv = spec.get("rate"), spec.get("cv")
     if cv is not None and rate is None:
-        raise WorkloadError(f"workload spec {str(spec)!r}: cv= needs rate=")
+        raise WorkloadError("cv= needs rate=")
     if rate is None:
         process = arr.BurstArrivals()
     elif cv is None:
@@ -224,13 +239,13 @@ def _length_source(spec: WorkloadSpec, data_dir: Path) -> ln.LengthSource:
     prompt, output, named = spec.get("prompt"), spec.get("output"), spec.get("lengths")
     if named is not None:
         if prompt is not None or output is not None or spec.get("max_total") is not None:
-            raise WorkloadError(f"workload spec {str(spec)!r}: give lengths= or prompt=/output=, not both")
+            raise WorkloadError("give lengths= or prompt=/output=, not both")
         return parse_length_source(named, data_dir)
     if prompt is None or output is None:
-        raise WorkloadError(f"workload spec {str(spec)!r}: needs prompt=DIST and output=DIST, or lengths=SOURCE")
+        raise WorkloadError("needs prompt=DIST and output=DIST, or lengths=SOURCE")
     max_total = spec.get("max_total")
     return ln.IndependentLengths(parse_length_dist(prompt), parse_length_dist(output),
-                                 _positive_int("max_total", max_total) if max_total is not None else None)
+                                 _positive_int("max_total", max_total, MAX_TOKENS) if max_total is not None else None)
 
 
 _CALL = re.compile(r"^\s*([a-z][a-z0-9_-]*)\s*\((.*)\)\s*$", re.DOTALL)
@@ -244,8 +259,11 @@ def parse_length_dist(text: str) -> ln.LengthDist:
     name, body = match.groups()
     try:
         numbers = [float(x) for x in body.split(",")] if body.strip() else []
+    except ValueError:
+        raise WorkloadError(f"length distribution {text!r}: expected comma-separated numbers") from None
+    try:
         return ln.make_length_dist(name, numbers)
-    except ValueError as err:
+    except UserError as err:
         raise WorkloadError(f"length distribution {text!r}: {err}") from None
 
 
@@ -279,27 +297,22 @@ def _load_table(name: str, path: Path) -> ln.LengthTable:
 
 
 def _parse_attrs(spec: WorkloadSpec) -> RequestAttrs:
-    slo = None
-    if (text := spec.get("slo")) is not None:
-        fields = {"ttft": "ttft_s", "tpot": "tpot_s", "tbt": "tbt_s"}
-        values = _pairs("slo", text, fields)
-        slo = SLO(**{fields[k]: _positive_float(f"slo {k}", v) for k, v in values})
+    slo = parse_slo(text, "slo=") if (text := spec.get("slo")) is not None else None
     offline = _float("offline", spec.get("offline")) if spec.get("offline") is not None else 0.0
     priorities = ()
     if (text := spec.get("priority")) is not None:
-        priorities = tuple((_int("priority", p), _float("priority weight", w)) for p, w in _pairs("priority", text))
+        priorities = tuple((_int("priority", p, -MAX_PARAM_INT, MAX_PARAM_INT), _float("priority weight", w))
+                           for p, w in _pairs("priority", text))
     return RequestAttrs(slo, offline, priorities)
 
 
-def _pairs(key: str, text: str, allowed: dict | None = None) -> list[tuple[str, str]]:
+def _pairs(key: str, text: str) -> list[tuple[str, str]]:
     pairs = []
     for piece in text.split(","):
         name, colon, value = piece.partition(":")
-        name = name.strip()
-        if not colon or (allowed is not None and name not in allowed):
-            valid = f"; valid names: {list(allowed)}" if allowed is not None else ""
-            raise WorkloadError(f"{key}= expects NAME:VALUE pairs, got {piece!r}{valid}")
-        pairs.append((name, value.strip()))
+        if not colon:
+            raise WorkloadError(f"{key}= expects NAME:VALUE pairs, got {piece!r}")
+        pairs.append((name.strip(), value.strip()))
     return pairs
 
 
@@ -312,16 +325,25 @@ def _path(spec: WorkloadSpec, data_dir: Path) -> Path:
     return path
 
 
+_NUMBER = r"\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*"
+_WINDOW = re.compile(_NUMBER + "-" + _NUMBER)
+
+
 def _window(text: str) -> tuple[float, float]:
-    start, dash, end = text.partition("-")
-    if not dash:
-        raise WorkloadError(f"window= expects START-END in seconds, got {text!r}")
-    return _float("window start", start), _float("window end", end)
+    """``START-END`` in seconds from the trace's first arrival, 0 <= START < END."""
+    match = _WINDOW.fullmatch(text)
+    if not match:
+        raise WorkloadError(f"window= expects START-END in seconds (e.g. 0-600), got {text!r}")
+    start_s, end_s = float(match.group(1)), float(match.group(2))
+    if not 0 <= start_s < end_s < np.inf:
+        raise WorkloadError(f"window={text}: needs 0 <= START < END in finite seconds from the first arrival, "
+                            f"got START {start_s:g} and END {end_s:g}")
+    return start_s, end_s
 
 
 def _required(spec: WorkloadSpec, key: str) -> str:
     if (value := spec.get(key)) is None:
-        raise WorkloadError(f"workload spec {str(spec)!r}: {spec.source} needs {key}=")
+        raise WorkloadError(f"{spec.source} needs {key}=")
     return value
 
 
@@ -329,9 +351,9 @@ def _float(name: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise WorkloadError(f"{name} must be a number, got {text!r}") from None
+        raise WorkloadError(f"{name} must be a number, got {text!r:.40}") from None
     if not np.isfinite(value):
-        raise WorkloadError(f"{name} must be finite, got {text!r}")
+        raise WorkloadError(f"{name} must be a finite number, got {text!r:.40}")
     return value
 
 
@@ -342,15 +364,15 @@ def _positive_float(name: str, text: str) -> float:
     return value
 
 
-def _int(name: str, text: str) -> int:
+def _int(name: str, text: str, low: int, high: int) -> int:
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        raise WorkloadError(f"{name} must be an integer, got {text!r}") from None
-
-
-def _positive_int(name: str, text: str) -> int:
-    value = _int(name, text)
-    if value < 1:
-        raise WorkloadError(f"{name} must be >= 1, got {text!r}")
+        raise WorkloadError(f"{name} must be an integer, got {text!r:.40}") from None
+    if not low <= value <= high:
+        raise WorkloadError(f"{name} must be in [{low:,}, {high:,}], got {text!r:.40}")
     return value
+
+
+def _positive_int(name: str, text: str, high: int) -> int:
+    return _int(name, text, 1, high)

@@ -25,8 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
+from servelab.core.errors import shown
 from servelab.core.request import RequestSpec
-from servelab.workloads._parse import WorkloadError, fail, float_column, int_column, read_csv, read_jsonl
+from servelab.workloads._parse import (WorkloadError, WorkloadFileError, check_span, fail, float_column, int_column, read_csv,
+                                       read_jsonl)
 
 MOONCAKE_BLOCK_TOKENS = 512
 ZERO_TOKEN_POLICIES = ("skip", "clamp", "error")
@@ -54,27 +56,35 @@ def load_azure_llm(path: Path | str) -> list[RequestSpec]:
     prompt = int_column(table.column("ContextTokens"), "ContextTokens", table.path, table.line_numbers, 1)
     output = int_column(table.column("GeneratedTokens"), "GeneratedTokens", table.path, table.line_numbers, 1)
     arrival_s = (stamps - stamps.min()).astype(np.float64) / 1e9
+    check_span(arrival_s, "TIMESTAMP", table.path, table.line_numbers)
     return specs_from_arrays(arrival_s, prompt, output)
+
+
+# datetime64[ns] covers 1677-09-21 .. 2262-04-11 and wraps silently outside it
+_FIRST_NS_DAY, _LAST_NS_DAY = np.datetime64("1678-01-01", "s"), np.datetime64("2262-01-01", "s")
 
 
 def _parse_wall_clock(values: list[str], path: Path, line_numbers: list[int]) -> np.ndarray:
     """'YYYY-MM-DD HH:MM:SS.fffffff' -> int64 nanoseconds; the first bad line is named."""
     try:
+        seconds = np.array(values, dtype="datetime64[s]")
         stamps = np.array(values, dtype="datetime64[ns]")
-    except ValueError:
+    except (ValueError, OverflowError):
         stamps = None
     if stamps is not None:
-        bad = np.flatnonzero(np.isnat(stamps) | (np.char.str_len(np.array(values)) < 19))
+        in_range = (seconds >= _FIRST_NS_DAY) & (seconds < _LAST_NS_DAY)
+        bad = np.flatnonzero(np.isnat(stamps) | ~in_range | (np.char.str_len(np.array(values)) < 19))
         if bad.size == 0:
             return stamps.astype(np.int64)
         i = int(bad[0])
-        raise fail(path, line_numbers[i], f"TIMESTAMP must look like 'YYYY-MM-DD HH:MM:SS.fffffff', got {values[i]!r}")
+        raise fail(path, line_numbers[i], f"TIMESTAMP must look like 'YYYY-MM-DD HH:MM:SS.fffffff' "
+                                          f"(years 1678-2261), got {shown(values[i])}")
     for i, value in enumerate(values):
         try:
-            np.datetime64(value, "ns")
-        except ValueError:
+            np.datetime64(value, "s")
+        except (ValueError, OverflowError):
             raise fail(path, line_numbers[i],
-                       f"TIMESTAMP must look like 'YYYY-MM-DD HH:MM:SS.fffffff', got {value!r}") from None
+                       f"TIMESTAMP must look like 'YYYY-MM-DD HH:MM:SS.fffffff', got {shown(value)}") from None
     raise fail(path, line_numbers[0], "TIMESTAMP column could not be parsed")
 
 
@@ -88,8 +98,9 @@ def load_mooncake(path: Path | str) -> list[RequestSpec]:
     for record, line in zip(records, lines):
         hash_ids = record["hash_ids"]
         if not isinstance(hash_ids, list) or not all(type(h) is int for h in hash_ids):
-            raise fail(path, line, f"hash_ids must be a list of integers, got {hash_ids!r:.80}")
+            raise fail(path, line, f"hash_ids must be a list of integers, got {shown(hash_ids, 80)}")
         blocks.append(tuple(hash_ids))
+    check_span(timestamp_ms / 1000.0, "timestamp", path, lines)
     return specs_from_arrays(timestamp_ms / 1000.0, prompt, output, blocks)
 
 
@@ -101,7 +112,7 @@ def load_burstgpt(path: Path | str, *, zero_tokens: str = "skip", model: str | N
     ``"Conversation log"``); filtering happens before the zero-token policy applies.
     """
     if zero_tokens not in ZERO_TOKEN_POLICIES:
-        raise ValueError(f"zero_tokens must be one of {ZERO_TOKEN_POLICIES}, got {zero_tokens!r}")
+        raise WorkloadError(f"zero_tokens must be one of {ZERO_TOKEN_POLICIES}, got {zero_tokens!r}")
     table = read_csv(path, ("Timestamp", "Model", "Request tokens", "Response tokens"))
     keep = np.ones(len(table.rows), dtype=bool)
     for column, wanted in (("Model", model), ("Log Type", log_type)):
@@ -111,6 +122,7 @@ def load_burstgpt(path: Path | str, *, zero_tokens: str = "skip", model: str | N
             keep &= np.array(table.column(column)) == wanted
     lines = table.line_numbers
     arrival_s = float_column(table.column("Timestamp"), "Timestamp", table.path, lines, 0.0)
+    check_span(arrival_s, "Timestamp", table.path, lines)
     prompt = int_column(table.column("Request tokens"), "Request tokens", table.path, lines, 0)
     output = int_column(table.column("Response tokens"), "Response tokens", table.path, lines, 0)
     zero = keep & ((prompt == 0) | (output == 0))
@@ -123,5 +135,5 @@ def load_burstgpt(path: Path | str, *, zero_tokens: str = "skip", model: str | N
                           stacklevel=2)
         keep &= ~zero
     if not keep.any():
-        raise WorkloadError(f"{table.path}: no rows left after filtering")
+        raise WorkloadFileError(f"{table.path}: no rows left after filtering")
     return specs_from_arrays(arrival_s[keep], np.maximum(prompt[keep], 1), np.maximum(output[keep], 1))

@@ -4,7 +4,9 @@ A workload is a list of ``RequestSpec`` sorted by ``arrival_time_s`` with ids 0.
 Every function here takes any sequence of specs and returns a new list that keeps those
 invariants (ids renumbered where rows are dropped); specs are never mutated.
 
-``predicted_output_tokens`` is left None: length estimators fill it in later.
+``predicted_output_tokens`` is left None: length estimators fill it in later. Arrival times
+span at most ``MAX_DURATION_S``; a rate or rescaling that would stretch them further is a
+``UserError``, as are bad attribute values and windows.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
+from servelab.core.errors import UserError
+from servelab.core.limits import MAX_DURATION_S
 from servelab.core.request import SLO, RequestSpec, ServiceClass
 from servelab.workloads.arrivals import ArrivalProcess
 from servelab.workloads.lengths import LengthSource, LengthTable
@@ -36,10 +40,13 @@ class RequestAttrs:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.offline_fraction <= 1.0:
-            raise ValueError(f"offline_fraction must be in [0, 1], got {self.offline_fraction}")
+            raise UserError(f"offline fraction must be in [0, 1], got {self.offline_fraction}")
         weights = [w for _, w in self.priority_weights]
-        if weights and (any(not w >= 0 for w in weights) or not sum(weights) > 0):
-            raise ValueError(f"priority weights must be >= 0 with a positive sum, got {self.priority_weights}")
+        if weights and (any(not 0 <= w < np.inf for w in weights) or not 0 < sum(weights) < np.inf):
+            raise UserError(f"priority weights must be finite and >= 0 with a positive sum, got {self.priority_weights}")
+        values = [p for p, _ in self.priority_weights]
+        if len(set(values)) != len(values):
+            raise UserError(f"each priority may be given once, got {self.priority_weights}")
 
     @property
     def is_default(self) -> bool:
@@ -54,7 +61,9 @@ def compose(arrival_s: np.ndarray, lengths: LengthTable) -> Workload:
         return []
     arrival_s = np.asarray(arrival_s, dtype=np.float64)
     order = np.argsort(arrival_s, kind="stable")
-    times = (arrival_s[order] - arrival_s[order[0]]).tolist()
+    times_s = arrival_s[order] - arrival_s[order[0]]
+    _check_span(times_s)
+    times = times_s.tolist()
     prompts = lengths.num_prompt_tokens[order].tolist()
     outputs = lengths.num_output_tokens[order].tolist()
     texts = lengths.prompt_texts
@@ -116,29 +125,40 @@ def mean_rate_per_s(workload: Sequence[RequestSpec]) -> float:
     return (len(workload) - 1) / duration_s if duration_s > 0 else float("inf")
 
 
+def _check_span(times_s: np.ndarray) -> None:
+    if times_s.size and not times_s[-1] - times_s[0] <= MAX_DURATION_S:
+        raise UserError(f"arrivals would span {times_s[-1] - times_s[0]:.3g} s, more than the {MAX_DURATION_S:.0e} s "
+                        "maximum (is the rate far too low?)")
+
+
 def scale_rate(workload: Sequence[RequestSpec], factor: float) -> Workload:
     """Multiply the arrival rate by ``factor``: every inter-arrival gap is divided by it.
 
     The temporal pattern (bursts, diurnal shape, order) is kept; only the clock changes.
     """
-    if not factor > 0 or not np.isfinite(factor):
-        raise ValueError(f"rate scale factor must be a finite number > 0, got {factor}")
+    if not 0 < factor < np.inf:
+        raise UserError(f"rate scale factor must be a finite number > 0, got {factor}")
     times = arrival_times(workload)
-    return _renumbered(workload, ((times - times[0]) / factor).tolist() if len(times) else [])
+    scaled = (times - times[0]) / factor if len(times) else times
+    _check_span(scaled)
+    return _renumbered(workload, scaled.tolist())
 
 
 def scale_to_rate(workload: Sequence[RequestSpec], rate_per_s: float) -> Workload:
     """Rescale so ``mean_rate_per_s`` equals ``rate_per_s`` (needs >= 2 distinct times)."""
+    if not 0 < rate_per_s < np.inf:
+        raise UserError(f"rate must be a finite number > 0 (requests/s), got {rate_per_s}")
     current = mean_rate_per_s(workload)
     if not np.isfinite(current):
-        raise ValueError("cannot set the rate of a workload with fewer than 2 requests or zero duration")
+        raise UserError(f"cannot set the rate of a workload of {len(workload)} request(s) that all arrive at once; "
+                        "rescaling needs at least 2 distinct arrival times")
     return scale_rate(workload, rate_per_s / current)
 
 
 def time_window(workload: Sequence[RequestSpec], start_s: float, end_s: float) -> Workload:
     """Requests with ``start_s <= arrival < end_s``, re-based so the first one arrives at 0."""
-    if not 0 <= start_s < end_s:
-        raise ValueError(f"time window needs 0 <= start < end, got [{start_s}, {end_s})")
+    if not 0 <= start_s < end_s < np.inf:
+        raise UserError(f"time window needs 0 <= start < end (finite seconds), got [{start_s}, {end_s})")
     kept = [s for s in workload if start_s <= s.arrival_time_s < end_s]
     if not kept:
         return []
