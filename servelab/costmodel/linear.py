@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from servelab.catalog.instance import InstanceSpec, kv_bytes_per_token
+from servelab.core.errors import UserError, shown
 from servelab.core.plan import StepShape
 from servelab.costmodel.base import register_cost_model
 from servelab.costmodel.fitting import FitError, fit_error, nonneg_relative_lstsq
@@ -32,8 +33,18 @@ COEFFICIENTS = ("c_step", "c_token", "c_decode_ctx", "c_prefill_attn", "c_row", 
 REQUIRED_COEFFICIENTS = COEFFICIENTS[:5]  # c_swap_block may be absent (no swap measured)
 
 
-class CostModelFileError(ValueError):
+class CostModelFileError(UserError):
     """A cost-model file that cannot be read, with the path and what is wrong."""
+
+
+# Seconds per unit of any feature. Measured coefficients are far below 1 s; a larger one is
+# a unit mistake (ms or us written as s) that would make every step last hours.
+MAX_COEFFICIENT_S = 1e3
+
+
+def _is_number(value: object) -> bool:
+    """A finite JSON number; ``true``/``false`` are not numbers."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def step_features(shape: StepShape) -> tuple[int, int, int, int, int, int]:
@@ -67,8 +78,9 @@ class LinearCostModel:
     def __post_init__(self) -> None:
         for name in COEFFICIENTS:
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"LinearCostModel.{name} must be a finite number >= 0, got {value!r}")
+            if not (_is_number(value) and 0 <= value <= MAX_COEFFICIENT_S):
+                raise ValueError(f"LinearCostModel.{name} must be a finite number >= 0 "
+                                 f"(at most {MAX_COEFFICIENT_S:g} s), got {shown(value)}")
 
     # ---- the CostModel protocol ----
     def step_time_s(self, shape: StepShape) -> float:
@@ -115,38 +127,60 @@ class LinearCostModel:
         if not isinstance(data, dict):
             raise fail("top level must be a JSON object")
         if data.get("schema") != SCHEMA:
-            raise fail(f"schema must be {SCHEMA!r}, got {data.get('schema')!r}")
-        if data.get("version") != SCHEMA_VERSION:
-            raise fail(f"unsupported version {data.get('version')!r} (this servelab reads {SCHEMA_VERSION})")
+            raise fail(f"schema must be {SCHEMA!r}, got {shown(data.get('schema'))}")
+        version = data.get("version")
+        if type(version) is not int or version != SCHEMA_VERSION:
+            raise fail(f"unsupported version {shown(version)} (this servelab reads {SCHEMA_VERSION})")
         coefficients = data.get("coefficients")
         if not isinstance(coefficients, dict):
             raise fail("'coefficients' must be an object")
         unknown = coefficients.keys() - set(COEFFICIENTS)
         missing = [c for c in REQUIRED_COEFFICIENTS if c not in coefficients]
         if unknown or missing:
-            raise fail(f"coefficients: missing {missing}, unknown {sorted(unknown)}")
+            raise fail(f"coefficients: missing {missing}, unknown {shown(sorted(unknown), 80)}")
+        for name, value in coefficients.items():
+            if not _is_number(value):
+                raise fail(f"coefficient {name} must be a finite number, got {shown(value)}")
         kv_bytes = data.get("kv_bytes_per_token", 0)
-        if not isinstance(kv_bytes, int) or kv_bytes < 0:
-            raise fail(f"'kv_bytes_per_token' must be an integer >= 0, got {kv_bytes!r}")
+        if type(kv_bytes) is not int or kv_bytes < 0:
+            raise fail(f"'kv_bytes_per_token' must be an integer >= 0, got {shown(kv_bytes)}")
         meta = data.get("meta", {})
         if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
             raise fail("'meta' must be an object of strings")
-        fit = data.get("fit")
+        fit = _fit_from_json(data.get("fit"), fail)
         try:
-            fit = FitError(**fit) if fit is not None else None
             return cls(**coefficients, kv_bytes_per_token=kv_bytes, fit=fit, meta=meta)
-        except (TypeError, ValueError) as e:
+        except ValueError as e:
             raise fail(str(e)) from None
 
     @classmethod
     def load(cls, path: str | Path) -> LinearCostModel:
         try:
-            data = json.loads(Path(path).read_text())
+            data = json.loads(Path(path).read_bytes().decode("utf-8"))
         except OSError as e:
             raise CostModelFileError(f"{path}: cannot read ({e.strerror})") from None
+        except UnicodeDecodeError as e:
+            raise CostModelFileError(f"{path}: not UTF-8 text (byte {e.start}), so not a cost-model JSON") from None
         except json.JSONDecodeError as e:
             raise CostModelFileError(f"{path}: not JSON ({e})") from None
+        except (ValueError, RecursionError) as e:  # a number beyond int's digit limit, deep nesting
+            raise CostModelFileError(f"{path}: unreadable JSON ({type(e).__name__}: {shown(str(e), 80)})") from None
         return cls.from_json(data, where=str(path))
+
+
+def _fit_from_json(fit: object, fail) -> FitError | None:
+    """The optional ``fit`` block: a sample count and three finite relative errors >= 0."""
+    if fit is None:
+        return None
+    fields = ("num_samples", "median_rel_error", "p90_rel_error", "max_rel_error")
+    if not isinstance(fit, dict) or set(fit) != set(fields):
+        raise fail(f"'fit' must be null or an object with exactly {list(fields)}")
+    if type(fit["num_samples"]) is not int or fit["num_samples"] < 0:
+        raise fail(f"fit.num_samples must be an integer >= 0, got {shown(fit['num_samples'])}")
+    for name in fields[1:]:
+        if not (_is_number(fit[name]) and fit[name] >= 0):
+            raise fail(f"fit.{name} must be a finite number >= 0, got {shown(fit[name])}")
+    return FitError(**fit)
 
 
 def fit_linear_cost_model(samples: list[tuple[StepShape, float]], *, kv_bytes_per_token: int = 0,
