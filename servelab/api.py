@@ -2,6 +2,7 @@
 
 Each call takes explicit arguments (no global state) and returns plain dataclasses whose
 ``to_dict`` is JSON-safe, so the CLI's ``--json`` output and a notebook see the same thing.
+Arguments are checked before any simulation runs; a bad one is a ``UserError`` naming it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Any, Callable, Sequence
 
 from servelab.cluster.config import ClusterConfig, default_link
 from servelab.cluster.presets import cluster_for
+from servelab.core.errors import UserError
+from servelab.core.limits import MAX_INSTANCES, MAX_PARAM_INT
 from servelab.core.request import SLO, RequestSpec
 from servelab.costmodel.links import LinkSpec
 from servelab.metrics import RequestTable, RunSummary, capacity_search, summarize
@@ -35,6 +38,23 @@ class HardwareChoice:
     max_batch_tokens: int = 8192
     link: LinkSpec = field(default_factory=default_link)
 
+    def __post_init__(self) -> None:
+        """Check the choice as the user wrote it, so a typo fails before any work and names
+        the field: the simulator's per-step work grows with ``num_instances``, not the input."""
+        if not 1 <= self.num_instances <= MAX_INSTANCES:
+            raise UserError(f"num_instances must be in [1, {MAX_INSTANCES}], got {self.num_instances}")
+        for name in ("tp", "pp", "max_num_seqs", "max_batch_tokens"):
+            if not 1 <= getattr(self, name) <= MAX_PARAM_INT:
+                raise UserError(f"{name} must be in [1, {MAX_PARAM_INT:,}], got {getattr(self, name)}")
+        from servelab.catalog.instance import InstanceSpec, num_kv_blocks
+
+        try:
+            num_kv_blocks(InstanceSpec(self.gpu, self.model, tp=self.tp, pp=self.pp))
+        except KeyError as err:  # the catalog's unknown-name lookups
+            raise UserError(str(err.args[0])) from None
+        except ValueError as err:
+            raise UserError(f"{self.model} on {self.gpu} (tp={self.tp}, pp={self.pp}): {err}") from None
+
     def cluster(self, policy_spec: str) -> ClusterConfig:
         return cluster_for(policy_spec, num_instances=self.num_instances, link=self.link, gpu=self.gpu,
                            model=self.model, tp=self.tp, pp=self.pp, max_num_seqs=self.max_num_seqs,
@@ -54,9 +74,14 @@ class SimulationOutput:
         return self.result.num_output_tokens / self.cpu_s if self.cpu_s > 0 else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
+        """The summary's per-instance rows go under ``per_instance``, so ``num_instances`` (the
+        count) and the list never share a key."""
+        summary = self.summary.to_dict()
+        per_instance = summary.pop("instances")
         return {"policy": self.policy, "wall_s": self.wall_s, "cpu_s": self.cpu_s,
                 "simulated_tokens_per_cpu_s": self.simulated_tokens_per_cpu_s,
-                "conserved": self.result.conserved, **self.summary.to_dict(),
+                "conserved": self.result.conserved, **summary, "num_instances": len(per_instance),
+                "per_instance": per_instance,
                 "policy_reports": {str(k): v for k, v in self.result.policy_reports.items()}}
 
 
@@ -81,6 +106,18 @@ def run_simulation(workload: Sequence[RequestSpec], policy: str, hardware: Hardw
     return SimulationOutput(policy, summary, result, result.wall_s, cpu_s)
 
 
+def check_policy(policy: str, hardware: HardwareChoice) -> ClusterConfig:
+    """Build the cluster and every policy and router in it once, so a bad spec or parameter
+    fails before any simulation runs (the simulator would find it only when it starts)."""
+    from servelab.core.policy import POLICIES, ROUTERS
+
+    cluster = hardware.cluster(policy)
+    for group in cluster.groups:
+        POLICIES.create(group.policy, dict(group.policy_params))
+    ROUTERS.create(cluster.router, dict(cluster.router_params))
+    return cluster
+
+
 def _peak_flops(cluster: ClusterConfig) -> float | None:
     from servelab.catalog.gpus import get_gpu
 
@@ -94,9 +131,15 @@ def sweep(workload: Sequence[RequestSpec], policies: Sequence[str], rates: Seque
     """Every policy at every mean arrival rate (the workload's pattern kept, gaps rescaled)."""
     from servelab.workloads.workload import scale_to_rate
 
+    if not policies:
+        raise UserError("sweep needs at least one policy")
+    if not rates:
+        raise UserError("sweep needs at least one rate")
+    for policy in policies:
+        check_policy(policy, hardware)  # a bad spec fails here, before the first simulation
+    scaled_at = [(rate, scale_to_rate(workload, rate)) for rate in rates]  # checks every rate up front
     rows = []
-    for rate in rates:
-        scaled = scale_to_rate(workload, rate)
+    for rate, scaled in scaled_at:
         for policy in policies:
             out = run_simulation(scaled, policy, hardware, slo=slo)
             s = out.summary
@@ -113,8 +156,16 @@ def sweep(workload: Sequence[RequestSpec], policies: Sequence[str], rates: Seque
 def capacity(workload: Sequence[RequestSpec], policy: str, slo: SLO, hardware: HardwareChoice = HardwareChoice(), *,
              target_attainment: float = 0.9, lo: float = 0.1, hi: float = 100.0, rel_tol: float = 0.05,
              on_probe: Callable[[float, float], None] | None = None) -> CapacityResult:
-    """Highest mean request rate whose SLO attainment stays >= ``target_attainment`` (bisection)."""
+    """Highest mean request rate whose SLO attainment stays >= ``target_attainment`` (bisection).
+
+    Needs an SLO with at least one target: without one every rate "passes" and the search
+    would report its upper bound as the capacity.
+    """
     from servelab.workloads.workload import scale_to_rate
+
+    if slo is None or (slo.ttft_s is None and slo.tpot_s is None and slo.tbt_s is None):
+        raise UserError("capacity needs an SLO with at least one target (e.g. ttft:2,tpot:0.1)")
+    check_policy(policy, hardware)  # a bad spec fails here, before the first probe
 
     def attainment_at(rate: float) -> float:
         out = run_simulation(scale_to_rate(workload, rate), policy, hardware, slo=slo)

@@ -1,9 +1,16 @@
-"""Shared CLI plumbing: option parsing, friendly errors, output folders, progress bars."""
+"""Shared CLI plumbing: option parsing, friendly errors, output folders, progress bars.
+
+Errors: a ``UserError`` (or a ``typer.BadParameter``) ends the command with one line on
+stderr, ``error: <message naming the input>``, and exit status 2. Every other exception is
+a bug in servelab and keeps its traceback: the rules about what input is valid live where
+the input is read (spec parsers, Configs, loaders), not here.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,48 +18,72 @@ from typing import Any, Iterator
 
 import typer
 
+from servelab.core.errors import UserError
 from servelab.core.request import SLO
 
-USER_ERRORS = (ValueError, KeyError, FileNotFoundError, MemoryError)
+NO_SLO = ("", "none")
 
 
-def parse_slo(text: str | None) -> SLO | None:
-    """'ttft:2,tpot:0.1' -> SLO(ttft_s=2, tpot_s=0.1)."""
-    if not text:
+def parse_slo(text: str | None, option: str = "--slo") -> SLO | None:
+    """'ttft:2,tpot:0.1' -> SLO(ttft_s=2, tpot_s=0.1); '' or 'none' -> no SLO."""
+    if text is None or text.strip().lower() in NO_SLO:
         return None
-    values: dict[str, float] = {}
-    for item in text.split(","):
-        key, sep, val = item.partition(":")
-        key = key.strip().lower()
-        if not sep or key not in ("ttft", "tpot", "tbt"):
-            raise typer.BadParameter(f"--slo: expected ttft:S,tpot:S,tbt:S, got {item!r}")
-        try:
-            values[f"{key}_s"] = float(val)
-        except ValueError:
-            raise typer.BadParameter(f"--slo: {val!r} is not a number of seconds") from None
-    try:
-        return SLO(**values)
-    except ValueError as exc:
-        raise typer.BadParameter(f"--slo: {exc}") from None
+    from servelab.workloads.slo import parse_slo as parse
+
+    return parse(text, option)
 
 
 def parse_floats(text: str, option: str) -> list[float]:
+    """Comma-separated numbers; an empty list is left to the command (it knows if it needs one)."""
+    values = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        try:
+            values.append(float(item))
+        except ValueError:
+            raise UserError(f"{option}: expected comma-separated numbers, got {item!r} in {text!r}") from None
+    return values
+
+
+def check_out_dir(path: Path, option: str = "--out") -> Path:
+    """Create the output folder now, so an unusable path fails before any work is done."""
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{option} {path}: exists and is not a folder")
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise typer.BadParameter(f"{option}: expected comma-separated numbers, got {text!r}") from None
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"{option} {path}: cannot create the folder ({err.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"{option} {path}: folder is not writable")
+    return path
+
+
+def check_out_file(path: Path, option: str = "--out") -> Path:
+    """An output file may be overwritten, but must not be a folder and its folder must be writable."""
+    if path.is_dir():
+        raise UserError(f"{option} {path}: is a folder, expected a file path")
+    check_out_dir(path.parent, option)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UserError(f"{option} {path}: file is not writable")
+    return path
 
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Bad input ends the command with its message, never a traceback."""
+    """Bad input ends the command with one line naming it and exit status 2; bugs keep
+    their traceback."""
     try:
         yield
-    except typer.BadParameter:
-        raise
-    except USER_ERRORS as exc:
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from None
+    except typer.BadParameter as exc:
+        _fail(exc.format_message())
+    except UserError as exc:
+        _fail(str(exc))
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {' '.join(message.split())}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(2)
 
 
 def _jsonable(value: Any) -> Any:

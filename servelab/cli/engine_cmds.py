@@ -13,31 +13,41 @@ from typing import Optional
 
 import typer
 
-from servelab.cli.common import emit_json, user_errors
+from servelab.cli.common import check_out_dir, check_out_file, emit_json, user_errors
+from servelab.core.errors import UserError
+from servelab.core.limits import MAX_TOKENS
 
 _PRESETS = ("tiny", "bench-30m", "bench-200m")
+MAX_KV_BUDGET_MB = 2**20  # 1 TiB: far above any host or GPU, so only a typo is stopped
+MAX_THREADS = 1024
 
 
 def read_prompts(path: Path) -> list[str]:
     """One prompt per line, or JSONL objects with a "prompt" field; blank lines are skipped."""
-    if not path.is_file():
-        raise FileNotFoundError(f"prompts file not found: {path}")
+    from servelab.workloads._parse import WorkloadFileError, read_text
+
+    try:
+        path, text = read_text(path)
+    except WorkloadFileError as e:
+        raise UserError(f"prompts file {e}") from None
     prompts = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         if line.lstrip().startswith("{"):
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{number}: invalid JSON ({e.msg})") from None
-            if not isinstance(row.get("prompt"), str) or not row["prompt"]:
-                raise ValueError(f"{path}:{number}: a JSONL row needs a non-empty string field 'prompt'")
+                raise UserError(f"{path}:{number}: invalid JSON ({e.msg})") from None
+            except (ValueError, RecursionError) as e:
+                raise UserError(f"{path}:{number}: unreadable JSON ({type(e).__name__})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"]:
+                raise UserError(f"{path}:{number}: a JSONL row needs a non-empty string field 'prompt'")
             prompts.append(row["prompt"])
         else:
-            prompts.append(line)
+            prompts.append(line.rstrip("\r"))
     if not prompts:
-        raise ValueError(f"{path}: no prompts")
+        raise UserError(f"{path}: no prompts")
     return prompts
 
 
@@ -47,7 +57,9 @@ def build_specs(tokenizer, prompts_file: Optional[Path], workload: Optional[str]
     from servelab.core.request import RequestSpec
 
     if (prompts_file is None) == (workload is None):
-        raise ValueError("give exactly one of --prompts FILE or --workload SPEC")
+        raise UserError("give exactly one of --prompts FILE or --workload SPEC")
+    if max_tokens is not None and not 1 <= max_tokens <= MAX_TOKENS:
+        raise UserError(f"--max-tokens must be in [1, {MAX_TOKENS:,}], got {max_tokens}")
     if prompts_file is not None:
         specs = []
         for i, text in enumerate(read_prompts(prompts_file)):
@@ -60,7 +72,7 @@ def build_specs(tokenizer, prompts_file: Optional[Path], workload: Optional[str]
     out = []
     for spec in specs:
         if spec.prompt_text is None:
-            raise ValueError(f"workload {workload!r} has no prompt text (request {spec.request_id}); "
+            raise UserError(f"workload {workload!r} has no prompt text (request {spec.request_id}); "
                              f"use a text dataset such as gsm8k, or --prompts")
         ids = tuple(tokenizer.encode(spec.prompt_text).ids)
         out.append(replace(spec, num_prompt_tokens=len(ids), prompt_token_ids=ids,
@@ -73,8 +85,8 @@ def generate(
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="One prompt per line, or JSONL with \"prompt\"."),
     workload: Optional[str] = typer.Option(None, "--workload", "-w", help="A text workload, e.g. gsm8k:n=32."),
     policy: str = typer.Option("vllm", "--policy", "-p", help="Policy spec, e.g. sarathi:token_budget=256."),
-    max_tokens: Optional[int] = typer.Option(None, help="New tokens per request (default 64; a workload's own "
-                                                        "output lengths when --workload)."),
+    max_tokens: Optional[int] = typer.Option(None, help="New tokens per request, >= 1 (if not given: 64 for "
+                                                        "--prompts, the workload's own output lengths for --workload)."),
     temperature: float = typer.Option(0.0, help="0 is greedy."),
     top_p: float = typer.Option(1.0), top_k: int = typer.Option(0),
     seed: int = typer.Option(0, help="Sampling seed (request i uses seed + i) and workload seed."),
@@ -90,13 +102,10 @@ def generate(
 ) -> None:
     """Serve prompts on the real engine under one policy; print outputs and the run summary (measured)."""
     with user_errors():
-        from servelab.engine.loader import CheckpointError, load_checkpoint
+        from servelab.engine.loader import load_checkpoint
 
-        try:
-            _set_threads(threads)
-            loaded = load_checkpoint(model, dtype=dtype)
-        except CheckpointError as e:
-            raise ValueError(str(e)) from None
+        _set_threads(threads)
+        loaded = load_checkpoint(model, dtype=dtype)
         specs = build_specs(loaded.tokenizer, prompts, workload, data_dir, seed, max_tokens)
         params = _sampling(specs, temperature, top_p, top_k, seed, stop or (), ignore_eos)
         result = _serve(loaded, policy, specs, params, kv_budget_mb, block_size, max_batch_tokens, max_num_seqs, seed)
@@ -121,26 +130,36 @@ def _set_threads(threads: Optional[int]) -> None:
     import torch
 
     if threads is not None:
-        if threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {threads}")
+        if not 1 <= threads <= MAX_THREADS:
+            raise UserError(f"--threads must be in [1, {MAX_THREADS}], got {threads}")
         torch.set_num_threads(threads)
 
 
 def _sampling(specs, temperature, top_p, top_k, seed, stop, ignore_eos) -> dict:
+    """Sampling parameters per request; SamplingParams checks the values, and a failed check
+    is the user's --temperature / --top-p / --top-k / --stop."""
     from servelab.engine.sampling import SamplingParams
 
-    return {s.request_id: SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed + s.request_id,
-                                         max_tokens=s.num_output_tokens, stop=tuple(stop), ignore_eos=ignore_eos)
-            for s in specs}
+    try:
+        return {s.request_id: SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p,
+                                             seed=seed + s.request_id, max_tokens=s.num_output_tokens,
+                                             stop=tuple(stop), ignore_eos=ignore_eos)
+                for s in specs}
+    except ValueError as e:
+        raise UserError(f"sampling options: {e}") from None
 
 
 def _serve(loaded, policy, specs, params, kv_budget_mb, block_size, max_batch_tokens, max_num_seqs, seed):
+    """EngineConfig checks the sizes; a failed check is the user's engine options."""
     from servelab.engine.serve_loop import EngineConfig, EngineInstance
 
-    if not kv_budget_mb > 0:
-        raise ValueError(f"--kv-budget-mb must be > 0, got {kv_budget_mb}")
-    config = EngineConfig(kv_budget_bytes=int(kv_budget_mb * 2**20), block_size=block_size,
-                          max_batch_tokens=max_batch_tokens, max_num_seqs=max_num_seqs, seed=seed)
+    if not 0 < kv_budget_mb <= MAX_KV_BUDGET_MB:
+        raise UserError(f"--kv-budget-mb must be in (0, {MAX_KV_BUDGET_MB:,}], got {kv_budget_mb}")
+    try:
+        config = EngineConfig(kv_budget_bytes=int(kv_budget_mb * 2**20), block_size=block_size,
+                              max_batch_tokens=max_batch_tokens, max_num_seqs=max_num_seqs, seed=seed)
+    except ValueError as e:
+        raise UserError(f"engine options (--block-size, --max-batch-tokens, --max-num-seqs): {e}") from None
     return EngineInstance(loaded, policy, config).run(specs, params)
 
 
@@ -154,9 +173,12 @@ def make_tiny_model_cmd(
     """Write a random-weight HF checkpoint with a tokenizer trained on GSM8K (no downloads)."""
     with user_errors():
         if preset not in _PRESETS:
-            raise ValueError(f"--preset must be one of {_PRESETS}, got {preset!r}")
+            raise UserError(f"--preset must be one of {_PRESETS}, got {preset!r}")
         if arch not in ("llama", "qwen2"):
-            raise ValueError(f"--arch must be llama or qwen2, got {arch!r}")
+            raise UserError(f"--arch must be llama or qwen2, got {arch!r}")
+        if dtype not in ("float32", "bfloat16", "float16"):
+            raise UserError(f"--dtype must be float32, bfloat16 or float16, got {dtype!r}")
+        check_out_dir(out_dir, "OUT_DIR")
         from servelab.engine.tiny_model import BENCH_30M, BENCH_200M, make_tiny_model
 
         kwargs = {"tiny": {}, "bench-30m": BENCH_30M, "bench-200m": BENCH_200M}[preset]
@@ -176,15 +198,13 @@ def calibrate_cmd(
     """Time engine steps over a grid of shapes, fit the linear cost model, save it for ``simulate --cost-model``."""
     with user_errors():
         if grid not in ("default", "reduced"):
-            raise ValueError(f"--grid must be default or reduced, got {grid!r}")
+            raise UserError(f"--grid must be default or reduced, got {grid!r}")
+        check_out_file(out)
         from servelab.engine.calibrate import REDUCED_GRID, CalibrationGrid, calibrate
-        from servelab.engine.loader import CheckpointError, load_checkpoint
+        from servelab.engine.loader import load_checkpoint
 
         _set_threads(threads)
-        try:
-            loaded = load_checkpoint(model, dtype=dtype)
-        except CheckpointError as e:
-            raise ValueError(str(e)) from None
+        loaded = load_checkpoint(model, dtype=dtype)
         chosen = REDUCED_GRID if grid == "reduced" else CalibrationGrid()
         progress = None if json_out else (lambda k, n: typer.echo(f"  timed {k}/{n} shapes", err=True))
         cost, error, samples = calibrate(loaded, chosen, block_size=block_size, progress=progress)

@@ -11,7 +11,8 @@ from typing import Optional
 
 import typer
 
-from servelab.cli.common import emit_json, user_errors
+from servelab.cli.common import check_out_dir, emit_json, user_errors
+from servelab.core.errors import UserError
 
 reproduce_app = typer.Typer(no_args_is_help=True, help="Reproduce a paper's figures in the simulator.")
 analyze_app = typer.Typer(no_args_is_help=True, help="Closed-form analysis of a design.")
@@ -21,6 +22,7 @@ def _reproduce(module: str, out: Path, reduced: bool, seed: int, json_out: bool)
     import importlib
 
     with user_errors():
+        check_out_dir(out)
         mod = importlib.import_module(f"servelab.designs.{module}.reproduce.run")
         result = mod.run_reproduction(out, reduced=reduced, seed=seed, progress=not json_out)
     if json_out:
@@ -53,10 +55,15 @@ def reproduce_multibin_engine(
 ) -> None:
     """Multi-Bin Batching Figures 5 and 7 measured on the real engine (CPU), next to the simulators."""
     with user_errors():
+        check_out_dir(out)
         try:
             k_values = tuple(int(k) for k in ks.split(",") if k.strip())
         except ValueError:
-            raise ValueError(f"--ks must be comma-separated integers, got {ks!r}") from None
+            raise UserError(f"--ks must be comma-separated integers, got {ks!r}") from None
+        if not k_values or not all(1 <= k <= num_requests for k in k_values):
+            raise UserError(f"--ks must list bin counts in [1, --num-requests={num_requests}], got {ks!r}")
+        if num_requests < 1 or threads < 1:
+            raise UserError(f"--num-requests and --threads must be >= 1, got {num_requests} and {threads}")
         from servelab.designs.multibin.reproduce.engine import run_engine_reproduction  # imports torch
 
         command = (f"servelab reproduce multibin-engine --num-requests {num_requests} --ks {ks} --seed {seed} "

@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from servelab.cli.common import (emit_json, parse_floats, parse_slo, progress_bar, user_errors, write_json,
-                                 write_timeseries)
+from servelab.cli.common import (check_out_dir, emit_json, parse_floats, parse_slo, progress_bar, user_errors,
+                                 write_json, write_timeseries)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="servelab: LLM-serving policies in a calibrated simulator and a real engine.")
@@ -41,7 +41,8 @@ def simulate(
     tp: int = typer.Option(1),
     pp: int = typer.Option(1),
     max_num_seqs: int = typer.Option(256),
-    slo: Optional[str] = typer.Option("ttft:2,tpot:0.1", help="SLO for attainment/goodput: ttft:S,tpot:S,tbt:S"),
+    slo: Optional[str] = typer.Option("ttft:2,tpot:0.1", help="SLO for attainment/goodput: ttft:S,tpot:S,tbt:S "
+                                                              "('none' for no SLO)."),
     cost_model: Optional[Path] = typer.Option(None, help="A calibrated cost model JSON (servelab calibrate)."),
     seed: int = typer.Option(0),
     data_dir: Path = typer.Option(None, help="Folder with traces/ and datasets/ (default ../shared/data)."),
@@ -53,11 +54,15 @@ def simulate(
     from servelab.metrics.report import render_rich
 
     with user_errors():
-        wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
+        check_out_dir(out)
+        target = parse_slo(slo)
         hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs)
+        costs = _cost_model(cost_model)
+        api.check_policy(policy, hw)
+        wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
         with progress_bar(f"simulating {policy}", not json_out) as cb:
-            res = api.run_simulation(wl, policy, hw, slo=parse_slo(slo), cost_model=_cost_model(cost_model), progress=cb)
-    payload = {"workload": workload, "gpu": gpu, "model": model, "instances": instances, **res.to_dict()}
+            res = api.run_simulation(wl, policy, hw, slo=target, cost_model=costs, progress=cb)
+    payload = {"workload": workload, "gpu": gpu, "model": model, **res.to_dict()}
     write_json(out / "summary.json", payload)
     write_timeseries(out / "timeseries.csv", res.result.collector)
     if json_out:
@@ -92,10 +97,13 @@ def sweep(
     from servelab.metrics.report import plot_sweep
 
     with user_errors():
-        wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
+        check_out_dir(out)
         names = [p.strip().replace(";", ",") for p in policies.split(",") if p.strip()]
+        rate_values = parse_floats(rates, "--rates")
+        target = parse_slo(slo)
         hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs)
-        rows = api.sweep(wl, names, parse_floats(rates, "--rates"), hw, slo=parse_slo(slo),
+        wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
+        rows = api.sweep(wl, names, rate_values, hw, slo=target,
                          on_point=None if json_out else lambda r: typer.echo(
                              f"  {r['policy']:<24} rate {r['rate']:>7.2f}  attainment {r['slo_attainment']:.3f}  "
                              f"ttft p99 {r['ttft_p99_s']:.3f}s  tpot p50 {r['tpot_p50_s']:.4f}s  "
@@ -114,7 +122,7 @@ def sweep(
 def capacity(
     workload: str = typer.Option("azure-conv", "--workload", "-w", help=WORKLOAD_HELP),
     policy: str = typer.Option("vllm", "--policy", "-p", help=POLICY_HELP),
-    slo: str = typer.Option("ttft:2,tpot:0.1"),
+    slo: str = typer.Option("ttft:2,tpot:0.1", help="The SLO whose attainment is kept: ttft:S,tpot:S,tbt:S."),
     target: float = typer.Option(0.9, help="SLO attainment to keep."),
     lo: float = typer.Option(0.5), hi: float = typer.Option(64.0),
     instances: int = typer.Option(1, "--instances", "-n"),
@@ -129,8 +137,10 @@ def capacity(
     from servelab import api
 
     with user_errors():
+        target_slo = parse_slo(slo)
+        hw = _hardware(instances, gpu, model, tp, pp, 256)
         wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
-        res = api.capacity(wl, policy, parse_slo(slo), _hardware(instances, gpu, model, tp, pp, 256),
+        res = api.capacity(wl, policy, target_slo, hw,
                            target_attainment=target, lo=lo, hi=hi,
                            on_probe=None if json_out else lambda r, a: typer.echo(f"  rate {r:8.3f} -> attainment {a:.3f}"))
     payload = {"policy": policy, "workload": workload, "status": res.status, "capacity_rate": res.capacity_rate,
@@ -153,6 +163,7 @@ def demo(
     from servelab.cli.demo import run_demo
 
     with user_errors():
+        check_out_dir(out)
         run_demo(data_dir, out, json_out)
 
 

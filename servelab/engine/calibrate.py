@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from servelab.core.errors import UserError
 from servelab.core.plan import PaddedBatch, StepShape
 from servelab.costmodel.fitting import FitError
 from servelab.costmodel.linear import LinearCostModel, fit_linear_cost_model
@@ -141,11 +142,17 @@ def machine_meta() -> dict[str, str]:
             "torch": torch.__version__, "date": datetime.date.today().isoformat()}
 
 
+MAX_BLOCK_SIZE = 4096  # tokens per KV block; vLLM uses 16, and the grid's contexts are a few thousand
+
+
 def calibrate(loaded, grid: CalibrationGrid = CalibrationGrid(), *, block_size: int = 16, seed: int = 0,
               progress: Callable[[int, int], None] | None = None
               ) -> tuple[LinearCostModel, FitError, list[tuple[StepShape, float]]]:
     """Time every grid point on ``loaded`` (a ``LoadedModel``); returns (model, fit error, samples)."""
     import torch
+
+    if not 1 <= block_size <= MAX_BLOCK_SIZE:
+        raise UserError(f"block_size must be in [1, {MAX_BLOCK_SIZE}] tokens, got {block_size}")
 
     from servelab.engine.kv_cache import PagedKVCache, bytes_per_block
     from servelab.engine.runner import ModelRunner

@@ -20,6 +20,7 @@ import torch
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
+from servelab.core.errors import UserError, shown
 from servelab.engine.config import ModelConfig
 from servelab.engine.model import Model
 
@@ -27,8 +28,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-class CheckpointError(RuntimeError):
-    pass
+class CheckpointError(UserError):
+    """A checkpoint folder or file that cannot be used; the message names the file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +55,18 @@ def _read_json(path: Path) -> dict:
     if not path.is_file():
         raise CheckpointError(f"missing file: {path}")
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path}: not UTF-8 text (byte {e.start})") from None
     except json.JSONDecodeError as e:
-        raise CheckpointError(f"invalid JSON in {path}: {e}") from e
+        raise CheckpointError(f"invalid JSON in {path}: {e}") from None
+    except (ValueError, RecursionError) as e:  # a number beyond int's digit limit, deep nesting
+        raise CheckpointError(f"{path}: unreadable JSON ({type(e).__name__})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def load_config(folder: str | Path) -> ModelConfig:
@@ -64,8 +74,8 @@ def load_config(folder: str | Path) -> ModelConfig:
     d = _read_json(path)
     try:
         return ModelConfig.from_hf(d)
-    except (KeyError, ValueError) as e:
-        raise CheckpointError(f"{path}: unsupported or incomplete config ({type(e).__name__}: {e})") from e
+    except (KeyError, ValueError, TypeError) as e:
+        raise CheckpointError(f"{path}: unsupported or incomplete config ({type(e).__name__}: {e})") from None
 
 
 def load_tokenizer(folder: str | Path) -> Tokenizer:
@@ -81,11 +91,21 @@ def load_tokenizer(folder: str | Path) -> Tokenizer:
 def load_generation_defaults(folder: str | Path, config: ModelConfig) -> GenerationDefaults:
     path = Path(folder) / "generation_config.json"
     d = _read_json(path) if path.is_file() else {}
+
+    def typed(key: str, kinds: tuple[type, ...], default=None):
+        value = d.get(key, default)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
+            raise CheckpointError(f"{path}: {key} must be {' or '.join(k.__name__ for k in kinds)}, got {shown(value)}")
+        return value
+
     eos = d.get("eos_token_id")
-    eos_ids = config.eos_token_ids if eos is None else tuple(eos) if isinstance(eos, list) else (int(eos),)
-    return GenerationDefaults(eos_token_ids=eos_ids, bos_token_id=d.get("bos_token_id", config.bos_token_id),
-                              temperature=d.get("temperature"), top_k=d.get("top_k"), top_p=d.get("top_p"),
-                              max_new_tokens=d.get("max_new_tokens"))
+    eos_list = eos if isinstance(eos, list) else [eos]
+    if eos is not None and not all(type(e) is int for e in eos_list):
+        raise CheckpointError(f"{path}: eos_token_id must be an integer or a list of integers, got {shown(eos)}")
+    eos_ids = config.eos_token_ids if eos is None else tuple(eos_list)
+    return GenerationDefaults(eos_token_ids=eos_ids, bos_token_id=typed("bos_token_id", (int,), config.bos_token_id),
+                              temperature=typed("temperature", (int, float)), top_k=typed("top_k", (int,)),
+                              top_p=typed("top_p", (int, float)), max_new_tokens=typed("max_new_tokens", (int,)))
 
 
 def shard_files(folder: str | Path) -> list[Path]:
@@ -176,7 +196,7 @@ def load_checkpoint(folder: str | Path, *, dtype: str | torch.dtype | None = Non
         dtype = config.torch_dtype
     if isinstance(dtype, str):
         if dtype not in DTYPES:
-            raise ValueError(f"unsupported dtype {dtype!r}; supported: {sorted(DTYPES)}")
+            raise UserError(f"unsupported dtype {dtype!r}; supported: {sorted(DTYPES)}")
         dtype = DTYPES[dtype]
     state = hf_to_model_state(read_tensors(folder), config, where=str(folder))
     model = build_model(config, state, dtype=dtype, device=device, where=str(folder))

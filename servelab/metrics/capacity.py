@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from servelab.core.errors import UserError
+
 
 @dataclass(frozen=True, slots=True)
 class CapacityProbe:
@@ -79,12 +81,12 @@ def capacity_search(run_at_rate: Callable[[float], float], *, lo: float, hi: flo
 
 def _validate(lo: float, hi: float, target: float, rel_tol: float, max_iters: int) -> None:
     if not (math.isfinite(lo) and lo > 0):
-        raise ValueError(f"capacity_search: lo must be a finite rate > 0, got {lo!r}")
+        raise UserError(f"capacity: lo must be a finite rate > 0, got {lo!r}")
     if not (math.isfinite(hi) and hi > lo):
-        raise ValueError(f"capacity_search: hi must be finite and > lo ({lo}), got {hi!r}")
+        raise UserError(f"capacity: hi must be finite and > lo ({lo}), got {hi!r}")
     if not 0.0 < target <= 1.0:
-        raise ValueError(f"capacity_search: target_attainment must be in (0, 1], got {target!r}")
+        raise UserError(f"capacity: target_attainment must be in (0, 1], got {target!r}")
     if not rel_tol > 0:
-        raise ValueError(f"capacity_search: rel_tol must be > 0, got {rel_tol!r}")
+        raise UserError(f"capacity: rel_tol must be > 0, got {rel_tol!r}")
     if max_iters < 0:
-        raise ValueError(f"capacity_search: max_iters must be >= 0, got {max_iters!r}")
+        raise UserError(f"capacity: max_iters must be >= 0, got {max_iters!r}")

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from servelab.core.errors import UserError
+from servelab.core.limits import MAX_PARAM_INT
 from servelab.designs.multibin.binning import BinEdges, exponential_edges, exponential_L, harmonic, uniform_edges
 from servelab.designs.multibin.service_dists import ExponentialService, UniformService
 
@@ -58,7 +60,10 @@ def min_bins_for_eps(batch_size: int, lmin: float, lmax: float, eps: float) -> i
     c_max = c_max_uniform(batch_size, lmin, lmax)
     mid = (lmax + lmin) / 2
     gap = batch_size / (batch_size + 1) * lmax + lmin / (batch_size + 1) - mid
-    k = max(1, math.ceil((c_max - eps) * gap / (eps * mid)))
+    estimate = (c_max - eps) * gap / (eps * mid)
+    if not estimate <= MAX_BINS_FOR_EPS:
+        raise UserError(f"eps={eps:g} needs about {estimate:.3g} bins, more than {MAX_BINS_FOR_EPS:,}; use a larger eps")
+    k = max(1, math.ceil(estimate))
     # guard the ceiling against floating-point error at exact integers
     while k > 1 and throughput_uniform(k - 1, batch_size, lmin, lmax) >= c_max - eps:
         k -= 1
@@ -110,6 +115,34 @@ def exponential_throughput_bound(num_bins: int, batch_size: int, mu: float) -> f
     return batch_size / exponential_service_bound(num_bins, batch_size, mu)
 
 
+# k = 1..k_max rows cost O(k_max^2) quadrature segments: 256 takes about 2 s on one core,
+# 1,024 about a minute, and the paper's figures stop at k = 64.
+MAX_BINS = 256
+# Theorem 4.3's k(eps) is a closed form, but the float search around it is not meaningful
+# (nor fast) once throughputs differ in the last bits: an eps that needs more bins is an error.
+MAX_BINS_FOR_EPS = 1_000_000
+
+
+def check_analysis_inputs(distribution: str, lmin: float, lmax: float, mu: float, batch_size: int, k_max: int,
+                          eps: float | None, arrival_rate: float | None) -> None:
+    """The CLI's inputs, each named, before any closed form runs (they raise on bad values too,
+    but only a ``UserError`` tells the user which option to change)."""
+    if distribution not in ("uniform", "exp", "exponential"):
+        raise UserError(f"--distribution must be 'uniform' or 'exponential', got {distribution!r}")
+    if not 1 <= k_max <= MAX_BINS:
+        raise UserError(f"--k-max must be in [1, {MAX_BINS}], got {k_max}")
+    if not 1 <= batch_size <= MAX_PARAM_INT:
+        raise UserError(f"--batch-size must be in [1, {MAX_PARAM_INT:,}], got {batch_size}")
+    if distribution == "uniform" and not 0 <= lmin < lmax < math.inf:
+        raise UserError(f"--lmin and --lmax need 0 <= lmin < lmax (finite), got lmin={lmin}, lmax={lmax}")
+    if distribution != "uniform" and not 0 < mu < math.inf:
+        raise UserError(f"--mu must be a finite number > 0, got {mu}")
+    if eps is not None and not 0 < eps < math.inf:
+        raise UserError(f"--eps must be a finite number > 0, got {eps}")
+    if arrival_rate is not None and not 0 < arrival_rate < math.inf:
+        raise UserError(f"--arrival-rate must be a finite number > 0, got {arrival_rate}")
+
+
 @dataclass(frozen=True, slots=True)
 class TheoryRow:
     num_bins: int
@@ -123,8 +156,7 @@ class TheoryRow:
 def analyze(distribution: str, *, lmin: float = 1.0, lmax: float = 20.0, mu: float = 0.1, batch_size: int = 128,
             k_max: int = 8, eps: float | None = None, arrival_rate: float | None = None) -> dict:
     """Entry point of ``servelab analyze multibin``: one row per k = 1..k_max, plus c_max and k(eps)."""
-    if k_max < 1:
-        raise ValueError(f"k_max must be >= 1, got {k_max}")
+    check_analysis_inputs(distribution, lmin, lmax, mu, batch_size, k_max, eps, arrival_rate)
     rows = []
     if distribution == "uniform":
         dist = UniformService(lmin, lmax)
