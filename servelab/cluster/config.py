@@ -1,7 +1,8 @@
-"""Cluster configuration: groups of identical instances, a router, and the links between them.
+"""Cluster configuration: groups of identical instances, a router, the topology between them,
+the context-length rule and the cluster's host KV pool.
 
 Frozen and validated on construction; no I/O. The simulator builds instances from it, and
-the real engine (one instance, or a Ray cluster later) reads the same object.
+the real engine cluster reads the same object.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from servelab.cluster.links import TopologyConfig
+from servelab.core.admission import OVERFLOW_MODES
 from servelab.costmodel.links import LinkSpec
 
 _ROLES = ("mixed", "prefill", "decode")
@@ -54,15 +57,30 @@ def default_link() -> LinkSpec:
 
 @dataclass(frozen=True)
 class ClusterConfig:
+    """``link``: one link for every pair of instances (overrides the topology; kept for
+    studies that want a single figure). ``max_model_len``: the context-length limit applied
+    at admission (None: the smallest model context in the cluster); ``on_overflow``: reject
+    (vLLM) or truncate (LongBench). ``kv_pool_gb``: the cluster's shared host KV pool."""
+
     groups: tuple[InstanceGroup, ...] = (InstanceGroup(),)
     router: str = "round_robin"
     router_params: Mapping[str, Any] = field(default_factory=dict)
-    link: LinkSpec = field(default_factory=default_link)
+    link: LinkSpec | None = None
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    max_model_len: int | None = None
+    on_overflow: str = "reject"
+    kv_pool_gb: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.groups:
             raise ValueError("a cluster needs at least one instance group")
         object.__setattr__(self, "groups", tuple(self.groups))
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if self.on_overflow not in OVERFLOW_MODES:
+            raise ValueError(f"on_overflow must be one of {OVERFLOW_MODES}, got {self.on_overflow!r}")
+        if not self.kv_pool_gb >= 0:
+            raise ValueError(f"kv_pool_gb must be >= 0, got {self.kv_pool_gb}")
 
     @property
     def num_instances(self) -> int:

@@ -35,7 +35,7 @@ class StepOutcome:
     """What changed in one step, for the cluster layer and the metrics."""
 
     finished: list[Request] = field(default_factory=list)
-    handed_off: list[Request] = field(default_factory=list)  # leave for another instance
+    handed_off: list[Request] = field(default_factory=list)  # leave for another instance (detached)
 
 
 SwapCopies = list[tuple[str, list[tuple[int, int]]]]  # ("out" | "in", [(src block, dst block), ...])
@@ -47,11 +47,21 @@ class AppliedStep:
     batch: list[Request]  # the plan's requests, in plan order
     rejected: list[Request]  # refused by the plan; already ended
     swap_copies: SwapCopies = field(default_factory=list)  # KV copies a real executor makes first, in order
+    plan: StepPlan | None = None
 
 
 class InstanceRuntime:
+    """Queues and blocks of one instance.
+
+    Besides the queued requests (waiting, running, swapped) it may hold KV for requests that
+    are not scheduled here: ``reserved`` (blocks set aside for a request whose KV is on its
+    way in, or parked in a candidate buffer) and ``detached`` (a request that left, whose KV
+    is still being copied out). Neither is scheduled; both hold blocks; reserved requests
+    count in the load (their work is coming), detached ones do not.
+    """
+
     def __init__(self, instance_id: int, kv: KVCacheConfig, limits: InstanceLimits = InstanceLimits(),
-                 role: str = "mixed") -> None:
+                 role: str = "mixed", *, cost_model=None, spec=None) -> None:
         if role not in ("mixed", "prefill", "decode"):
             raise ValueError(f"instance role must be mixed, prefill or decode, got {role!r}")
         self.instance_id = instance_id
@@ -59,9 +69,13 @@ class InstanceRuntime:
         self.blocks = BlockManager(kv)
         self.max_batch_tokens = limits.max_batch_tokens
         self.max_num_seqs = limits.max_num_seqs
+        self.cost_model = cost_model
+        self.spec = spec
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.swapped: list[Request] = []
+        self.reserved: dict[int, Request] = {}
+        self.detached: dict[int, Request] = {}
         self._by_id: dict[int, Request] = {}
         self.num_preemptions = 0
         self.num_swaps = 0
@@ -84,6 +98,10 @@ class InstanceRuntime:
     def num_requests(self) -> int:
         return len(self._by_id)
 
+    def has(self, request_id: int) -> bool:
+        """True when the request is queued here (waiting, running or swapped)."""
+        return request_id in self._by_id
+
     def get(self, request_id: int) -> Request:
         try:
             return self._by_id[request_id]
@@ -92,13 +110,56 @@ class InstanceRuntime:
 
     # ---- arrivals ----
     def add(self, request: Request) -> None:
-        """Queue a request (new, or transferred in with its KV already computed elsewhere)."""
+        """Queue a request (new, or transferred in with its KV already computed elsewhere; a
+        reserved request's blocks become its KV here)."""
         request.instance_id = self.instance_id
-        self._outstanding += _owed(request)
+        if self.reserved.pop(request.request_id, None) is None:
+            self._outstanding += _owed(request)
         if request.status is not RequestStatus.TRANSFERRING:
             request.status = RequestStatus.QUEUED
         self._by_id[request.request_id] = request
         self.waiting.append(request)
+
+    def can_reserve(self, num_tokens: int) -> bool:
+        return self.blocks.blocks_for(num_tokens) <= self.blocks.num_free_gpu_blocks
+
+    def reserve(self, request: Request, num_tokens: int) -> None:
+        """Set aside KV slots for ``num_tokens`` of a request that is not queued here (its KV is
+        on its way in, or it waits in a candidate buffer). Raises MemoryError when short."""
+        if request.request_id in self._by_id or request.request_id in self.reserved:
+            raise PlanError(f"instance {self.instance_id}: request {request.request_id} is already here")
+        self.blocks.allocate(request.request_id, num_tokens)
+        self.reserved[request.request_id] = request
+        self._outstanding += _owed(request)
+
+    def unreserve(self, request_id: int) -> Request:
+        """Give back a reservation (the request went elsewhere, or ended)."""
+        req = self.reserved.pop(request_id)
+        self.blocks.free(request_id)
+        self._outstanding -= _owed(req)
+        return req
+
+    def detach(self, request_id: int) -> Request:
+        """Take a queued request out of scheduling but keep its KV blocks (a move out begins)."""
+        req = self.get(request_id)
+        if req.status is RequestStatus.SWAPPED:
+            raise PlanError(f"request {request_id} is swapped out; swap it in before moving it")
+        self._outstanding -= _owed(req)
+        del self._by_id[request_id]
+        for queue in (self.waiting, self.running):
+            if req in queue:
+                queue.remove(req)
+        self.detached[request_id] = req
+        return req
+
+    def release_detached(self, request_id: int) -> None:
+        """The detached request's KV has been copied away: free its blocks."""
+        del self.detached[request_id]
+        self.blocks.free(request_id)
+
+    def resize(self, num_gpu_blocks: int) -> None:
+        """Change the GPU KV capacity (layers dropped or restored, memory given back)."""
+        self.blocks.resize(num_gpu_blocks)
 
     # ---- plan application ----
     def apply(self, plan: StepPlan, now_s: float) -> "AppliedStep":
@@ -159,7 +220,7 @@ class InstanceRuntime:
             self._admit(admitted)
         shape = StepShape(tuple(prefill_tokens), tuple(prefill_context), num_decodes, ctx_sum, ctx_max,
                           plan.padding, swap_blocks)
-        return AppliedStep(shape, batch, rejected, copies)
+        return AppliedStep(shape, batch, rejected, copies, plan)
 
     def _reserve(self, req: Request, n: int) -> None:
         if req.status.is_terminal or req.status is RequestStatus.SWAPPED:
@@ -297,8 +358,11 @@ class InstanceRuntime:
     def _remove_leavers(self, out: StepOutcome) -> None:
         for req in out.finished:
             self._remove(req)
-        for req in out.handed_off:
-            self._remove(req)
+        for req in out.handed_off:  # keeps its KV until the cluster has copied it out
+            self._outstanding -= _owed(req)
+            del self._by_id[req.request_id]
+            self.running.remove(req)
+            self.detached[req.request_id] = req
 
     def reserve_decode_slots(self, batch: list[Request]) -> None:
         """KV slots for one more decode token of each request (a step in flight, simulator only)."""
@@ -309,7 +373,10 @@ class InstanceRuntime:
         for req in self._by_id.values():
             assert 0 <= req.num_computed_tokens <= req.num_tokens, f"request {req.request_id}: bad token counts"
             assert not req.status.is_terminal, f"request {req.request_id} ended but still on instance"
-        assert self._outstanding == sum(_owed(r) for r in self._by_id.values()), "outstanding-token total drifted"
+        assert not (self._by_id.keys() & self.reserved.keys()), "a request is queued and reserved at once"
+        assert not (self._by_id.keys() & self.detached.keys()), "a request is queued and detached at once"
+        owed = sum(_owed(r) for r in self._by_id.values()) + sum(_owed(r) for r in self.reserved.values())
+        assert self._outstanding == owed, "outstanding-token total drifted"
 
 
 def _leave(out: StepOutcome, req: Request, now_s: float, finish_reason: str | None) -> None:

@@ -3,9 +3,13 @@
 Pure bookkeeping, no torch: the simulator uses it to account memory and the engine uses its
 block tables to index the real KV tensors, so both see the same ids.
 
-Invariants (property-tested): every block id is in exactly one place, either a free list or
-one request's table; a request's table holds exactly ``blocks_for(num_tokens)`` blocks; a
-request lives on GPU or on host, never both.
+Invariants (property-tested): every block id is in exactly one place, either a free list,
+one request's table or (after a shrink) the retired list; a request's table holds exactly
+``blocks_for(num_tokens)`` blocks; a request lives on GPU or on host, never both.
+
+Capacity can change at run time (``resize``: layers dropped free weight memory for KV, or
+restored): growing adds fresh ids (or returns retired ones), shrinking retires free blocks
+and fails when too few are free. Block ids never move, so tables stay valid.
 """
 
 from __future__ import annotations
@@ -46,12 +50,20 @@ class BlockManager:
         self._gpu_tables: dict[int, list[int]] = {}
         self._cpu_tables: dict[int, list[int]] = {}
         self._num_tokens: dict[int, int] = {}  # tokens whose KV slots are reserved
+        self._num_gpu_blocks = config.num_gpu_blocks
+        self._num_ids = config.num_gpu_blocks  # ids ever issued: [0, _num_ids)
+        self._retired: list[int] = []  # ids taken out of service by a shrink
         self._watermark_blocks = int(config.watermark * config.num_gpu_blocks)
 
     # ---- queries (policies may call these; they never change state) ----
     @property
     def num_gpu_blocks(self) -> int:
-        return self.config.num_gpu_blocks
+        return self._num_gpu_blocks
+
+    @property
+    def num_block_ids(self) -> int:
+        """Block ids ever in use (>= num_gpu_blocks after a shrink): the engine's tensor size."""
+        return self._num_ids
 
     @property
     def num_free_gpu_blocks(self) -> int:
@@ -63,7 +75,7 @@ class BlockManager:
 
     @property
     def num_used_gpu_blocks(self) -> int:
-        return self.config.num_gpu_blocks - len(self._free_gpu)
+        return self._num_gpu_blocks - len(self._free_gpu)
 
     @property
     def watermark_blocks(self) -> int:
@@ -185,10 +197,29 @@ class BlockManager:
         self._gpu_tables[request_id] = gpu
         return list(zip(table, gpu))
 
+    def resize(self, num_gpu_blocks: int) -> None:
+        """Grow or shrink GPU capacity to ``num_gpu_blocks``; a shrink retires free blocks only."""
+        if num_gpu_blocks < 1:
+            raise ValueError(f"num_gpu_blocks must be >= 1, got {num_gpu_blocks}")
+        delta = num_gpu_blocks - self._num_gpu_blocks
+        if delta < 0:
+            if -delta > len(self._free_gpu):
+                raise MemoryError(f"cannot shrink KV to {num_gpu_blocks} blocks: {self.num_used_gpu_blocks} in use")
+            self._retired.extend(self._free_gpu[:-delta])  # the ids handed out last stay free
+            del self._free_gpu[:-delta]
+        elif delta > 0:
+            back = min(delta, len(self._retired))
+            fresh = list(range(self._num_ids + delta - back - 1, self._num_ids - 1, -1))
+            self._num_ids += delta - back
+            self._free_gpu[:0] = fresh + self._retired[len(self._retired) - back:]
+            del self._retired[len(self._retired) - back:]
+        self._num_gpu_blocks = num_gpu_blocks
+        self._watermark_blocks = int(self.config.watermark * num_gpu_blocks)
+
     def check_invariants(self) -> None:
         """Raise AssertionError if any block is lost or owned twice (tests call this)."""
         for free, tables, total, where in (
-            (self._free_gpu, self._gpu_tables, self.config.num_gpu_blocks, "GPU"),
+            (self._free_gpu + self._retired, self._gpu_tables, self._num_ids, "GPU"),
             (self._free_cpu, self._cpu_tables, self.config.num_cpu_blocks, "host"),
         ):
             owned = [b for t in tables.values() for b in t]

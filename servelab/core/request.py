@@ -31,6 +31,7 @@ class RequestStatus(enum.Enum):
     PREEMPTED = "preempted"  # KV dropped; will recompute from scratch
     SWAPPED = "swapped"  # KV in host memory; must be swapped in before running
     TRANSFERRING = "transferring"  # KV moving between instances (P/D, micro-requests)
+    HELD = "held"  # KV parked (cluster pool, a reserved buffer); not scheduled anywhere
     FINISHED = "finished"
     REJECTED = "rejected"
     ABORTED = "aborted"
@@ -99,6 +100,8 @@ class Request:
     ``token_times_s`` holds the emission time of every output token. ``handoff_at_tokens``
     (DistServe, DynaServe micro-requests) makes the current instance give the request away
     once ``num_computed_tokens`` reaches it; the cluster layer moves its KV and clears it.
+    ``handoff_target`` names the instance it continues on when a router fixed it at arrival;
+    ``stream_kv_tokens`` makes its KV move there in chunks while it is computed.
     """
 
     spec: RequestSpec
@@ -108,6 +111,8 @@ class Request:
     max_output_tokens: int = 0  # stop after this many; set from the spec unless the engine overrides
     instance_id: int | None = None
     handoff_at_tokens: int | None = None
+    handoff_target: int | None = None
+    stream_kv_tokens: int | None = None
     token_times_s: list[float] = field(default_factory=list)
     output_token_ids: list[int] = field(default_factory=list)
     first_scheduled_time_s: float | None = None

@@ -44,33 +44,31 @@ class _Tracked:
     text: list[str] = field(default_factory=list)
 
 
-class Executor:
-    """Runs applied steps for one instance; owns per-request sampling and detokenisation."""
+class RequestStates:
+    """Sampling parameters and detokenizers of every request of one engine cluster.
 
-    def __init__(self, runner: ModelRunner, *, tokenizer=None, eos_token_ids: Sequence[int] = ()) -> None:
-        self.runner = runner
+    Shared by the executors of the instances in one process, so a request that moves to
+    another instance keeps its sampler seed, stop strings and partial text.
+    """
+
+    def __init__(self, *, tokenizer=None, eos_token_ids: Sequence[int] = ()) -> None:
         self.tokenizer = tokenizer
         self.eos_token_ids = tuple(eos_token_ids)
-        self._tracked: dict[int, _Tracked] = {}
-        self._sampling: dict[int, SamplingParams] = {}
-        self.outputs_text: dict[int, str] = {}  # final text of every released request
+        self.tracked: dict[int, _Tracked] = {}
+        self.sampling: dict[int, SamplingParams] = {}
+        self.outputs_text: dict[int, str] = {}  # final text of every request that ended
 
-    # ---- request lifecycle ----
-    def add_request(self, request: Request, params: SamplingParams) -> None:
-        ids = request.spec.prompt_token_ids
-        if ids is None:
-            raise ValueError(f"request {request.request_id}: the engine needs prompt_token_ids")
+    def register(self, request_id: int, prompt_ids: Sequence[int], params: SamplingParams) -> None:
         detok = None
         if self.tokenizer is not None:
-            detok = IncrementalDetokenizer(self.tokenizer, ids, stop=params.stop)
-        self._tracked[request.request_id] = _Tracked(params, tuple(ids), detok)
-        self._sampling[request.request_id] = params
+            detok = IncrementalDetokenizer(self.tokenizer, prompt_ids, stop=params.stop)
+        self.tracked[request_id] = _Tracked(params, tuple(prompt_ids), detok)
+        self.sampling[request_id] = params
 
-    def release(self, request_id: int) -> str:
+    def end(self, request_id: int) -> str:
         """Forget a request that ended; returns its output text (cut at a stop string)."""
-        tracked = self._tracked.pop(request_id, None)
-        self._sampling.pop(request_id, None)
-        self.runner.release(request_id)
+        tracked = self.tracked.pop(request_id, None)
+        self.sampling.pop(request_id, None)
         text = ""
         if tracked is not None and tracked.detok is not None:
             tracked.text.append(tracked.detok.finish())
@@ -78,11 +76,55 @@ class Executor:
         self.outputs_text[request_id] = text
         return text
 
+
+class Executor:
+    """Runs applied steps for one instance (the engine side of ``core.executor.StepExecutor``)."""
+
+    def __init__(self, runner: ModelRunner, states: RequestStates | None = None, *, tokenizer=None,
+                 eos_token_ids: Sequence[int] = ()) -> None:
+        self.runner = runner
+        self.states = states if states is not None else RequestStates(tokenizer=tokenizer,
+                                                                      eos_token_ids=eos_token_ids)
+        self.eos_token_ids = self.states.eos_token_ids
+
+    @property
+    def outputs_text(self) -> dict[int, str]:
+        return self.states.outputs_text
+
+    # ---- request lifecycle ----
+    def add_request(self, request: Request, params: SamplingParams) -> None:
+        """Register a request's sampling parameters (the cluster does this on arrival)."""
+        ids = request.spec.prompt_token_ids
+        if ids is None:
+            raise ValueError(f"request {request.request_id}: the engine needs prompt_token_ids")
+        self.states.register(request.request_id, ids, params)
+
+    def admit(self, request: Request) -> None:
+        if request.request_id not in self.states.tracked:
+            raise ValueError(f"request {request.request_id} reached an engine instance without sampling parameters")
+
+    def release(self, request_id: int, ended: bool = True) -> str:
+        """The request left this instance; when it ended, finish its text and forget it."""
+        if not ended:
+            return ""
+        self.runner.release(request_id)
+        return self.states.end(request_id)
+
+    # ---- KV bytes ----
+    def export_kv(self, block_ids: list[int]):
+        return self.runner.kv_cache.read_blocks(block_ids)
+
+    def import_kv(self, block_ids: list[int], payload) -> None:
+        self.runner.kv_cache.write_blocks(block_ids, payload)
+
     # ---- steps ----
     def copy_swaps(self, copies: Sequence[tuple[str, list[tuple[int, int]]]]) -> None:
         cache = self.runner.kv_cache
         for direction, pairs in copies:
             (cache.swap_out if direction == "out" else cache.swap_in)(pairs)
+
+    def launch(self, applied, blocks: BlockManager) -> StepResult:
+        return self.execute(applied.plan, applied.batch, blocks, applied.swap_copies)
 
     def execute(self, plan: StepPlan, batch: Sequence[Request], blocks: BlockManager,
                 swap_copies: SwapCopies = ()) -> StepResult:
@@ -94,10 +136,10 @@ class Executor:
             return StepResult(duration_s=time.perf_counter() - t0)
         pad = plan.padding
         if pad is None:
-            sampled = self.runner.run(chunks, self._sampling)
+            sampled = self.runner.run(chunks, self.states.sampling)
         else:
             sampled = self.runner.run_padded(chunks, pad.num_rows, pad.row_tokens, pad.context_tokens,
-                                             self._sampling)
+                                             self.states.sampling)
         stopped = self._stops(batch, sampled)
         return StepResult(duration_s=time.perf_counter() - t0, sampled_token_ids=sampled, stopped_ids=stopped)
 
@@ -105,7 +147,7 @@ class Executor:
         start = req.num_computed_tokens
         end = start + n
         num_prompt = req.num_prompt_tokens
-        prompt = self._tracked[req.request_id].prompt_ids
+        prompt = self.states.tracked[req.request_id].prompt_ids
         if end <= num_prompt:
             tokens = prompt[start:end]
         elif start >= num_prompt:
@@ -121,7 +163,7 @@ class Executor:
             token = sampled.get(req.request_id)
             if token is None:
                 continue
-            tracked = self._tracked[req.request_id]
+            tracked = self.states.tracked[req.request_id]
             reason = finish_reason(tracked.params, token, req.num_generated_tokens + 1, self.eos_token_ids)
             if tracked.detok is not None:
                 tracked.text.append(tracked.detok.add(token))

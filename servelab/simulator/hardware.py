@@ -28,17 +28,18 @@ def instance_spec(group: InstanceGroup):
 
 def build_instance_model(group: InstanceGroup, cost_override: Any = None) -> SimInstanceModel:
     """KV blocks from the catalog (HBM minus weights and reserve); cost from the roofline unless overridden."""
-    from servelab.catalog.gpus import get_gpu
-    from servelab.catalog.instance import kv_bytes_per_token, kv_cache_config
-    from servelab.catalog.models import get_model
-    spec = instance_spec(group)
-    if cost_override is not None:
-        cost = cost_override
-    else:
-        from servelab.costmodel.roofline import roofline_for
+    return model_for_spec(instance_spec(group), cost_override)
 
-        cost = roofline_for(group.gpu, group.model, tp=group.tp, pp=group.pp)
-    model = get_model(group.model)
-    peak_flops = get_gpu(group.gpu).peak_flops * group.tp * group.pp
+
+def model_for_spec(spec, cost_override: Any = None) -> SimInstanceModel:
+    """The hardware model of an ``InstanceSpec`` (layer ranges included: a partial instance
+    holds fewer weights, so more KV, and its roofline times only its layers)."""
+    from servelab.catalog.instance import kv_bytes_per_token, kv_cache_config
+    from servelab.costmodel.roofline import roofline_for_instance
+
+    cost = cost_override if cost_override is not None else roofline_for_instance(spec)
+    lo, hi = spec.layer_range
+    fraction = (hi - lo) / spec.model_spec.num_layers
+    peak_flops = spec.gpu_spec.peak_flops * spec.tp * spec.pp
     return SimInstanceModel(kv_cache_config(spec), cost, kv_bytes_per_token(spec), peak_flops,
-                            float(model.flops_per_token))
+                            float(spec.model_spec.flops_per_token) * fraction)

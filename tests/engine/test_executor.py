@@ -121,7 +121,7 @@ def test_stop_token_and_prompt_too_long(loaded, prompts, alone):
     by_id = {r.request_id: r for r in res.requests}
     assert by_id[2].finish_reason == "stop_token"
     assert by_id[2].output_token_ids == alone[2][:alone[2].index(stop_id) + 1]
-    assert by_id[9].status is RequestStatus.REJECTED and "positions" in by_id[9].finish_reason
+    assert by_id[9].status is RequestStatus.REJECTED and "exceeds max_model_len" in by_id[9].finish_reason
 
 
 def test_bad_policy_spec_is_a_clear_error(loaded):

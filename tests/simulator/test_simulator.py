@@ -1,5 +1,7 @@
 """Simulator behaviour: conservation, determinism, fast-forward equivalence, P/D hand-offs."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from simkit import ToyCostModel, random_workload
@@ -44,7 +46,8 @@ def test_every_request_gets_exactly_its_output_tokens():
 def test_request_too_large_for_kv_is_rejected_with_reason():
     # Llama-2-7B on an A100-40GB holds far fewer than 10M tokens of KV
     wl = [RequestSpec(0, 0.0, 100, 10), RequestSpec(1, 0.1, 10_000_000, 10)]
-    res = simulate(wl, single_instance("vllm", gpu="A100-40GB"), cost_model=ToyCostModel())
+    cluster = replace(single_instance("vllm", gpu="A100-40GB"), max_model_len=20_000_000)  # past the context check
+    res = simulate(wl, cluster, cost_model=ToyCostModel())
     assert res.conserved
     ok, big = res.requests
     assert ok.status is RequestStatus.FINISHED

@@ -33,7 +33,7 @@ from servelab.costmodel.links import LinkSpec
 from servelab.designs.bucketserve.buckets import BucketingConfig, BucketManager
 from servelab.designs.bucketserve.controller import BatchLimits, estimate_n_max, form_batch, safe_blocks
 from servelab.designs.bucketserve.monitor import GlobalMonitor
-from servelab.core.plan import EMPTY_PLAN, PaddedBatch, StepPlan, StepResult
+from servelab.core.plan import EMPTY_PLAN, PaddedBatch, StepPlan, StepResult, StepShape
 from servelab.core.policy import POLICIES, InstanceState, SchedulingPolicy
 from servelab.core.request import Request, ServiceClass
 from servelab.core.planning import PlanBuilder, admission_error, fcfs_key
@@ -99,7 +99,7 @@ class BucketServePolicy(SchedulingPolicy):
         if request.request_id in manager:
             manager.remove(request.request_id)
 
-    def on_step_done(self, now_s: float, plan: StepPlan, result: StepResult) -> None:
+    def on_step_done(self, now_s: float, plan: StepPlan, result: StepResult, shape: StepShape) -> None:
         # the simulator reports duration 0; the latency is the time since the plan went out
         duration = result.duration_s or (now_s - self._issued_s if self._issued_s is not None else 0.0)
         padded = plan.padding is not None

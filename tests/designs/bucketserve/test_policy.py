@@ -29,7 +29,7 @@ def _step(rt, policy, now_s):
     plan = policy.schedule(now_s, rt)
     applied = rt.apply(plan, now_s)
     out = rt.complete(plan, applied.batch, StepResult(0.01), now_s + 0.01)
-    policy.on_step_done(now_s + 0.01, plan, StepResult(0.01))
+    policy.on_step_done(now_s + 0.01, plan, StepResult(0.01), applied.shape)
     for req in out.finished:
         policy.on_finish(now_s, req)
     return plan

@@ -129,7 +129,7 @@ def run(system: str, workload: list[RequestSpec], batch_size: int, setting: Sett
           (a <= r.spec.slo.ttft_s and b <= r.spec.slo.tpot_s)]
     steps = res.collector.steps
     flops = float(np.nansum(steps.flops))
-    peak = sum(inst.model.peak_flops for inst in sim.instances)
+    peak = sum(sim.peak_flops)
     transfer_s = np.array([t[3] for t in res.transfers]) if res.transfers else np.zeros(0)
     policies = [inst.policy.report() for inst in sim.instances if hasattr(inst.policy, "report")]
     return {

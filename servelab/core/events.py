@@ -15,6 +15,7 @@ class EventKind(enum.IntEnum):
     ARRIVAL = 2
     WAKEUP = 3
     ROUTER_TIMER = 4
+    CALLBACK = 5  # a timed function (reconfiguration steps)
 
 
 class EventQueue:

@@ -1,0 +1,427 @@
+"""The cluster driver: arrivals -> router -> instance drivers -> steps, transfers, reconfiguration.
+
+One event loop for the simulator and the real engine. What differs is injected: the clock
+(``SimClock`` jumps to the next event; ``WallClock`` sleeps until it) and each instance's
+executor (a cost model, the PyTorch model). Events are kept in a heap keyed (time, kind,
+sequence), so a simulated run is a pure function of its inputs.
+
+Routers see a ``ClusterView``: one ``InstanceView`` per schedulable instance (a pipeline
+group counts as one), which brings a fast-forwarded decode run up to date only when the
+router reads something that it changes; the load a router asks for on every arrival
+(``num_outstanding_tokens``) is computed without settling.
+
+Every request that arrives ends completed, rejected or aborted with a reason; at the end of
+a finite run whatever is still queued, held by the router, parked in the pool or in transit
+is aborted with a reason that says where it was. ``ClusterResult.unfinished`` lists any
+request that still has no terminal status (a bug; the summary refuses it).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from servelab.cluster.kv_pool import ClusterKVPool
+from servelab.cluster.links import Link, Topology
+from servelab.core.admission import AdmissionConfig, admit
+from servelab.core.driver import ASYNC, InstanceDriver
+from servelab.core.policy import POOL, Move, Placement, Router
+from servelab.core.request import Request, RequestSpec, RequestStatus
+from servelab.metrics.collector import MetricsCollector
+from servelab.core.events import EventKind, EventQueue
+
+
+class SimClock:
+    """Simulated time: jumps to each event."""
+
+    realtime = False
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def advance(self, t: float) -> float:
+        self.now_s = t
+        return t
+
+    def now(self) -> float:
+        return self.now_s
+
+
+class WallClock:
+    """Wall-clock time since ``start``: sleeps until each event (late events run at once)."""
+
+    realtime = True
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def advance(self, t: float) -> float:
+        delay = t - self.now()
+        if delay > 0:
+            time.sleep(delay)
+        return max(t, self.now())
+
+
+class InstanceView:
+    """What a router sees of one instance; reading queue or block state settles a decode run."""
+
+    __slots__ = ("_driver", "_cluster", "instance_id", "role")
+
+    def __init__(self, driver: InstanceDriver, cluster: ClusterDriver) -> None:
+        self._driver = driver
+        self._cluster = cluster
+        self.instance_id = driver.runtime.instance_id
+        self.role = driver.runtime.role
+
+    def _state(self):
+        d = self._driver
+        if d.run is not None:
+            d.settle(self._cluster.now_s)
+        return d.runtime
+
+    @property
+    def num_outstanding_tokens(self) -> int:
+        return self._driver.outstanding_tokens_at(self._cluster.now_s)
+
+    @property
+    def is_idle(self) -> bool:
+        return self._driver.runtime.is_idle  # a run never empties an instance before it ends
+
+    @property
+    def is_busy(self) -> bool:
+        return self._driver.busy
+
+    @property
+    def waiting(self):
+        return self._state().waiting
+
+    @property
+    def running(self):
+        return self._state().running
+
+    @property
+    def swapped(self):
+        return self._state().swapped
+
+    @property
+    def reserved(self):
+        return self._state().reserved
+
+    @property
+    def blocks(self):
+        return self._state().blocks
+
+    @property
+    def max_batch_tokens(self) -> int:
+        return self._driver.runtime.max_batch_tokens
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self._driver.runtime.max_num_seqs
+
+    @property
+    def cost_model(self):
+        return self._driver.cost_model
+
+    @property
+    def spec(self):
+        return self._driver.spec
+
+    @property
+    def policy(self):
+        return self._driver.policy
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        return self._driver.kv_bytes_per_token
+
+
+class ClusterView:
+    def __init__(self, cluster: ClusterDriver) -> None:
+        self._cluster = cluster
+        self.instances: list[InstanceView] = []
+        self._by_id: dict[int, InstanceView] = {}
+
+    def rebuild(self) -> None:
+        c = self._cluster
+        self.instances = [InstanceView(c.drivers[i], c) for i in sorted(c.active)]
+        self._by_id = {v.instance_id: v for v in self.instances}
+
+    def instance(self, instance_id: int) -> InstanceView:
+        return self._by_id[instance_id]
+
+    def instances_with_role(self, role: str) -> list[InstanceView]:
+        return [v for v in self.instances if v.role == role]
+
+    @property
+    def now_s(self) -> float:
+        return self._cluster.now_s
+
+    @property
+    def topology(self) -> Topology:
+        return self._cluster.topology
+
+    @property
+    def pool(self) -> ClusterKVPool | None:
+        return self._cluster.pool
+
+    def link(self, source: int, destination: int) -> Link:
+        return self._cluster.mover.link(source, destination)
+
+
+@dataclass
+class ClusterResult:
+    requests: list[Request]
+    num_instances: int
+    makespan_s: float
+    wall_s: float
+    busy_s: list[float]
+    collector: MetricsCollector
+    transfers: list[tuple[int, int, float, float, float]] = field(default_factory=list)
+    unfinished: list[int] = field(default_factory=list)
+    policy_reports: dict[int, dict] = field(default_factory=dict)
+    links: dict[str, dict] = field(default_factory=dict)  # per link: busy_s, bytes, jobs
+    pool_peak_bytes: float = 0.0
+    pipeline: dict[int, dict] = field(default_factory=dict)  # per pipeline group: bubble stats
+    num_rejected_at_admission: int = 0
+
+    @property
+    def num_output_tokens(self) -> int:
+        return sum(r.num_generated_tokens for r in self.requests)
+
+    @property
+    def conserved(self) -> bool:
+        return not self.unfinished
+
+
+class ClusterDriver:
+    def __init__(self, drivers: list[InstanceDriver], router: Router, *, clock: Any = None,
+                 topology: Topology | None = None, collector: MetricsCollector | None = None,
+                 admission: AdmissionConfig = AdmissionConfig(), pool: ClusterKVPool | None = None,
+                 measured_transfers: bool = False, rebuild: Callable | None = None,
+                 max_output_tokens: Callable[[RequestSpec], int] | None = None,
+                 on_arrival: Callable[[Request], str | None] | None = None) -> None:
+        from servelab.cluster.moves import Mover
+        from servelab.cluster.reconfigure import Reconfigurer
+
+        self.drivers = drivers
+        self.active: set[int] = set(range(len(drivers)))
+        self.router = router
+        self.clock = clock if clock is not None else SimClock()
+        self.topology = topology
+        self.collector = collector if collector is not None else MetricsCollector()
+        self.admission = admission
+        self.pool = pool
+        self.max_output_tokens = max_output_tokens  # spec -> the output cap (engine: SamplingParams)
+        self.arrival_hook = on_arrival  # request -> why it cannot be served here, or None (engine: token ids)
+        self.events = EventQueue()
+        self.now_s = 0.0
+        self.requests: list[Request] = []
+        self.num_rejected_at_admission = 0
+        self.view = ClusterView(self)
+        self.view.rebuild()
+        self.mover = Mover(self, measured=measured_transfers)
+        self.reconfig = Reconfigurer(self, rebuild)
+        self._router_timer_s: float | None = None
+        self._router_hears_steps = type(router).on_step_done is not Router.on_step_done
+        self._arrivals_done = False
+        for d in drivers:
+            problem = d.policy.check_instance(d.runtime)
+            if problem is not None:
+                from servelab.core.registry import RegistryError
+
+                raise RegistryError(f"policy {d.policy.name!r} on instance {d.instance_id}: {problem}")
+
+    # ---- main loop ----
+    def run(self, specs: Sequence[RequestSpec]) -> ClusterResult:
+        """Serve a finite workload to the end (arrival times relative to the clock's start)."""
+        wall0 = time.perf_counter()
+        specs = sorted(specs, key=lambda s: (s.arrival_time_s, s.request_id))
+        if len({s.request_id for s in specs}) != len(specs):
+            raise ValueError("request ids must be unique within a run")
+        if hasattr(self.clock, "start"):
+            self.clock.start()
+        num_specs, i = len(specs), 0
+        events = self.events
+        progress, last_progress = getattr(self, "progress", None), 0
+        if not specs:
+            self._on_arrivals_done()
+        while i < num_specs or len(events):
+            next_arrival = specs[i].arrival_time_s if i < num_specs else math.inf
+            if (next_arrival, EventKind.ARRIVAL) <= events.peek_key():
+                self.now_s = self.clock.advance(next_arrival)
+                self._on_arrival(specs[i])
+                i += 1
+                if i == num_specs:
+                    self._on_arrivals_done()
+                if progress is not None and i - last_progress >= 1000:
+                    last_progress = i
+                    progress(i / num_specs)
+                continue
+            t, kind, payload = events.pop()
+            self.now_s = self.clock.advance(t)
+            if kind is EventKind.STEP_DONE:
+                instance_id, version = payload
+                d = self.drivers[instance_id]
+                if version == d.version and instance_id in self.active:
+                    self._on_step_done(d)
+            elif kind is EventKind.TRANSFER_DONE:
+                self.mover.on_link_done(payload)
+            elif kind is EventKind.WAKEUP:
+                d = self.drivers[payload]
+                d.wakeup_s = None
+                if payload in self.active:
+                    self._kick(d)
+            elif kind is EventKind.ROUTER_TIMER:
+                self._router_timer_s = None
+                self.apply(self.router.on_timer(self.now_s, self.view))
+            elif kind is EventKind.CALLBACK:
+                payload()
+        self._abort_leftovers()
+        return self._result(time.perf_counter() - wall0)
+
+    # ---- arrivals and routing ----
+    def _on_arrival(self, spec: RequestSpec) -> None:
+        cap = self.max_output_tokens(spec) if self.max_output_tokens is not None else spec.num_output_tokens
+        admitted, why = admit(spec, cap, self.admission)
+        req = Request(admitted if admitted is not None else spec, max_output_tokens=cap)
+        self.requests.append(req)
+        if why is None and self.arrival_hook is not None:
+            why = self.arrival_hook(req)
+        if why is not None:
+            self.num_rejected_at_admission += 1
+            req.finish(RequestStatus.REJECTED, self.now_s, why)
+            self.collector.on_request_end(req)
+            return
+        self.apply(self.router.on_arrival(self.now_s, req, self.view))
+
+    def _on_arrivals_done(self) -> None:
+        self._arrivals_done = True
+        for iid in sorted(self.active):
+            d = self.drivers[iid]
+            d.policy.on_arrivals_done(self.now_s)
+            self._kick(d)
+        self.apply(self.router.on_arrivals_done(self.now_s, self.view))
+
+    def apply(self, actions: list) -> None:
+        """Carry out router actions; placements first queued, then each touched instance plans
+        once, so a batch a router places together is seen together."""
+        if not actions:
+            self._arm_router_timer()
+            return
+        touched: list[InstanceDriver] = []
+        for a in actions:
+            if type(a) is Placement:
+                d = self._place(a)
+                if d is not None and d not in touched:
+                    touched.append(d)
+            elif type(a) is Move:
+                self.mover.move(a)
+            else:
+                self.reconfig.apply(a)
+        for d in touched:
+            self._kick(d)
+        self._arm_router_timer()
+
+    def _place(self, p: Placement) -> InstanceDriver | None:
+        req = p.request
+        if p.instance_id is None:
+            self.end_request(req, RequestStatus.REJECTED, p.reject_reason or "rejected by router")
+            return None
+        if p.instance_id not in self.active:
+            raise ValueError(f"router {self.router.name!r} placed request {req.request_id} on instance "
+                             f"{p.instance_id}, which is not an active instance")
+        d = self.drivers[p.instance_id]
+        if p.handoff_at_tokens is not None:
+            req.handoff_at_tokens = p.handoff_at_tokens
+            req.handoff_target = p.handoff_target
+            req.stream_kv_tokens = p.stream_kv_tokens
+        elif req.handoff_at_tokens is None:
+            req.handoff_at_tokens = self.router.handoff_point(req, self.view.instance(p.instance_id))
+        self.add_to(d, req)
+        return d
+
+    def add_to(self, d: InstanceDriver, req: Request) -> None:
+        """Queue a request on an instance (cuts a decode run short at the step in flight)."""
+        cut = d.add(req, self.now_s)
+        if cut is not None:
+            self.events.push(cut, EventKind.STEP_DONE, (d.instance_id, d.version))
+        if req.stream_kv_tokens is not None and req.handoff_at_tokens is not None:
+            self.mover.watch_stream(d, req)
+
+    def end_request(self, req: Request, status: RequestStatus, reason: str) -> None:
+        """End a request that is on no instance (rejected by the router, lost in a move)."""
+        req.finish(status, self.now_s, reason)
+        self.collector.on_request_end(req)
+
+    def _arm_router_timer(self) -> None:
+        t = self.router.next_wakeup_s(self.now_s)
+        if t is not None and (self._router_timer_s is None or t < self._router_timer_s):
+            self._router_timer_s = max(t, self.now_s)
+            self.events.push(self._router_timer_s, EventKind.ROUTER_TIMER)
+
+    # ---- steps ----
+    def kick(self, instance_id: int) -> None:
+        if instance_id in self.active:
+            self._kick(self.drivers[instance_id])
+
+    def _kick(self, d: InstanceDriver) -> None:
+        end = d.start(self.now_s)
+        if end is None:
+            if not d.busy:
+                t = d.next_wakeup_s(self.now_s)
+                if t is not None and (d.wakeup_s is None or t < d.wakeup_s):
+                    d.wakeup_s = max(t, self.now_s)
+                    self.events.push(d.wakeup_s, EventKind.WAKEUP, d.instance_id)
+            return
+        if end is ASYNC:
+            raise NotImplementedError("asynchronous executors need the polling clock of the Ray backend")
+        self.events.push(end, EventKind.STEP_DONE, (d.instance_id, d.version))
+
+    def _on_step_done(self, d: InstanceDriver) -> None:
+        shape = d.applied.shape
+        outcome = d.finish(self.now_s)
+        if self._router_hears_steps:
+            self.apply(self.router.on_step_done(self.now_s, d.instance_id, shape, outcome.finished, self.view))
+        self.mover.after_step(d, outcome)
+        if d.runtime.is_idle:
+            self.apply(self.router.on_instance_idle(self.now_s, d.instance_id, self.view))
+        self._kick(d)
+
+    def push_callback(self, t: float, fn: Callable[[], None]) -> None:
+        self.events.push(t, EventKind.CALLBACK, fn)
+
+    def push_step_done(self, d: InstanceDriver, t: float) -> None:
+        self.events.push(t, EventKind.STEP_DONE, (d.instance_id, d.version))
+
+    # ---- end of run ----
+    def _abort_leftovers(self) -> None:
+        for iid in sorted(self.active):
+            self.drivers[iid].abort_all("the run ended with the request still queued (the policy never ran it)",
+                                        self.now_s)
+        for req in self.requests:
+            if not req.status.is_terminal:
+                where = self.mover.where(req)
+                self.end_request(req, RequestStatus.ABORTED, f"the run ended with the request {where}")
+
+    def _result(self, wall_s: float) -> ClusterResult:
+        unfinished = [r.request_id for r in self.requests if not r.status.is_terminal]
+        first = min((r.arrival_time_s for r in self.requests), default=0.0)
+        reports = {d.instance_id: d.policy.report() for d in self.drivers
+                   if callable(getattr(d.policy, "report", None))}
+        links = {str(k): {"busy_s": lk.busy_s, "bytes": lk.bytes_moved, "jobs": lk.num_jobs}
+                 for k, lk in self.mover.links.items()}
+        return ClusterResult(self.requests, len(self.drivers), self.now_s - first, wall_s,
+                             [d.busy_s for d in self.drivers], self.collector, list(self.mover.transfers),
+                             unfinished=unfinished, policy_reports=reports, links=links,
+                             pool_peak_bytes=self.pool.peak_bytes if self.pool is not None else 0.0,
+                             pipeline=self.reconfig.pipeline_report(),
+                             num_rejected_at_admission=self.num_rejected_at_admission)

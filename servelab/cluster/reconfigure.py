@@ -1,0 +1,378 @@
+"""Carrying out reconfiguration actions (``servelab.cluster.reconfig``) on a running cluster.
+
+Layer changes rebuild what depends on the layers an instance holds: its ``InstanceSpec``,
+KV capacity (weights freed become KV blocks, weights loaded take them back), cost model and
+KV bytes per token; a decode run in flight is cut at the step in flight first. Restored
+layers cross the network (or PCIe from host memory) as parameter traffic, behind
+activations and KV on the same link; the capacity they need is taken when the copy starts
+and the cost model switches when it ends.
+
+A pipeline group replaces its members in the list of schedulable instances by one driver
+(id = first member) whose executor is a ``PipelineExecutor`` over the members' layer ranges
+and whose KV capacity is the smallest member's (every token has KV on every stage). Members'
+requests join the group after an exchange: each request's KV of the layers now held by the
+other stages crosses the link to them (the request stalls until it lands). Splitting does
+the reverse; members must hold the whole model again (restore first).
+
+A failed instance leaves the schedulable set; its requests are re-queued through the router
+(recomputed from scratch) or aborted with the action's reason; a failed member of a group
+takes the group down and the others restore their layers from host memory.
+
+The ``factory`` (given by whoever built the cluster) supplies hardware models, policies and
+executors for rebuilt instances; the engine's factory refuses layer changes for now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from servelab.cluster.links import LinkJob, Priority
+from servelab.cluster.pipeline import PipelineExecutor
+from servelab.cluster.reconfig import FailInstance, FormPipeline, ResizeKV, SetLayers, SplitPipeline
+from servelab.core.driver import InstanceDriver
+from servelab.core.instance import InstanceLimits, InstanceRuntime
+from servelab.core.kv_blocks import KVCacheConfig
+from servelab.core.policy import POOL
+from servelab.core.request import Request, RequestStatus
+from servelab.core.events import EventKind
+
+if TYPE_CHECKING:
+    from servelab.cluster.driver import ClusterDriver
+
+
+@dataclass
+class PipelineGroup:
+    group_id: int
+    members: list[InstanceDriver]  # stage order; their own drivers, idle while grouped
+    executor: PipelineExecutor
+    formed_s: float
+
+
+class Reconfigurer:
+    def __init__(self, cluster: ClusterDriver, factory: Any = None) -> None:
+        self.cluster = cluster
+        self.factory = factory
+        self.groups: dict[int, PipelineGroup] = {}
+        self.member_of: dict[int, int] = {}  # instance id -> group id
+        self.events_log: list[tuple[float, str, dict]] = []  # (time, kind, details): drops, restores, faults
+        self._finished_groups: list[dict] = []
+
+    def apply(self, action: Any) -> None:
+        handler = {SetLayers: self._set_layers, FailInstance: self._fail, ResizeKV: self._resize,
+                   FormPipeline: self._form, SplitPipeline: self._split}.get(type(action))
+        if handler is None:
+            raise ValueError(f"router {self.cluster.router.name!r} returned an unknown action {action!r}")
+        handler(action)
+
+    def _log(self, kind: str, **details: Any) -> None:
+        self.events_log.append((self.cluster.now_s, kind, details))
+
+    # ---- helpers ----
+    def _need_factory(self, what: str):
+        if self.factory is None or not hasattr(self.factory, "hardware"):
+            raise NotImplementedError(f"{what}: this cluster's instances cannot be rebuilt at run time")
+        return self.factory
+
+    def _quiesce(self, d: InstanceDriver) -> None:
+        c = self.cluster
+        if d.run is not None:
+            cut = d.interrupt(c.now_s)
+            if cut is not None:
+                c.push_step_done(d, cut)
+
+    def _physical(self, instance_id: int) -> InstanceDriver:
+        gid = self.member_of.get(instance_id)
+        if gid is not None:
+            return next(m for m in self.groups[gid].members if m.instance_id == instance_id)
+        return self.cluster.drivers[instance_id]
+
+    # ---- layers ----
+    def _set_layers(self, a: SetLayers) -> None:
+        factory = self._need_factory("SetLayers")
+        c = self.cluster
+        d = self._physical(a.instance_id)
+        old = d.spec
+        new = replace(old, layers=None if a.layers == (0, old.model_spec.num_layers) else a.layers)
+        hw = factory.hardware(new)
+        grow = new.num_layers_held > old.num_layers_held
+        self._log("restore" if grow else "drop", instance=a.instance_id, layers=list(new.layer_range))
+        if not grow:
+            self._rebuild(d, new, hw)
+            return
+        # restore: take the memory now, switch the cost model when the weights have arrived
+        from servelab.catalog.instance import held_param_bytes
+
+        if a.instance_id not in self.member_of:
+            self._quiesce(d)
+            d.runtime.resize(hw.kv_config.num_gpu_blocks)
+        nbytes = held_param_bytes(new) - held_param_bytes(old)
+        source = a.restore_from if a.restore_from is not None else POOL
+        lk = c.mover.link(source, a.instance_id) if source != POOL else c.mover.link(POOL, a.instance_id)
+
+        def landed(now_s: float) -> None:
+            self._rebuild(d, new, hw)
+            self._log("restored", instance=a.instance_id, layers=list(new.layer_range))
+
+        end = lk.submit(LinkJob(nbytes, Priority.PARAMS, landed, label=f"params i{a.instance_id}"), c.now_s)
+        if end is not None:
+            c.events.push(end, EventKind.TRANSFER_DONE, lk.key)
+
+    def _rebuild(self, d: InstanceDriver, spec, hw) -> None:
+        factory = self.factory
+        d.spec = spec
+        d.cost_model = hw.cost
+        d.kv_bytes_per_token = hw.kv_bytes_per_token
+        d.flops_per_token = hw.flops_per_token
+        gid = self.member_of.get(d.instance_id)
+        if gid is not None:
+            self._refresh_group(self.groups[gid])
+            return
+        self._quiesce(d)
+        d.runtime.resize(hw.kv_config.num_gpu_blocks)
+        d.runtime.cost_model = hw.cost
+        d.runtime.spec = spec
+        d.executor = factory.executor(hw.cost)
+        self.cluster.mover.after_resize(d)
+        self.cluster.kick(d.instance_id)
+
+    def _resize(self, a: ResizeKV) -> None:
+        d = self.cluster.drivers[a.instance_id]
+        self._quiesce(d)
+        d.runtime.resize(a.num_gpu_blocks)
+        self._log("resize", instance=a.instance_id, blocks=a.num_gpu_blocks)
+        self.cluster.mover.after_resize(d)
+        self.cluster.kick(a.instance_id)
+
+    # ---- faults ----
+    def _fail(self, a: FailInstance) -> None:
+        c = self.cluster
+        iid = a.instance_id
+        gid = self.member_of.get(iid, iid if iid in self.groups else None)
+        if gid is not None:
+            self._log("fail", instance=iid, group=gid)
+            group = self.groups.pop(gid)
+            d = c.drivers[gid]
+            orphans = self._evict_all(d)
+            for m in group.members:
+                self.member_of.pop(m.instance_id, None)
+                c.drivers[m.instance_id] = m
+                c.active.add(m.instance_id)
+            c.active.discard(iid)
+            self._record_group(group)
+            for m in group.members:  # the survivors load the whole model back from host memory
+                if m.instance_id != iid and m.spec is not None and m.spec.layers is not None:
+                    m.runtime = _fresh_runtime(m, self.factory, m.spec)
+                    self._set_layers(SetLayers(m.instance_id, (0, m.spec.model_spec.num_layers)))
+                elif m.instance_id != iid:
+                    m.runtime = _fresh_runtime(m, self.factory, m.spec)
+        else:
+            self._log("fail", instance=iid)
+            d = c.drivers[iid]
+            orphans = self._evict_all(d)
+            c.active.discard(iid)
+        c.view.rebuild()
+        orphans += c.mover.on_instance_gone(iid)
+        self._requeue(orphans, a.requeue, a.reason)
+
+    def _evict_all(self, d: InstanceDriver) -> list[Request]:
+        """Take every request off a driver that stops (its KV is lost)."""
+        rt = d.runtime
+        reqs = list(rt.waiting) + list(rt.running) + list(rt.swapped) + list(rt.reserved.values())
+        d.busy, d.run, d.plan, d.applied, d.result = False, None, None, None, None
+        d.version += 1
+        for req in reqs:
+            rt.blocks.free(req.request_id)
+            d.policy.on_finish(self.cluster.now_s, req)
+            d.executor.release(req.request_id, False)
+        return reqs
+
+    def _requeue(self, reqs: list[Request], requeue: bool, reason: str) -> None:
+        c = self.cluster
+        for req in reqs:
+            if requeue and c.active:
+                req.num_computed_tokens = 0
+                req.num_preemptions += 1
+                req.status = RequestStatus.QUEUED
+                req.instance_id = None
+                req.handoff_at_tokens = req.handoff_target = req.stream_kv_tokens = None
+                c.apply(c.router.on_arrival(c.now_s, req, c.view))
+            else:
+                c.end_request(req, RequestStatus.ABORTED, reason)
+
+    # ---- pipeline groups ----
+    def _form(self, a: FormPipeline) -> None:
+        factory = self._need_factory("FormPipeline")
+        c = self.cluster
+        ids = list(a.instance_ids)
+        if len(ids) < 2 or len(set(ids)) != len(ids):
+            raise ValueError(f"FormPipeline needs two or more distinct instances, got {ids}")
+        members = []
+        for iid in ids:
+            if iid not in c.active or iid in self.groups:
+                raise ValueError(f"FormPipeline: instance {iid} is not an active single instance")
+            d = c.drivers[iid]
+            self._quiesce(d)
+            if d.busy:
+                raise ValueError(f"FormPipeline: instance {iid} has a step in flight; form groups at step ends")
+            members.append(d)
+        gid = ids[0]
+        links = [c.mover.link(ids[k], ids[k + 1]) for k in range(len(ids) - 1)]
+        model = members[0].spec.model_spec
+        executor = PipelineExecutor([m.cost_model for m in members], links,
+                                    hidden_bytes_per_token=model.hidden_size * members[0].spec.dtype_bytes,
+                                    num_microbatches=a.num_microbatches, clock=lambda: c.now_s,
+                                    former=getattr(factory, "microbatch_former", lambda *_: None)(gid))
+        blocks = min(m.runtime.blocks.num_gpu_blocks for m in members)
+        first = members[0].runtime
+        kv = KVCacheConfig(first.blocks.block_size, blocks, 0, first.blocks.config.watermark)
+        runtime = InstanceRuntime(gid, kv, InstanceLimits(first.max_batch_tokens, first.max_num_seqs), first.role,
+                                  cost_model=executor, spec=members[0].spec)
+        group_driver = InstanceDriver(runtime, factory.policy(gid), executor, c.collector,
+                                      flops_per_token=sum(m.flops_per_token for m in members),
+                                      fast_forward=False, spec=members[0].spec, cost_model=executor)
+        group_driver.kv_bytes_per_token = sum(m.kv_bytes_per_token for m in members)
+        group = PipelineGroup(gid, members, executor, c.now_s)
+        self.groups[gid] = group
+        # members' requests move in after exchanging the KV of the layers the others now hold
+        exchange: list[tuple[Request, int, int]] = []  # (request, from member index, tokens)
+        for k, m in enumerate(members):
+            for req in list(m.runtime.waiting) + list(m.runtime.running):
+                exchange.append((req, k, req.num_computed_tokens))
+            if m.runtime.swapped or m.runtime.reserved or m.runtime.detached:
+                raise ValueError(f"FormPipeline: instance {m.instance_id} holds swapped, reserved or detached "
+                                 f"requests; settle them first")
+        for iid in ids:
+            self.member_of[iid] = gid
+        for iid in ids[1:]:
+            c.active.discard(iid)
+        c.drivers[gid] = group_driver
+        c.view.rebuild()
+        self._log("form", group=gid, members=ids)
+        for req, k, tokens in exchange:
+            m = members[k]
+            m.runtime.blocks.free(req.request_id)
+            m.policy.on_finish(c.now_s, req)
+            self._exchange_in(group, req, k, tokens)
+        c.kick(gid)
+
+    def _exchange_in(self, group: PipelineGroup, req: Request, member_index: int, tokens: int) -> None:
+        """A member's request joins the group: its KV for the other stages' layers crosses over."""
+        c = self.cluster
+        gd = c.drivers[group.group_id]
+        if not tokens:
+            req.status = RequestStatus.QUEUED
+            c.add_to(gd, req)
+            return
+        gd.runtime.reserve(req, tokens)
+        req.status = RequestStatus.TRANSFERRING
+        src = group.members[member_index]
+        pending = [0]
+
+        def landed(now_s: float) -> None:
+            pending[0] -= 1
+            if pending[0] == 0 and req.request_id in gd.runtime.reserved:
+                c.add_to(gd, req)
+                c.kick(group.group_id)
+
+        for k, dst in enumerate(group.members):
+            if k == member_index:
+                continue
+            nbytes = tokens * dst.kv_bytes_per_token
+            lk = c.mover.link(src.instance_id, dst.instance_id)
+            pending[0] += 1
+            end = lk.submit(LinkJob(nbytes, Priority.KV, landed, label=f"exchange r{req.request_id}"), c.now_s)
+            if end is not None:
+                c.events.push(end, EventKind.TRANSFER_DONE, lk.key)
+            c.mover.transfers.append((src.instance_id, dst.instance_id, c.now_s, float("nan"), nbytes))
+
+    def _refresh_group(self, group: PipelineGroup) -> None:
+        c = self.cluster
+        gd = c.drivers[group.group_id]
+        group.executor.stage_costs = [m.cost_model for m in group.members]
+        blocks = min(m.runtime.blocks.num_gpu_blocks for m in group.members)
+        self._quiesce(gd)
+        gd.runtime.resize(blocks)
+        gd.kv_bytes_per_token = sum(m.kv_bytes_per_token for m in group.members)
+
+    def _split(self, a: SplitPipeline) -> None:
+        factory = self._need_factory("SplitPipeline")
+        c = self.cluster
+        group = self.groups.get(a.group_id)
+        if group is None:
+            raise ValueError(f"SplitPipeline: no pipeline group {a.group_id}")
+        for m in group.members:
+            if m.spec.layers is not None:
+                raise ValueError(f"SplitPipeline: instance {m.instance_id} still holds only layers "
+                                 f"{m.spec.layers}; restore them first (SetLayers)")
+        gd = c.drivers[a.group_id]
+        self._quiesce(gd)
+        if gd.busy:
+            raise ValueError("SplitPipeline: the group has a step in flight; split at step ends")
+        reqs = list(gd.runtime.waiting) + list(gd.runtime.running) + list(gd.runtime.reserved.values())
+        for req in reqs:
+            gd.runtime.blocks.free(req.request_id)
+            gd.policy.on_finish(c.now_s, req)
+        del self.groups[a.group_id]
+        self._record_group(group)
+        for m in group.members:
+            self.member_of.pop(m.instance_id, None)
+            m.runtime = _fresh_runtime(m, factory, m.spec)
+            m.policy = factory.policy(m.instance_id)
+            m.executor = factory.executor(m.cost_model)
+            c.drivers[m.instance_id] = m
+            c.active.add(m.instance_id)
+        c.view.rebuild()
+        self._log("split", group=a.group_id, members=[m.instance_id for m in group.members])
+        # each request goes to the member with the least work, after the KV it lacks arrives
+        for i, req in enumerate(reqs):
+            target = min(group.members, key=lambda m: (m.runtime.num_outstanding_tokens, m.instance_id))
+            tokens = req.num_computed_tokens
+            if not tokens:
+                req.status = RequestStatus.QUEUED
+                c.add_to(target, req)
+                continue
+            target.runtime.reserve(req, tokens)
+            req.status = RequestStatus.TRANSFERRING
+            others = [m for m in group.members if m is not target]
+            pending = [len(others)]
+
+            def landed(now_s: float, req=req, target=target, pending=pending) -> None:
+                pending[0] -= 1
+                if pending[0] == 0 and req.request_id in target.runtime.reserved:
+                    c.add_to(target, req)
+                    c.kick(target.instance_id)
+
+            for src in others:
+                nbytes = tokens * target.kv_bytes_per_token / len(group.members)
+                lk = c.mover.link(src.instance_id, target.instance_id)
+                end = lk.submit(LinkJob(nbytes, Priority.KV, landed, label=f"exchange r{req.request_id}"), c.now_s)
+                if end is not None:
+                    c.events.push(end, EventKind.TRANSFER_DONE, lk.key)
+        for m in group.members:
+            c.kick(m.instance_id)
+
+    def _record_group(self, group: PipelineGroup) -> None:
+        st = group.executor.stats
+        self._finished_groups.append({"group": group.group_id, "members": [m.instance_id for m in group.members],
+                                      "formed_s": group.formed_s, "ended_s": self.cluster.now_s,
+                                      "steps": st.num_steps, "bubble_share": st.bubble_share,
+                                      "activation_wait_s": st.activation_wait_s})
+
+    def pipeline_report(self) -> dict[int, dict]:
+        out = {}
+        for k, rec in enumerate(self._finished_groups):
+            out[k] = rec
+        for group in self.groups.values():
+            st = group.executor.stats
+            out[len(out)] = {"group": group.group_id, "members": [m.instance_id for m in group.members],
+                             "formed_s": group.formed_s, "ended_s": None, "steps": st.num_steps,
+                             "bubble_share": st.bubble_share, "activation_wait_s": st.activation_wait_s}
+        return out
+
+
+def _fresh_runtime(d: InstanceDriver, factory: Any, spec) -> InstanceRuntime:
+    hw = factory.hardware(spec)
+    old = d.runtime
+    return InstanceRuntime(d.instance_id, hw.kv_config, InstanceLimits(old.max_batch_tokens, old.max_num_seqs),
+                           old.role, cost_model=hw.cost, spec=spec)

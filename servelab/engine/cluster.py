@@ -1,0 +1,172 @@
+"""The real engine as a cluster: several engine instances of one model in this process.
+
+Each instance has its own paged KV cache (``EngineConfig.kv_budget_bytes`` each) and a
+model runner over the shared weights; the same ``ClusterDriver`` that runs the simulator
+drives them on the wall clock, with the same policies, routers and presets (``distserve``
+makes prefill and decode instances). KV moved by a hand-off or a Move is really copied
+between the instances' caches, block by block, and costs what the copy takes.
+
+Instances in one process run one at a time (steps are serialised; a step's time is its real
+time), which is exact for one instance and a faithful, slower stand-in for several GPUs;
+the Ray backend puts instances in separate processes behind the same driver.
+
+Invariants: every request ends completed, rejected or aborted with a reason; a request whose
+prompt plus ``max_tokens`` exceeds the model's positions is rejected on arrival; after
+``run`` every KV block of every instance is free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servelab.cluster.driver import ClusterDriver, WallClock
+from servelab.cluster.kv_pool import ClusterKVPool
+from servelab.core.admission import AdmissionConfig
+from servelab.core.driver import InstanceDriver
+from servelab.core.instance import InstanceLimits, InstanceRuntime
+from servelab.core.kv_blocks import KVCacheConfig
+from servelab.core.policy import POLICIES, ROUTERS
+from servelab.core.registry import parse_name_params
+from servelab.core.request import Request, RequestSpec
+from servelab.engine.sampling import SamplingParams
+from servelab.metrics import MetricsCollector, RequestTable, RunSummary, summarize
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    kv_budget_bytes: int = 256 << 20  # per instance
+    block_size: int = 16
+    max_batch_tokens: int = 2048
+    max_num_seqs: int = 64
+    num_host_blocks: int = 0  # host KV pool for swap preemption, per instance; 0 disables swapping
+    watermark: float = 0.01
+    seed: int = 0  # sampler seed for requests without their own
+
+    def __post_init__(self) -> None:
+        if self.kv_budget_bytes < 1:
+            raise ValueError(f"kv_budget_bytes must be >= 1, got {self.kv_budget_bytes}")
+        if self.block_size < 1 or self.max_batch_tokens < 1 or self.max_num_seqs < 1:
+            raise ValueError("block_size, max_batch_tokens and max_num_seqs must be >= 1")
+        if self.num_host_blocks < 0:
+            raise ValueError(f"num_host_blocks must be >= 0, got {self.num_host_blocks}")
+
+
+@dataclass
+class EngineResult:
+    requests: list[Request]
+    texts: dict[int, str]  # output text per request id (cut at a stop string)
+    collector: MetricsCollector
+    summary: RunSummary
+    wall_s: float
+    num_used_blocks_after: int  # over all instances
+    num_gpu_blocks: int  # over all instances
+    transfers: list[tuple[int, int, float, float, float]] = None  # (src, dst, start, duration, bytes)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return sum(r.num_generated_tokens for r in self.requests)
+
+    def outputs(self) -> dict[int, list[int]]:
+        return {r.request_id: list(r.output_token_ids) for r in self.requests}
+
+
+class EngineCluster:
+    """``num_instances`` engine instances of one checkpoint under a policy (or preset) and router."""
+
+    def __init__(self, model: str | Path | Any, policy_spec: str = "vllm", config: EngineConfig = EngineConfig(), *,
+                 num_instances: int = 1, router: str | None = None, dtype: str | None = None, device: str = "cpu",
+                 kv_pool_bytes: int = 0) -> None:
+        from servelab.cluster.presets import cluster_for
+        from servelab.engine.kv_cache import num_blocks_for_budget
+        from servelab.engine.loader import load_checkpoint
+
+        self.loaded = load_checkpoint(model, dtype=dtype, device=device) if isinstance(model, (str, Path)) else model
+        cluster = cluster_for(policy_spec, num_instances=num_instances)
+        self.groups = cluster.instance_groups()
+        for g in self.groups:  # fail early on a bad spec
+            POLICIES.create(g.policy, dict(g.policy_params))
+        if router is not None:
+            self.router_name, self.router_params = parse_name_params(router)
+        else:
+            self.router_name, self.router_params = cluster.router, dict(cluster.router_params)
+        ROUTERS.create(self.router_name, dict(self.router_params))
+        self.policy_spec = policy_spec
+        self.config = config
+        self.kv_pool_bytes = kv_pool_bytes
+        c = self.loaded.config
+        self.kv_dtype = self.loaded.model.embed_tokens.weight.dtype
+        num_blocks = num_blocks_for_budget(config.kv_budget_bytes, c.num_layers, config.block_size,
+                                           c.num_kv_heads, c.head_dim, self.kv_dtype)
+        if num_blocks < 1:
+            raise ValueError(f"a KV budget of {config.kv_budget_bytes} bytes holds no block of {config.block_size} "
+                             f"tokens for this model")
+        self.kv_config = KVCacheConfig(config.block_size, num_blocks, config.num_host_blocks, config.watermark)
+        self.flops_per_token = 2.0 * sum(p.numel() for n, p in self.loaded.model.named_parameters()
+                                         if n.startswith("layers.") and p.dim() == 2)
+        itemsize = self.loaded.model.embed_tokens.weight.element_size()
+        self.kv_bytes_per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * itemsize
+
+    @property
+    def num_instances(self) -> int:
+        return len(self.groups)
+
+    @property
+    def num_gpu_blocks(self) -> int:
+        return self.kv_config.num_gpu_blocks
+
+    def run(self, specs: Sequence[RequestSpec], params: SamplingParams | Mapping[int, SamplingParams]
+            ) -> EngineResult:
+        """Serve every spec; ``params`` is one SamplingParams for all or one per request id."""
+        from servelab.engine.executor import Executor, RequestStates
+        from servelab.engine.kv_cache import PagedKVCache
+        from servelab.engine.runner import ModelRunner
+        from servelab.engine.sampling import Sampler
+
+        def params_for(spec: RequestSpec) -> SamplingParams:
+            if isinstance(params, SamplingParams):
+                return params
+            try:
+                return params[spec.request_id]
+            except KeyError:
+                raise ValueError(f"no SamplingParams for request {spec.request_id}") from None
+
+        for spec in specs:
+            params_for(spec)
+        loaded, cfg = self.loaded, self.config
+        c = loaded.config
+        device = loaded.model.embed_tokens.weight.device
+        states = RequestStates(tokenizer=loaded.tokenizer, eos_token_ids=loaded.generation.eos_token_ids)
+        sampler = Sampler(cfg.seed, device=device)
+        collector = MetricsCollector()
+        drivers = []
+        for iid, group in enumerate(self.groups):
+            cache = PagedKVCache(c.num_layers, self.kv_config.num_gpu_blocks, cfg.block_size, c.num_kv_heads,
+                                 c.head_dim, dtype=self.kv_dtype, device=device, num_host_blocks=cfg.num_host_blocks)
+            executor = Executor(ModelRunner(loaded.model, cache, sampler), states)
+            runtime = InstanceRuntime(iid, self.kv_config, InstanceLimits(cfg.max_batch_tokens, cfg.max_num_seqs),
+                                      group.role)
+            drivers.append(InstanceDriver(runtime, POLICIES.create(group.policy, dict(group.policy_params)), executor,
+                                          collector, flops_per_token=self.flops_per_token, fast_forward=False,
+                                          kv_bytes_per_token=self.kv_bytes_per_token))
+
+        def on_arrival(req: Request) -> str | None:
+            if req.spec.prompt_token_ids is None:
+                return "no prompt_token_ids (the engine needs token ids)"
+            states.register(req.request_id, req.spec.prompt_token_ids, params_for(req.spec))
+            return None
+
+        pool = ClusterKVPool(self.kv_pool_bytes) if self.kv_pool_bytes else None
+        cluster = ClusterDriver(drivers, ROUTERS.create(self.router_name, dict(self.router_params)),
+                                clock=WallClock(), collector=collector,
+                                admission=AdmissionConfig(c.max_position, "reject"), pool=pool,
+                                measured_transfers=True, max_output_tokens=lambda s: params_for(s).max_tokens,
+                                on_arrival=on_arrival)
+        result = cluster.run(specs)
+        table = RequestTable.from_requests(result.requests)
+        used = sum(d.runtime.blocks.num_used_gpu_blocks for d in drivers)
+        total = sum(d.runtime.blocks.num_gpu_blocks for d in drivers)
+        return EngineResult(result.requests, dict(states.outputs_text), collector, summarize(table, collector),
+                            result.wall_s, used, total, result.transfers)
