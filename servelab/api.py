@@ -97,7 +97,7 @@ def run_simulation(workload: Sequence[RequestSpec], policy: str, hardware: Hardw
     """Simulate ``workload`` under ``policy`` (``name[:k=v,...]`` or a preset such as ``distserve``)."""
     import time
 
-    cluster = cluster or hardware.cluster(policy)
+    cluster = cluster or check_policy(policy, hardware)
     cpu0 = time.process_time()
     result = simulate(workload, cluster, cost_model=cost_model, progress=progress)
     cpu_s = time.process_time() - cpu0
@@ -110,11 +110,18 @@ def check_policy(policy: str, hardware: HardwareChoice) -> ClusterConfig:
     """Build the cluster and every policy and router in it once, so a bad spec or parameter
     fails before any simulation runs (the simulator would find it only when it starts)."""
     from servelab.core.policy import POLICIES, ROUTERS
+    from servelab.core.registry import RegistryError
 
     cluster = hardware.cluster(policy)
-    for group in cluster.groups:
-        POLICIES.create(group.policy, dict(group.policy_params))
-    ROUTERS.create(cluster.router, dict(cluster.router_params))
+    name = policy.partition(":")[0].strip()
+    try:
+        for group in cluster.groups:
+            POLICIES.create(group.policy, dict(group.policy_params))
+        ROUTERS.create(cluster.router, dict(cluster.router_params))
+    except RegistryError as err:
+        if name in str(err):
+            raise
+        raise RegistryError(f"preset {name!r}: {err}") from None  # a preset passes its parameters on
     return cluster
 
 

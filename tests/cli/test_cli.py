@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from servelab.cli.main import app
@@ -47,15 +48,35 @@ def test_bad_trace_row_names_file_and_line(tmp_path):
 
 def test_bad_slo_is_rejected():
     res = runner.invoke(app, ["simulate", "-w", SMALL, "--slo", "ttft:-1"])
-    assert res.exit_code != 0
-    assert "SLO" in res.output or "slo" in res.output
+    assert res.exit_code == 2
+    assert res.stderr.strip() == "error: --slo 'ttft:-1': ttft must be a finite number of seconds > 0, got '-1'"
+
+
+def test_simulate_json_keeps_the_instance_count(tmp_path):
+    res = runner.invoke(app, ["simulate", "-w", SMALL, "-n", "2", "--json", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.output)
+    assert payload["num_instances"] == 2 and len(payload["per_instance"]) == 2
+    assert json.loads((tmp_path / "summary.json").read_text())["num_instances"] == 2
 
 
 def test_analyze_multibin_prints_closed_forms():
+    """Uniform U(1, 20), B = 128: c_max = B / E[l] (Eq. 5), throughput_k = B / E[service_k]
+    rising with k towards c_max, and Eq. 20 matching the integrated Eq. 2."""
     res = runner.invoke(app, ["analyze", "multibin", "--k-max", "3", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    assert len(out["rows"]) == 3 and out["c_max"] > 0
+    assert out["c_max"] == pytest.approx(128 / 10.5)
+    rows = out["rows"]
+    assert [r["num_bins"] for r in rows] == [1, 2, 3]
+    assert [len(r["edges"]) for r in rows] == [0, 1, 2]
+    for r in rows:
+        assert r["throughput"] == pytest.approx(128 / r["expected_service"])
+        assert r["expected_service"] == pytest.approx(r["expected_service_numeric"], rel=1e-6)
+    # one bin: the batch waits for the max of 128 uniforms on [1, 20], (1 + 128 * 20) / 129
+    assert rows[0]["expected_service"] == pytest.approx((1 + 128 * 20) / 129)
+    throughputs = [r["throughput"] for r in rows]
+    assert throughputs == sorted(throughputs) and throughputs[-1] < out["c_max"]
 
 
 def test_policy_monitor_figures_are_exported(tmp_path):

@@ -32,10 +32,33 @@ def test_generate_errors_are_messages_not_tracebacks(make_checkpoint, tmp_path):
 
 
 def test_calibrate_reduced_writes_loadable_json(make_checkpoint, tmp_path):
+    """The file holds the fit of every timed shape, the instance's KV size and where it came
+    from, and predicts what it was fitted on (the JSON payload says the same)."""
+    from servelab.core.plan import StepShape
+    from servelab.costmodel.linear import LinearCostModel
+    from servelab.engine.calibrate import REDUCED_GRID, grid_points
+
     out = tmp_path / "cost.json"
     res = CliRunner().invoke(app, ["calibrate", "--model", str(make_checkpoint()), "--out", str(out),
                                    "--grid", "reduced", "--block-size", "4", "--json"])
     assert res.exit_code == 0, res.output
-    from servelab.costmodel.linear import LinearCostModel
+    payload = json.loads(res.output)
+    loaded = LinearCostModel.load(out)
+    assert payload["coefficients"] == {name: getattr(loaded, name) for name in payload["coefficients"]}
+    assert payload["fit"]["num_samples"] == loaded.fit.num_samples == len(grid_points(REDUCED_GRID))
+    assert loaded.fit.median_rel_error < 0.5  # a linear model of a CPU engine step, within 50% typically
+    # tiny model: 2 layers x 2 KV heads x head_dim 16 x (K and V) x 4 bytes (float32)
+    assert loaded.kv_bytes_per_token == 2 * 2 * 16 * 2 * 4
+    assert loaded.meta["block_size"] == "4" and loaded.meta["dtype"] == "float32"
+    assert loaded.c_swap_block > 0  # the reduced grid times swaps
+    one_decode, eight_decodes = StepShape(num_decodes=1, decode_context_sum=64), StepShape(num_decodes=8,
+                                                                                            decode_context_sum=512)
+    assert 0 < loaded.step_time_s(one_decode) <= loaded.step_time_s(eight_decodes) < 10.0
 
-    assert LinearCostModel.load(out).c_token >= 0
+
+def test_generate_rejects_zero_max_tokens_before_serving(make_checkpoint, tmp_path):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("Natalia sold clips.\n")
+    res = CliRunner().invoke(app, ["generate", "--model", str(make_checkpoint()), "--prompts", str(prompts),
+                                   "--max-tokens", "0"])
+    assert res.exit_code == 2 and res.stderr.strip() == "error: --max-tokens must be in [1, 100,000,000], got 0"

@@ -36,6 +36,8 @@ def test_same_seed_same_run():
 def test_every_request_gets_exactly_its_output_tokens():
     wl = random_workload(300, seed=3)
     res = simulate(wl, single_instance("vllm"), cost_model=ToyCostModel())
+    assert len(res.requests) == 300
+    assert sorted(r.request_id for r in res.requests) == list(range(300))
     for req in res.requests:
         assert req.status is RequestStatus.FINISHED
         assert len(req.token_times_s) == req.spec.num_output_tokens
