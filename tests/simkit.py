@@ -24,7 +24,7 @@ class ToyCostModel:
         ctx = shape.decode_context_sum + sum(shape.prefill_context)
         return self.step_s + self.token_s * shape.num_tokens + self.ctx_s * ctx
 
-    def decode_step_times_s(self, num_decodes: int, context_sums: np.ndarray) -> np.ndarray:
+    def decode_step_times_s(self, num_decodes: int, context_sums: np.ndarray, context_maxes=None) -> np.ndarray:
         return self.step_s + self.token_s * num_decodes + self.ctx_s * np.asarray(context_sums, dtype=np.float64)
 
 

@@ -56,6 +56,12 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
     def on_arrival(self, now_s: float, request: Request) -> None:
         self._unchecked.append(request)
 
+    def check_instance(self, state: InstanceState) -> str | None:
+        if self.config.preemption == "swap" and state.blocks.config.num_cpu_blocks == 0:
+            return ("preemption=swap needs a host KV pool on the instance (give it swap space: --swap-space GiB, "
+                    "InstanceGroup.host_kv_gb); without one it would silently recompute")
+        return None
+
     def _rejections(self, state: InstanceState) -> list[tuple[int, str]]:
         out = []
         for req in self._unchecked:

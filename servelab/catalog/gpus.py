@@ -29,6 +29,7 @@ class GPUSpec:
     pcie_bandwidth_bytes_per_s: float  # per direction (host <-> GPU)
     network_bandwidth_bytes_per_s: float  # inter-node, per GPU
     source: str
+    num_sms: int = 108  # streaming multiprocessors (A100: 108; H100/H800/H200 SXM: 132)
 
     def __post_init__(self) -> None:
         for field_name in ("peak_flops", "hbm_bandwidth_bytes_per_s", "hbm_capacity_bytes",
@@ -67,11 +68,11 @@ GPUS: dict[str, GPUSpec] = {
         # A800 80GB SXM: A100 80GB with NVLink 400 GB/s bidir.
         GPUSpec("A800-80GB", 312 * TFLOPS, 2039 * GB, 80 * GiB, 200 * GB, 32 * GB, 25 * GB, _A800_SRC),
         # H100 SXM: 989 TFLOPS BF16 dense (1,979 with sparsity), 3.35 TB/s HBM3, NVLink 900 GB/s bidir, PCIe gen5.
-        GPUSpec("H100-80GB", 989 * TFLOPS, 3350 * GB, 80 * GiB, 450 * GB, 64 * GB, 50 * GB, _H100_SRC),
+        GPUSpec("H100-80GB", 989 * TFLOPS, 3350 * GB, 80 * GiB, 450 * GB, 64 * GB, 50 * GB, _H100_SRC, num_sms=132),
         # H800 SXM: H100 with NVLink 400 GB/s bidir.
-        GPUSpec("H800-80GB", 989 * TFLOPS, 3350 * GB, 80 * GiB, 200 * GB, 64 * GB, 50 * GB, _H800_SRC),
+        GPUSpec("H800-80GB", 989 * TFLOPS, 3350 * GB, 80 * GiB, 200 * GB, 64 * GB, 50 * GB, _H800_SRC, num_sms=132),
         # H200 SXM: H100 compute, 141 GB HBM3e at 4.8 TB/s.
-        GPUSpec("H200", 989 * TFLOPS, 4800 * GB, 141 * GiB, 450 * GB, 64 * GB, 50 * GB, _H200_SRC),
+        GPUSpec("H200", 989 * TFLOPS, 4800 * GB, 141 * GiB, 450 * GB, 64 * GB, 50 * GB, _H200_SRC, num_sms=132),
     )
 }
 

@@ -254,7 +254,10 @@ class ClusterDriver:
         progress, last_progress = getattr(self, "progress", None), 0
         if not specs:
             self._on_arrivals_done()
+        ended = self.collector.ended_requests
         while i < num_specs or len(events):
+            if i == num_specs and len(ended) == len(self.requests):
+                break  # every request ended: timers left in the heap (max-wait, wake-ups) are moot
             next_arrival = specs[i].arrival_time_s if i < num_specs else math.inf
             if (next_arrival, EventKind.ARRIVAL) <= events.peek_key():
                 self.now_s = self.clock.advance(next_arrival)
@@ -415,11 +418,12 @@ class ClusterDriver:
     def _result(self, wall_s: float) -> ClusterResult:
         unfinished = [r.request_id for r in self.requests if not r.status.is_terminal]
         first = min((r.arrival_time_s for r in self.requests), default=0.0)
+        last = max((r.finish_time_s for r in self.requests if r.finish_time_s is not None), default=self.now_s)
         reports = {d.instance_id: d.policy.report() for d in self.drivers
                    if callable(getattr(d.policy, "report", None))}
         links = {str(k): {"busy_s": lk.busy_s, "bytes": lk.bytes_moved, "jobs": lk.num_jobs}
                  for k, lk in self.mover.links.items()}
-        return ClusterResult(self.requests, len(self.drivers), self.now_s - first, wall_s,
+        return ClusterResult(self.requests, len(self.drivers), last - first, wall_s,
                              [d.busy_s for d in self.drivers], self.collector, list(self.mover.transfers),
                              unfinished=unfinished, policy_reports=reports, links=links,
                              pool_peak_bytes=self.pool.peak_bytes if self.pool is not None else 0.0,

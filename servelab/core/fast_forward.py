@@ -66,8 +66,10 @@ def plan_jump(cost_model, shape: StepShape, num_steps: int, now_s: float) -> np.
             pad, context_tokens=pad.context_tokens + i))) for i in range(num_steps)), float, num_steps)
         return now_s + np.cumsum(durations)
     n = shape.num_decodes
-    context_sums = shape.decode_context_sum + n * np.arange(num_steps, dtype=np.int64)
-    return now_s + np.cumsum(cost_model.decode_step_times_s(n, context_sums))
+    steps = np.arange(num_steps, dtype=np.int64)
+    context_sums = shape.decode_context_sum + n * steps
+    context_maxes = shape.decode_context_max + steps
+    return now_s + np.cumsum(cost_model.decode_step_times_s(n, context_sums, context_maxes))
 
 
 @dataclass(slots=True)

@@ -78,7 +78,11 @@ class PlanBuilder:
         return self.blocks.num_blocks_needed(req.request_id, want) if want > 0 else 0
 
     def try_add(self, req: Request, n: int, *, new_request: bool = False) -> bool:
-        """Schedule ``n`` tokens of ``req`` if rows, tokens and blocks allow."""
+        """Schedule ``n`` tokens of ``req`` if rows, tokens and blocks allow. A chunk never runs
+        past the request's hand-off point: it is cut there (the rest runs on the next instance)."""
+        handoff = req.handoff_at_tokens
+        if handoff is not None and req.num_computed_tokens + n > handoff:
+            n = handoff - req.num_computed_tokens
         if n < 1 or self.rows_left < 1 or n > self.tokens_left:
             return False
         need = self.blocks_needed(req, n)

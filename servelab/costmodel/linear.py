@@ -1,8 +1,14 @@
 """Linear step-time model fitted to wall-clock measurements, saved as JSON.
 
     step = c_step + c_token * tokens + c_decode_ctx * decode_context_sum
+           + c_decode_pad * decode_rows * decode_context_max
            + c_prefill_attn * sum(chunk_tokens * chunk_context) + c_row * rows
            + c_swap_block * swap_blocks
+
+``c_decode_pad`` is the iteration bubble: an attention that pads every decode row to the
+longest context in the step (our engine's gather does) pays rows x longest, not the sum;
+a ragged kernel fits it near 0. A step of mixed context lengths separates the two terms, so
+calibration times some (version 1 files, without the term, load with it at 0).
 
 A padded batch is charged as its dense equivalent: ``rows * row_tokens`` tokens and, per
 row, a decode over ``context_tokens`` (row_tokens == 1) or a chunk of ``row_tokens`` over
@@ -28,9 +34,10 @@ from servelab.costmodel.fitting import FitError, fit_error, nonneg_relative_lsts
 from servelab.costmodel.links import LinkSpec
 
 SCHEMA = "servelab.linear_cost_model"
-SCHEMA_VERSION = 1
-COEFFICIENTS = ("c_step", "c_token", "c_decode_ctx", "c_prefill_attn", "c_row", "c_swap_block")
-REQUIRED_COEFFICIENTS = COEFFICIENTS[:5]  # c_swap_block may be absent (no swap measured)
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+COEFFICIENTS = ("c_step", "c_token", "c_decode_ctx", "c_prefill_attn", "c_row", "c_swap_block", "c_decode_pad")
+REQUIRED_COEFFICIENTS = COEFFICIENTS[:5]  # c_swap_block (no swap measured), c_decode_pad (v1) may be absent
 
 
 class CostModelFileError(UserError):
@@ -47,20 +54,23 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def step_features(shape: StepShape) -> tuple[int, int, int, int, int, int]:
-    """(has_rows, tokens, decode_context_sum, prefill attention pairs, rows, swap_blocks)."""
+def step_features(shape: StepShape) -> tuple[int, int, int, int, int, int, int]:
+    """(has_rows, tokens, decode_context_sum, prefill attention pairs, rows, swap_blocks,
+    decode rows x longest decode context)."""
     pad = shape.padding
     if pad is not None:
         rows = pad.num_rows
         tokens = rows * pad.row_tokens
         decode_ctx = rows * pad.context_tokens if pad.row_tokens == 1 else 0
         prefill_attn = rows * pad.row_tokens * pad.context_tokens if pad.row_tokens > 1 else 0
+        decode_pad = decode_ctx
     else:
         rows = len(shape.prefill_tokens) + shape.num_decodes
         tokens = shape.num_tokens
         decode_ctx = shape.decode_context_sum
         prefill_attn = sum(c * ctx for c, ctx in zip(shape.prefill_tokens, shape.prefill_context))
-    return (1 if rows else 0), tokens, decode_ctx, prefill_attn, rows, shape.swap_blocks
+        decode_pad = shape.num_decodes * shape.decode_context_max
+    return (1 if rows else 0), tokens, decode_ctx, prefill_attn, rows, shape.swap_blocks, decode_pad
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +81,7 @@ class LinearCostModel:
     c_prefill_attn: float  # s per (chunk token x chunk context) of prefill attention
     c_row: float  # s per request row (LM head, sampling, metadata)
     c_swap_block: float = 0.0  # s per KV block swapped
+    c_decode_pad: float = 0.0  # s per (decode row x longest decode context): the iteration bubble
     kv_bytes_per_token: int = 0  # for kv_transfer_time_s; 0 = unknown
     fit: FitError | None = None  # how well the fit matched its samples
     meta: dict[str, str] = field(default_factory=dict)  # gpu, model, tp, date ... as recorded
@@ -84,13 +95,16 @@ class LinearCostModel:
 
     # ---- the CostModel protocol ----
     def step_time_s(self, shape: StepShape) -> float:
-        has_rows, tokens, decode_ctx, prefill_attn, rows, swap = step_features(shape)
+        has_rows, tokens, decode_ctx, prefill_attn, rows, swap, decode_pad = step_features(shape)
         if not has_rows:
             return self.c_swap_block * swap
-        return self._time(tokens, decode_ctx, prefill_attn, rows, swap)
+        return self._time(tokens, decode_ctx, prefill_attn, rows, swap, decode_pad)
 
-    def decode_step_times_s(self, num_decodes: int, context_sums: np.ndarray) -> np.ndarray:
-        return self._time(num_decodes, np.asarray(context_sums, dtype=np.float64), 0, num_decodes, 0)
+    def decode_step_times_s(self, num_decodes: int, context_sums: np.ndarray,
+                            context_maxes: np.ndarray | None = None) -> np.ndarray:
+        sums = np.asarray(context_sums, dtype=np.float64)
+        pads = num_decodes * np.asarray(context_maxes, dtype=np.float64) if context_maxes is not None else 0
+        return self._time(num_decodes, sums, 0, num_decodes, 0, pads)
 
     def swap_time_s(self, num_blocks: int) -> float:
         return self.c_swap_block * num_blocks
@@ -100,10 +114,11 @@ class LinearCostModel:
             raise ValueError("this LinearCostModel does not know kv_bytes_per_token; load it for an instance")
         return link.transfer_time_s(num_tokens * self.kv_bytes_per_token)
 
-    def _time(self, tokens, decode_ctx, prefill_attn, rows, swap):
-        """The one formula, for scalars or a decode_ctx array (same operations, same order)."""
+    def _time(self, tokens, decode_ctx, prefill_attn, rows, swap, decode_pad=0):
+        """The one formula, for scalars or decode arrays (same operations, same order)."""
         return (self.c_step + self.c_token * tokens + self.c_decode_ctx * decode_ctx
-                + self.c_prefill_attn * prefill_attn + self.c_row * rows + self.c_swap_block * swap)
+                + self.c_prefill_attn * prefill_attn + self.c_row * rows + self.c_swap_block * swap
+                + self.c_decode_pad * decode_pad)
 
     # ---- persistence ----
     def to_json(self) -> dict:
@@ -129,8 +144,8 @@ class LinearCostModel:
         if data.get("schema") != SCHEMA:
             raise fail(f"schema must be {SCHEMA!r}, got {shown(data.get('schema'))}")
         version = data.get("version")
-        if type(version) is not int or version != SCHEMA_VERSION:
-            raise fail(f"unsupported version {shown(version)} (this servelab reads {SCHEMA_VERSION})")
+        if type(version) is not int or version not in READABLE_VERSIONS:
+            raise fail(f"unsupported version {shown(version)} (this servelab reads {READABLE_VERSIONS})")
         coefficients = data.get("coefficients")
         if not isinstance(coefficients, dict):
             raise fail("'coefficients' must be an object")

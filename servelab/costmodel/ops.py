@@ -106,6 +106,10 @@ class RooflineParams:
     swap_efficiency: float = 0.8  # fraction of PCIe bandwidth a KV swap reaches
     step_overhead_s: float = 1e-3  # per step, CPU side
     layer_overhead_s: float = 0.0  # per layer per step (launch gaps without CUDA graphs)
+    # decode attention: thread blocks working on one request's KV of one KV head (vLLM's paged
+    # attention v1 uses one; split-KV kernels use more). The longest request's KV is read by
+    # kv_heads x this many blocks, one SM each, which bounds the kernel from below (the bubble).
+    decode_kv_splits: int = 1
     source: str = "defaults"
 
     def __post_init__(self) -> None:
@@ -113,6 +117,8 @@ class RooflineParams:
             raise ValueError("comm_efficiency and swap_efficiency must be > 0")
         if min(self.comm_latency_s, self.step_overhead_s, self.layer_overhead_s) < 0:
             raise ValueError("latencies and overheads must be >= 0")
+        if self.decode_kv_splits < 1:
+            raise ValueError(f"decode_kv_splits must be >= 1, got {self.decode_kv_splits}")
 
     def op(self, name: str) -> OpEfficiency:
         for op_name, eff in self.per_op:

@@ -4,7 +4,17 @@ Per layer and TP rank, every linear layer and elementwise op is a kernel timed b
 ``ops.op_times_s`` (weights read once per step, activations per token); attention is
 timed per request from its own context: a decode reads its KV (memory-bound), a prefill
 chunk of c tokens ending at context L does the causal c*L - c(c-1)/2 query-key pairs and
-reads L tokens of KV. TP divides the work over ranks and adds two all-reduces per layer
+reads L tokens of KV.
+
+The iteration bubble: a decode attention kernel gives each (request, KV head) pair
+``decode_kv_splits`` thread blocks, each on one SM at 1/num_SMs of the GPU's bandwidth, so
+the longest request alone needs ``max_ctx * num_SMs / (kv_heads * splits)`` context-tokens'
+worth of full-GPU time. Decode attention per layer is therefore
+
+    per_ctx_s * max(sum of contexts, longest context * num_SMs / (kv_heads * splits))
+
+which is the sum when the batch is large and mixed, and the longest request when a few long
+ones dominate a small batch (AlignedServe's premise; vLLM's split-KV kernel shrinks it). TP divides the work over ranks and adds two all-reduces per layer
 over NVLink; PP adds one activation send between consecutive stages (NVLink within a
 node of 8 GPUs, the network beyond). The LM head runs on one row per scheduled request.
 
@@ -82,6 +92,7 @@ class RooflineCostModel:
         self._kv_read_s = 2.0 * kv_heads * model.head_dim * d / memory
         self._q_io_s = 2.0 * heads * model.head_dim * d / memory  # read Q, write O (negligible for decodes)
         self._decode_per_ctx_s = max(self._pair_s, self._kv_read_s)
+        self._longest_factor = gpu.num_sms / (kv_heads * self.params.decode_kv_splits)
 
     def _init_tail(self) -> None:
         """Once per step: CPU overhead, embedding, LM head over sampled rows, PP sends."""
@@ -111,7 +122,7 @@ class RooflineCostModel:
         if pad is None and not shape.prefill_tokens:
             if shape.num_decodes == 0:
                 return swap
-            return self._decode_s(shape.num_decodes, shape.decode_context_sum) + swap
+            return self._decode_s(shape.num_decodes, shape.decode_context_sum, shape.decode_context_max) + swap
         if pad is not None:
             rows = pad.num_rows
             num_tokens = rows * pad.row_tokens
@@ -122,13 +133,18 @@ class RooflineCostModel:
         else:
             rows = len(shape.prefill_tokens) + shape.num_decodes
             num_tokens = shape.num_tokens
-            attn = self._decode_per_ctx_s * shape.decode_context_sum
+            longest = shape.decode_context_max * self._longest_factor
+            ctx = shape.decode_context_sum
+            attn = self._decode_per_ctx_s * (ctx if ctx > longest else longest)
             for chunk, context in zip(shape.prefill_tokens, shape.prefill_context):
                 attn += self._chunk_s(chunk, context, chunk * context - chunk * (chunk - 1) // 2)
         return self._num_layers * (self._layer_s(num_tokens) + attn) + self._tail_s(num_tokens, rows) + swap
 
-    def decode_step_times_s(self, num_decodes: int, context_sums: np.ndarray) -> np.ndarray:
-        return self._decode_s(num_decodes, np.asarray(context_sums, dtype=np.float64))
+    def decode_step_times_s(self, num_decodes: int, context_sums: np.ndarray,
+                            context_maxes: np.ndarray | None = None) -> np.ndarray:
+        sums = np.asarray(context_sums, dtype=np.float64)
+        maxes = np.asarray(context_maxes, dtype=np.float64) if context_maxes is not None else np.zeros_like(sums)
+        return self._decode_s(num_decodes, sums, maxes)
 
     def swap_time_s(self, num_blocks: int) -> float:
         return self._swap_link.transfer_time_s(num_blocks * self._block_bytes)
@@ -137,9 +153,14 @@ class RooflineCostModel:
         return link.transfer_time_s(num_tokens * self._kv_bytes_per_token)
 
     # ---- pieces ----
-    def _decode_s(self, num_decodes, context_sum):
-        """Pure-decode step; ``context_sum`` may be an array (the same operations either way)."""
-        layer = self._layer_s(num_decodes) + self._decode_per_ctx_s * context_sum
+    def _decode_s(self, num_decodes, context_sum, context_max):
+        """Pure-decode step; the contexts may be arrays (the same operations either way)."""
+        longest = context_max * self._longest_factor
+        if isinstance(context_sum, np.ndarray):
+            work = np.maximum(context_sum, longest)
+        else:
+            work = context_sum if context_sum > longest else longest
+        layer = self._layer_s(num_decodes) + self._decode_per_ctx_s * work
         return self._num_layers * layer + self._tail_s(num_decodes, num_decodes)
 
     def _layer_s(self, num_tokens: int) -> float:

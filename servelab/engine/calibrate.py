@@ -31,13 +31,16 @@ from servelab.costmodel.linear import LinearCostModel, fit_linear_cost_model
 @dataclass(frozen=True, slots=True)
 class CalibrationGrid:
     """Shapes to time. Prefill chunks: every (tokens, cached context) pair; decodes: every
-    (rows, context) pair; mixed: one prefill chunk beside each decode count at ``mixed_context``;
-    padded: decode batches (rows, context) and prefill batches (rows, row_tokens)."""
+    (rows, context) pair; skewed decodes: (rows, short context, long context) with one long
+    row among short ones (separates the context sum from the iteration bubble); mixed: one
+    prefill chunk beside each decode count at ``mixed_context``; padded: decode batches
+    (rows, context) and prefill batches (rows, row_tokens)."""
 
     prefill_tokens: tuple[int, ...] = (16, 64, 192)
     prefill_cached: tuple[int, ...] = (0, 256)
     decode_rows: tuple[int, ...] = (1, 4, 16, 32)
     decode_context: tuple[int, ...] = (64, 256, 512)
+    decode_skewed: tuple[tuple[int, int, int], ...] = ((8, 64, 512), (16, 64, 1024), (32, 128, 1024))
     mixed_prefill: int = 64
     mixed_decodes: tuple[int, ...] = (4, 16)
     mixed_context: int = 256
@@ -49,7 +52,7 @@ class CalibrationGrid:
     def __post_init__(self) -> None:
         sizes = (*self.prefill_tokens, *self.decode_rows, *self.decode_context, self.mixed_prefill,
                  *self.mixed_decodes, self.mixed_context, *(v for p in self.padded_decode for v in p),
-                 *(v for p in self.padded_prefill for v in p))
+                 *(v for p in self.padded_prefill for v in p), *(v for p in self.decode_skewed for v in p))
         if any(v < 1 for v in sizes) or any(v < 0 for v in self.prefill_cached):
             raise ValueError(f"calibration grid sizes must be >= 1 (cached context >= 0): {self}")
         if self.repeats < 1 or self.swap_blocks < 0:
@@ -57,7 +60,8 @@ class CalibrationGrid:
 
 
 REDUCED_GRID = CalibrationGrid(prefill_tokens=(8, 32), prefill_cached=(0, 32), decode_rows=(1, 4, 8),
-                               decode_context=(16, 64), mixed_prefill=16, mixed_decodes=(4,), mixed_context=32,
+                               decode_context=(16, 64), decode_skewed=((4, 16, 96),), mixed_prefill=16,
+                               mixed_decodes=(4,), mixed_context=32,
                                padded_decode=((4, 32),), padded_prefill=((2, 16),), repeats=2, swap_blocks=4)
 
 
@@ -83,6 +87,7 @@ class _Point:
 def grid_points(grid: CalibrationGrid) -> list[_Point]:
     points = [_Point(((n, cached),)) for n in grid.prefill_tokens for cached in grid.prefill_cached]
     points += [_Point(((1, ctx - 1),) * rows) for rows in grid.decode_rows for ctx in grid.decode_context]
+    points += [_Point(((1, short - 1),) * (rows - 1) + ((1, long - 1),)) for rows, short, long in grid.decode_skewed]
     points += [_Point(((grid.mixed_prefill, 0),) + ((1, grid.mixed_context - 1),) * k) for k in grid.mixed_decodes]
     points += [_Point(((1, ctx - 1),) * rows, PaddedBatch(rows, 1, ctx)) for rows, ctx in grid.padded_decode]
     points += [_Point(tuple((max(1, tokens - 3 * i), 0) for i in range(rows)), PaddedBatch(rows, tokens, tokens))

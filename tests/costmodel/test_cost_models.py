@@ -17,9 +17,19 @@ def test_satisfies_protocol(cost_model):
 
 def test_vectorised_decode_equals_scalar_exactly(cost_model):
     sums = np.arange(0, 200_000, 997)
-    fast = cost_model.decode_step_times_s(37, sums)
-    slow = [cost_model.step_time_s(StepShape(num_decodes=37, decode_context_sum=int(s))) for s in sums]
+    maxes = np.minimum(sums, 1000 + np.arange(len(sums)) * 331)  # longest context: up to the whole sum
+    fast = cost_model.decode_step_times_s(37, sums, maxes)
+    slow = [cost_model.step_time_s(StepShape(num_decodes=37, decode_context_sum=int(s), decode_context_max=int(m)))
+            for s, m in zip(sums, maxes)]
     assert fast.shape == sums.shape and fast.tolist() == slow
+
+
+def test_longest_context_never_makes_a_step_faster(cost_model):
+    """The iteration bubble: at an equal sum, a batch with one long context costs at least as
+    much as an even batch (strictly more for the roofline's small batches)."""
+    even = StepShape(num_decodes=4, decode_context_sum=4 * 1000, decode_context_max=1000)
+    skewed = StepShape(num_decodes=4, decode_context_sum=4 * 1000, decode_context_max=3997)
+    assert cost_model.step_time_s(skewed) >= cost_model.step_time_s(even)
 
 
 def test_more_work_takes_longer(cost_model):

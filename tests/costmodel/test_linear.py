@@ -55,8 +55,22 @@ def test_fit_needs_enough_samples():
 
 
 def test_padded_batch_is_charged_as_its_dense_equivalent():
-    assert step_features(StepShape(padding=PaddedBatch(4, 128, 512))) == (1, 512, 0, 4 * 128 * 512, 4, 0)
-    assert step_features(StepShape(num_decodes=2, padding=PaddedBatch(8, 1, 300))) == (1, 8, 2400, 0, 8, 0)
+    assert step_features(StepShape(padding=PaddedBatch(4, 128, 512))) == (1, 512, 0, 4 * 128 * 512, 4, 0, 0)
+    assert step_features(StepShape(num_decodes=2, padding=PaddedBatch(8, 1, 300))) == (1, 8, 2400, 0, 8, 0, 2400)
+
+
+def test_fit_separates_the_context_sum_from_the_bubble():
+    """Mixed context lengths tell rows x longest apart from the sum: both are recovered."""
+    true = LinearCostModel(c_step=2e-3, c_token=1e-5, c_decode_ctx=2e-8, c_prefill_attn=0.0, c_row=1e-5,
+                           c_decode_pad=5e-8)
+    shapes = [StepShape(num_decodes=b, decode_context_sum=b * c, decode_context_max=c) for b in (1, 4, 16)
+              for c in (64, 512)]
+    shapes += [StepShape(num_decodes=b, decode_context_sum=(b - 1) * 64 + 2048, decode_context_max=2048)
+               for b in (4, 16)]
+    fitted, error = fit_linear_cost_model([(s, true.step_time_s(s)) for s in shapes])
+    assert error.max_rel_error < 1e-6
+    assert fitted.c_decode_pad == pytest.approx(true.c_decode_pad, rel=1e-3)
+    assert fitted.c_decode_ctx == pytest.approx(true.c_decode_ctx, rel=1e-3)
 
 
 def test_save_load_round_trip(tmp_path):

@@ -234,8 +234,9 @@ def form_batches(bin_ids: np.ndarray, arrival_s: np.ndarray, batch_size: int, *,
                  flush_s: float | None = None) -> BatchArrays:
     """Offline ``BinBatcher`` over a whole trace sorted by arrival time.
 
-    Partial batches left at the end are released at their max-wait deadline or, without
-    max-wait, at ``flush_s`` (default: the last arrival: the trace is known to have ended).
+    Partial batches are released at their max-wait deadline or at ``flush_s`` (default: the
+    last arrival: the trace is known to have ended), whichever comes first, as the online
+    policies do when they hear that the arrivals are done.
     Batches are ordered as the central queue sees them: by ready time, then bin.
     """
     arrival_s = np.asarray(arrival_s, dtype=np.float64)
@@ -278,5 +279,8 @@ def _bin_chunks(times: np.ndarray, batch_size: int, max_wait_s: float | None, fl
         deadline = times[start] + max_wait_s
         end = min(start + batch_size, int(np.searchsorted(times, deadline, side="right")))
         full = end - start == batch_size
-        yield start, end, float(times[end - 1]) if full else float(deadline)
+        if full:
+            yield start, end, float(times[end - 1])
+        else:  # released at its deadline, or when the trace ends if that comes first
+            yield start, end, float(deadline if flush_s is None else min(deadline, flush_s))
         start = end

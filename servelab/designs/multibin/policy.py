@@ -48,7 +48,10 @@ class MultiBinConfig:
     lmax: float = 1024.0
     mu: float = 0.01
     edges: tuple[float, ...] = ()
-    max_wait_s: float | None = None
+    # a partial bin runs after this long: finite by default, so a served workload that stops
+    # short of a full batch never strands a request (None waits for full batches; finite runs
+    # still flush partial bins when their last request has arrived)
+    max_wait_s: float | None = 2.0
     online_warmup: int = 64
     online_refit_every: int = 64
     online_window: int = 4096
@@ -153,6 +156,12 @@ class MultiBinPolicy(SchedulingPolicy):
 
     def next_wakeup_s(self, now_s: float) -> float | None:
         return self._batcher.next_deadline_s()
+
+    def on_arrivals_done(self, now_s: float) -> None:
+        """No more arrivals: partial bins run now instead of waiting for members that never come."""
+        self._queue.extend(self._batcher.flush(now_s))
+        # batches ready at the same instant go bin by bin, as the central queue orders them
+        self._queue = deque(sorted(self._queue, key=lambda b: (b.ready_s, b.bin_index, b.member_ids[0])))
 
     def schedule(self, now_s: float, state: InstanceState) -> StepPlan:
         if self._runner.active:

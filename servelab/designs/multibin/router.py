@@ -61,6 +61,13 @@ class MultiBinRouter(Router):
     def next_wakeup_s(self, now_s: float) -> float | None:
         return self._batcher.next_deadline_s()
 
+    def on_arrivals_done(self, now_s: float, cluster: ClusterState) -> list[Placement]:
+        """No more arrivals: partial bins become batches now (none is left in a bin)."""
+        self._queue.extend(self._batcher.flush(now_s))
+        # batches ready at the same instant go bin by bin, as the central queue orders them
+        self._queue = deque(sorted(self._queue, key=lambda b: (b.ready_s, b.bin_index, b.member_ids[0])))
+        return self._dispatch(cluster)
+
     @property
     def num_queued_batches(self) -> int:
         return len(self._queue)

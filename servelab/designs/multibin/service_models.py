@@ -72,5 +72,5 @@ class LinearStepCost:
         prefill = shape.prefill_tokens or (shape.padding is not None and shape.padding.row_tokens > 1)
         return self.prefill_step_s if prefill else self.decode_step_s
 
-    def decode_step_times_s(self, num_decodes: int, context_sums: np.ndarray) -> np.ndarray:
+    def decode_step_times_s(self, num_decodes: int, context_sums: np.ndarray, context_maxes=None) -> np.ndarray:
         return np.full(len(context_sums), self.decode_step_s, dtype=np.float64)

@@ -39,8 +39,8 @@ def _online(bins, times, B, max_wait):
     out = []
     for i, (b, t) in enumerate(zip(bins.tolist(), times.tolist())):
         out += batcher.add(i, b, t)
-    end = float(times[-1])
-    out += batcher.release_due(float("inf")) if max_wait is not None else batcher.flush(end)
+    end = float(times[-1])  # the arrivals end: what is due by then leaves at its deadline, the rest now
+    out += batcher.release_due(end) + batcher.flush(end)
     return sorted((round(x.ready_s, 9), x.bin_index, x.member_ids) for x in out)
 
 
