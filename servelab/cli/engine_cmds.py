@@ -85,8 +85,8 @@ def generate(
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="One prompt per line, or JSONL with \"prompt\"."),
     workload: Optional[str] = typer.Option(None, "--workload", "-w", help="A text workload, e.g. gsm8k:n=32."),
     policy: str = typer.Option("vllm", "--policy", "-p", help="Policy spec, e.g. sarathi:token_budget=256."),
-    max_tokens: Optional[int] = typer.Option(None, help="New tokens per request, >= 1 (if not given: 64 for "
-                                                        "--prompts, the workload's own output lengths for --workload)."),
+    max_tokens: Optional[int] = typer.Option(None, help="New tokens per request, >= 1 (if not given: 64 for --prompts, "
+                                                        "the workload's own output lengths for --workload)."),
     temperature: float = typer.Option(0.0, help="0 is greedy."),
     top_p: float = typer.Option(1.0), top_k: int = typer.Option(0),
     seed: int = typer.Option(0, help="Sampling seed (request i uses seed + i) and workload seed."),

@@ -158,6 +158,8 @@ def parse_workload(spec: str, data_dir: Path | str, seed: int) -> list[RequestSp
     building (a value, a length distribution, an arrival process) gets the spec quoted in front.
     """
     parsed = parse_spec(spec)
+    if not 0 <= seed <= 2**63 - 1:
+        raise WorkloadError(f"seed must be in [0, 2**63 - 1], got {seed}")
     try:
         return build_spec(parsed, Path(data_dir), np.random.default_rng(seed))
     except WorkloadFileError:

@@ -27,8 +27,8 @@ import numpy as np
 
 from servelab.core.errors import shown
 from servelab.core.request import RequestSpec
-from servelab.workloads._parse import (WorkloadError, WorkloadFileError, check_span, fail, float_column, int_column, read_csv,
-                                       read_jsonl)
+from servelab.workloads._parse import (WorkloadError, WorkloadFileError, check_span, fail, float_column, int_column,
+                                       read_csv, read_jsonl)
 
 MOONCAKE_BLOCK_TOKENS = 512
 ZERO_TOKEN_POLICIES = ("skip", "clamp", "error")

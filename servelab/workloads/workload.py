@@ -43,7 +43,8 @@ class RequestAttrs:
             raise UserError(f"offline fraction must be in [0, 1], got {self.offline_fraction}")
         weights = [w for _, w in self.priority_weights]
         if weights and (any(not 0 <= w < np.inf for w in weights) or not 0 < sum(weights) < np.inf):
-            raise UserError(f"priority weights must be finite and >= 0 with a positive sum, got {self.priority_weights}")
+            raise UserError(f"priority weights must be finite and >= 0 with a positive sum, "
+                            f"got {self.priority_weights}")
         values = [p for p, _ in self.priority_weights]
         if len(set(values)) != len(values):
             raise UserError(f"each priority may be given once, got {self.priority_weights}")

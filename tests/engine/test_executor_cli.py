@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from servelab.cli.main import app
@@ -62,3 +63,27 @@ def test_generate_rejects_zero_max_tokens_before_serving(make_checkpoint, tmp_pa
     res = CliRunner().invoke(app, ["generate", "--model", str(make_checkpoint()), "--prompts", str(prompts),
                                    "--max-tokens", "0"])
     assert res.exit_code == 2 and res.stderr.strip() == "error: --max-tokens must be in [1, 100,000,000], got 0"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--temperature", "-1"], "error: sampling options: temperature must be >= 0"),
+    (["--kv-budget-mb", "nan"], "error: --kv-budget-mb must be in (0, 1,048,576], got nan"),
+    (["--block-size", "0"], "error: engine options (--block-size, --max-batch-tokens, --max-num-seqs)"),
+    (["--threads", "0"], "error: --threads must be in [1, 1024], got 0"),
+    (["--dtype", "float64"], "error: unsupported dtype 'float64'"),
+    (["-p", "sjf:order=ljf"], "error: policy 'sjf': unknown parameter(s) ['order']"),
+])
+def test_generate_option_errors_are_one_line(make_checkpoint, tmp_path, extra, message):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("Natalia sold clips.\n")
+    res = CliRunner().invoke(app, ["generate", "--model", str(make_checkpoint()), "--prompts", str(prompts), *extra])
+    assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert res.stderr.startswith(message), res.stderr
+
+
+def test_undecodable_prompts_file_is_named(make_checkpoint, tmp_path):
+    prompts = tmp_path / "p.bin"
+    prompts.write_bytes(b"ok line\n\xff\xfe binary")
+    res = CliRunner().invoke(app, ["generate", "--model", str(make_checkpoint()), "--prompts", str(prompts)])
+    assert res.exit_code == 2
+    assert res.stderr.strip() == f"error: prompts file {prompts}:2: not UTF-8 text (byte 0xff at column 1)"

@@ -80,8 +80,9 @@ VALUES: dict[str, tuple[list[str], list[str]]] = {  # key -> (valid values, bad 
     "scale": (["0.5", "2", "10"], NUMBER_BAD),
     "cv": (["0", "0.5", "1", "3"], ["-1", "nan", "1e200", "x", "inf"]),
     "prompt": (["fixed(16)", "uniform(4,64)", "exp(50)", "exp(50,200)", "lognormal(40,0.5)", "lognormal(40,0.8,300)"],
-               ["fixed(0)", "fixed(1e30)", "uniform(5,1)", "uniform(1,1e30)", "exp(-1)", "exp(nan)", "lognormal(10,inf)",
-                "lognormal(10,-1)", "bogus(1)", "fixed()", "fixed(1.5)", "12", "fixed(1", "exp(1,2,3)", "exp(1e300)"]),
+               ["fixed(0)", "fixed(1e30)", "uniform(5,1)", "uniform(1,1e30)", "exp(-1)", "exp(nan)",
+                "lognormal(10,inf)", "lognormal(10,-1)", "bogus(1)", "fixed()", "fixed(1.5)", "12", "fixed(1",
+                "exp(1,2,3)", "exp(1e300)"]),
     "lengths": (["alpaca", "longbench", "gsm8k", "arxiv", "azure-conv", "azure-code", "mooncake",
                  "mix(alpaca:0.7,longbench:0.3)", "mix(gsm8k:1,arxiv:2)"],
                 ["mix(alpaca:nan)", "mix()", "mix(alpaca)", "bogus", "mix(alpaca:-1)", "mix(alpaca:0)", "mix(bogus:1)",
@@ -391,10 +392,13 @@ COEFFICIENT_BAD: list[Any] = [-1.0, float("nan"), float("inf"), True, False, "fa
 @st.composite
 def cost_model_files(draw) -> FileCase:
     """A linear cost-model file. Expected: the coefficient dict, kv_bytes_per_token and meta."""
-    from servelab.costmodel.linear import COEFFICIENTS, SCHEMA, SCHEMA_VERSION
+    from servelab.costmodel import linear
+    from servelab.costmodel.linear import COEFFICIENTS, REQUIRED_COEFFICIENTS, SCHEMA, SCHEMA_VERSION
+
+    readable = getattr(linear, "READABLE_VERSIONS", (SCHEMA_VERSION,))
 
     coefficients = {name: draw(st.one_of(st.floats(0, 1, allow_nan=False), st.integers(0, 3)))
-                    for name in COEFFICIENTS if name != "c_swap_block" or draw(st.booleans())}
+                    for name in COEFFICIENTS if name in REQUIRED_COEFFICIENTS or draw(st.booleans())}
     data: dict[str, Any] = {"schema": SCHEMA, "version": SCHEMA_VERSION, "coefficients": dict(coefficients),
                             "kv_bytes_per_token": draw(st.integers(0, 10**6)), "meta": {"gpu": "cpu"},
                             "fit": draw(st.sampled_from([None, {"num_samples": 10, "median_rel_error": 0.01,
@@ -406,15 +410,15 @@ def cost_model_files(draw) -> FileCase:
         kind = draw(st.sampled_from(["coefficient", "coefficient", "unknown coefficient", "missing coefficient",
                                      "schema", "version", "kv", "meta", "fit", "top level"]))
         if kind == "coefficient":
-            data["coefficients"][draw(st.sampled_from(COEFFICIENTS[:5]))] = draw(st.sampled_from(COEFFICIENT_BAD))
+            data["coefficients"][draw(st.sampled_from(REQUIRED_COEFFICIENTS))] = draw(st.sampled_from(COEFFICIENT_BAD))
         elif kind == "unknown coefficient":
             data["coefficients"]["c_bogus"] = 1.0
         elif kind == "missing coefficient":
-            data["coefficients"].pop(draw(st.sampled_from(COEFFICIENTS[:5])), None)
+            data["coefficients"].pop(draw(st.sampled_from(REQUIRED_COEFFICIENTS)), None)
         elif kind == "schema":
             data["schema"] = draw(st.sampled_from(["other", None, 1]))
         elif kind == "version":
-            data["version"] = draw(st.sampled_from([True, 1.5, 2, "1", None]))
+            data["version"] = draw(st.sampled_from([True, 1.5, max(readable) + 1, 0, str(SCHEMA_VERSION), None]))
         elif kind == "kv":
             data["kv_bytes_per_token"] = draw(st.sampled_from([-1, True, 1.5, "512", None]))
         elif kind == "meta":

@@ -44,6 +44,7 @@ CASES = [  # (arguments, text the one error line must contain)
     (["simulate", "-w", SMALL, "--cost-model", "{tmp}/cost.json"], "cost.json: coefficient c_token must be a finite"),
     (["simulate", "-w", SMALL, "--cost-model", "{tmp}/binary.json"], "binary.json: not UTF-8 text"),
     (["simulate", "-w", SMALL, "-n", "100000"], "num_instances must be in [1, 4096]"),
+    (["simulate", "-w", SMALL, "--seed", "-1"], "seed must be in [0, 2**63 - 1], got -1"),
     (["simulate", "-w", SMALL, "--tp", "3"], "tp=3"),
     (["simulate", "-w", SMALL, "--gpu", "B300"], "unknown GPU 'B300'"),
     (["simulate", "-w", SMALL, "--out", "/proc/servelab-x"], "--out /proc/servelab-x: cannot create"),

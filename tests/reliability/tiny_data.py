@@ -50,7 +50,8 @@ def tiny_data_dir() -> Path:
         (root / name).write_text(text)
     (root / "odd").mkdir()
     (root / "odd" / "binary.bin").write_bytes(b"\xff\xfe\x00\x01" + bytes(range(256)))
-    (root / "odd" / "latin1.csv").write_bytes("TIMESTAMP,ContextTokens,GeneratedTokens\ncaf\xe9,1,2\n".encode("latin-1"))
+    latin1 = "TIMESTAMP,ContextTokens,GeneratedTokens\ncaf\xe9,1,2\n".encode("latin-1")
+    (root / "odd" / "latin1.csv").write_bytes(latin1)
     (root / "odd" / "empty.csv").write_text("")
     (root / "odd" / "folder").mkdir()
     return root

@@ -62,7 +62,8 @@ def min_bins_for_eps(batch_size: int, lmin: float, lmax: float, eps: float) -> i
     gap = batch_size / (batch_size + 1) * lmax + lmin / (batch_size + 1) - mid
     estimate = (c_max - eps) * gap / (eps * mid)
     if not estimate <= MAX_BINS_FOR_EPS:
-        raise UserError(f"eps={eps:g} needs about {estimate:.3g} bins, more than {MAX_BINS_FOR_EPS:,}; use a larger eps")
+        raise UserError(f"eps={eps:g} needs about {estimate:.3g} bins, more than {MAX_BINS_FOR_EPS:,}; "
+                        "use a larger eps")
     k = max(1, math.ceil(estimate))
     # guard the ceiling against floating-point error at exact integers
     while k > 1 and throughput_uniform(k - 1, batch_size, lmin, lmax) >= c_max - eps:
