@@ -13,6 +13,7 @@ are tied. Tensors are converted to the requested dtype on load.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,9 +70,29 @@ def _read_json(path: Path) -> dict:
     return data
 
 
+_INT_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+             "num_key_value_heads", "head_dim", "max_position_embeddings", "bos_token_id")
+_FLOAT_KEYS = ("rms_norm_eps", "rope_theta")
+_MAX_SIZE = 2**31 - 1  # any model dimension or token id fits a C int
+
+
+def _check_config_types(d: dict, path: Path) -> None:
+    """HF config numbers typed strictly: a JSON ``true`` is not 1 layer, nor "64" a width."""
+    for key in _INT_KEYS:
+        value = d.get(key)
+        if value is not None and (type(value) is not int or not 0 <= value <= _MAX_SIZE):
+            raise CheckpointError(f"{path}: {key} must be an integer in [0, {_MAX_SIZE:,}], got {shown(value)}")
+    for key in _FLOAT_KEYS:
+        value = d.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value <= 0):
+            raise CheckpointError(f"{path}: {key} must be a finite number > 0, got {shown(value)}")
+
+
 def load_config(folder: str | Path) -> ModelConfig:
     path = Path(folder) / "config.json"
     d = _read_json(path)
+    _check_config_types(d, path)
     try:
         return ModelConfig.from_hf(d)
     except (KeyError, ValueError, TypeError) as e:

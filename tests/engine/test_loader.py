@@ -108,3 +108,26 @@ def test_wrong_shape_names_the_tensor(folder):
     (folder / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="gate_up_proj"):
         load_checkpoint(folder)
+
+
+@pytest.mark.parametrize("file, key, value, match", [
+    ("config.json", "num_hidden_layers", True, r"config\.json: num_hidden_layers must be an integer"),
+    ("config.json", "hidden_size", "64", r"config\.json: hidden_size must be an integer"),
+    ("config.json", "rms_norm_eps", float("nan"), r"config\.json: rms_norm_eps must be a finite number"),
+    ("generation_config.json", "eos_token_id", [True], r"generation_config\.json: eos_token_id must be"),
+    ("generation_config.json", "top_k", 2.5, r"generation_config\.json: top_k must be int"),
+])
+def test_config_values_are_typed_strictly(folder, file, key, value, match):
+    """A JSON boolean or string where a number belongs names the file and key, never becomes 1."""
+    path = folder / file
+    cfg = json.loads(path.read_text()) if path.is_file() else {}
+    cfg[key] = value
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=match):
+        load_checkpoint(folder)
+
+
+def test_undecodable_config_names_the_file(folder):
+    (folder / "config.json").write_bytes(b"\xff\xfe{}")
+    with pytest.raises(CheckpointError, match=r"config\.json: not UTF-8 text"):
+        load_checkpoint(folder)
