@@ -3,7 +3,8 @@ file by hand; run
 
     .venv/bin/python scripts/reliability_report.py [--examples N] [--seed S] [--out PATH]
 
-The report is a list of section writers (``SECTIONS``), each a function of the run's
+It needs the test dependencies (hypothesis: ``requirements-test.lock``). The report is a
+list of section writers (``SECTIONS``), each a function of the run's
 ``ReportConfig`` returning markdown. The bad-input section runs the hypothesis case classes
 of ``tests/reliability/cases.py`` (the ones the test suite runs) with a fixed seed and a
 fixed number of examples, and tallies how each case ended: a clean ``UserError`` naming the

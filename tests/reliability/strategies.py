@@ -230,11 +230,22 @@ def _corrupt(draw, data: bytes) -> tuple[bytes, bool]:
     return data, True
 
 
+def _respell(draw, rows: list[list[str]], columns: list[int]) -> None:
+    """Valid spellings a correct reader must accept: a quoted cell, spaces around a number."""
+    for _ in range(draw(st.sampled_from([0, 0, 1, 2]))):
+        row, column = draw(st.integers(0, len(rows) - 1)), draw(st.sampled_from(columns))
+        if rows[row][column].isdigit():
+            rows[row][column] = draw(st.sampled_from(['"{}"', " {}", "{} ", "+{}"])).format(rows[row][column])
+
+
 def _csv_file(draw, kind: str, header: list[str], rows: list[list[str]], valid: bool, expected_of) -> FileCase:
-    """Join rows into CSV text; maybe add blank lines, a BOM, a broken header or row."""
+    """Join rows into CSV text; maybe add blank lines, a BOM, CRLF line ends, a broken header or row."""
     lines = [",".join(header)] + [",".join(r) for r in rows]
-    structural = draw(st.sampled_from(["none"] * 5 + ["blank line", "bom", "short header", "extra field", "empty"]))
-    if structural == "blank line":
+    structural = draw(st.sampled_from(["none"] * 5 + ["blank line", "bom", "crlf", "short header", "extra field",
+                                                      "empty"]))
+    if structural == "crlf":
+        lines = [line + "\r" for line in lines]
+    elif structural == "blank line":
         lines.insert(draw(st.integers(1, len(lines))), "")
     elif structural == "bom":
         lines[0] = "\ufeff" + lines[0]
@@ -279,6 +290,7 @@ def azure_files(draw) -> FileCase:
     stamps = draw(st.lists(st.integers(0, 86_400 * 10**7), min_size=n, max_size=n))
     tokens = draw(st.lists(st.tuples(st.integers(1, 5000), st.integers(1, 5000)), min_size=n, max_size=n))
     rows = [[_fmt_stamp(s), str(p), str(o)] for s, (p, o) in zip(stamps, tokens)]
+    _respell(draw, rows, [1, 2])
     valid = _mutate_cells(draw, rows, [1, 2], TOKEN_BAD) and _mutate_cells(draw, rows, [0], STAMP_BAD)
 
     def expected():
@@ -296,6 +308,7 @@ def burstgpt_files(draw) -> FileCase:
     tokens = draw(st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 3000)), min_size=n, max_size=n))
     model = draw(st.sampled_from(["ChatGPT", "GPT-4", "a,b"]))
     rows = [[str(t / 10), model, str(p), str(o), str(p + o), "Conversation log"] for t, (p, o) in zip(times, tokens)]
+    _respell(draw, rows, [2, 3])
     valid = (_mutate_cells(draw, rows, [2, 3], [c for c in TOKEN_BAD if c != "0"])
              and _mutate_cells(draw, rows, [0], ["-1", "nan", "abc", "", "1e400", "true"]))
     kept = [i for i in range(n) if tokens[i][0] > 0 and tokens[i][1] > 0]
@@ -314,14 +327,18 @@ def arxiv_files(draw) -> FileCase:
     """arXiv lengths CSV. Expected: (prompt, output) rows in file order."""
     tokens = draw(st.lists(st.tuples(st.integers(1, 20000), st.integers(1, 2000)), min_size=1, max_size=6))
     rows = [[str(p), str(o)] for p, o in tokens]
+    _respell(draw, rows, [0, 1])
     valid = _mutate_cells(draw, rows, [0, 1], TOKEN_BAD)
     return _csv_file(draw, "arxiv", ["num_prefill_tokens", "num_decode_tokens"], rows, valid, lambda: list(tokens))
 
 
 def _jsonl_file(draw, kind: str, records: list, required: list[str], valid: bool, expected_of) -> FileCase:
     lines = [json.dumps(r) for r in records]
-    structural = draw(st.sampled_from(["none"] * 6 + ["blank line", "bad json", "not object", "missing key"]))
-    if structural == "blank line":
+    structural = draw(st.sampled_from(["none"] * 6 + ["blank line", "crlf", "bad json", "not object",
+                                                      "missing key"]))
+    if structural == "crlf":
+        lines = [line + "\r" for line in lines]
+    elif structural == "blank line":
         lines.insert(draw(st.integers(0, len(lines))), "   ")
     elif structural == "bad json":
         lines[draw(st.integers(0, len(lines) - 1))] = draw(st.sampled_from(['{"a": ', "{'a': 1}", "[[[[", "nul"]))

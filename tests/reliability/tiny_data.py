@@ -7,8 +7,10 @@ take seconds. Also holds odd files that ``path=`` values point at: binary, Latin
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -43,8 +45,9 @@ FILES = {
 
 @functools.cache
 def tiny_data_dir() -> Path:
-    """Created once per process; lives until the process ends."""
+    """Created once per process; removed when the process ends."""
     root = Path(tempfile.mkdtemp(prefix="servelab-reliability-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
     for name, text in FILES.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
