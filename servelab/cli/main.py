@@ -86,7 +86,7 @@ def sweep(
     tp: int = typer.Option(1),
     pp: int = typer.Option(1),
     max_num_seqs: int = typer.Option(256),
-    slo: Optional[str] = typer.Option("ttft:2,tpot:0.1"),
+    slo: Optional[str] = typer.Option("ttft:2,tpot:0.1", help="ttft:S,tpot:S,tbt:S ('none' for no SLO)."),
     seed: int = typer.Option(0),
     data_dir: Path = typer.Option(None),
     out: Path = typer.Option(Path("results/sweep")),
