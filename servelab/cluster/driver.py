@@ -357,13 +357,31 @@ class ClusterDriver:
         cut = d.add(req, self.now_s)
         if cut is not None:
             self.events.push(cut, EventKind.STEP_DONE, (d.instance_id, d.version))
-        if req.stream_kv_tokens is not None and req.handoff_at_tokens is not None:
+        if req.stream_kv_tokens is not None and req.handoff_at_tokens is not None \
+                and req.handoff_target not in (None, d.instance_id):
             self.mover.watch_stream(d, req)
 
     def end_request(self, req: Request, status: RequestStatus, reason: str) -> None:
-        """End a request that is on no instance (rejected by the router, lost in a move)."""
+        """End a request that is on no instance's queue (rejected by the router, parked, lost
+        in a move); whatever KV it still holds anywhere is freed."""
         req.finish(status, self.now_s, reason)
+        self.mover.forget(req)
         self.collector.on_request_end(req)
+
+    def abort_request(self, request_id: int, reason: str) -> bool:
+        """End a request wherever it is (a client went away, a shutdown). A request inside a
+        step in flight ends when that step does. Returns False when it had already ended."""
+        req = next((r for r in self.requests if r.request_id == request_id), None)
+        if req is None or req.status.is_terminal:
+            return False
+        iid = req.instance_id
+        if iid is not None and iid in self.active and self.drivers[iid].runtime.has(request_id):
+            self.drivers[iid].abort(request_id, reason, self.now_s)
+            if req.status.is_terminal:
+                self.mover.forget(req)
+            return True
+        self.end_request(req, RequestStatus.ABORTED, reason)
+        return True
 
     def _arm_router_timer(self) -> None:
         t = self.router.next_wakeup_s(self.now_s)
@@ -394,6 +412,8 @@ class ClusterDriver:
         outcome = d.finish(self.now_s)
         if self._router_hears_steps:
             self.apply(self.router.on_step_done(self.now_s, d.instance_id, shape, outcome.finished, self.view))
+            if self.drivers[d.instance_id] is not d or d.instance_id not in self.active:
+                return  # the router failed or regrouped this instance
         self.mover.after_step(d, outcome)
         if d.runtime.is_idle:
             self.apply(self.router.on_instance_idle(self.now_s, d.instance_id, self.view))

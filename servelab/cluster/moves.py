@@ -69,7 +69,7 @@ class Mover:
         self._blocked: dict[int, list[Transfer]] = defaultdict(list)  # by destination, waiting for memory
         self._deferred: dict[int, list[Move]] = defaultdict(list)  # moves of requests in a step in flight
         self._streams: dict[int, dict[int, Request]] = defaultdict(dict)  # by instance: requests that stream
-        self._link_of_job: dict[int, Link] = {}
+        self.num_ignored_moves = 0  # moves of requests already in transit (the first one stands)
 
     # ---- links ----
     def link(self, source: int, destination: int) -> Link:
@@ -95,8 +95,12 @@ class Mover:
         if req.status.is_terminal:
             return
         c = self.cluster
-        if req.request_id in self._active:
-            raise ValueError(f"request {req.request_id} is already moving")
+        t = self._active.get(req.request_id)
+        if t is not None and t.source == req.instance_id and c.drivers[t.source].runtime.has(req.request_id):
+            self._cancel_stream(t.source, req)  # it streamed toward its split target: moving it instead
+        elif t is not None or any(b.request is req for ts in self._blocked.values() for b in ts):
+            self.num_ignored_moves += 1  # already on its way somewhere: the first move stands
+            return
         pool = c.pool
         if pool is not None and req.request_id in pool:
             if m.destination == POOL:
@@ -120,6 +124,7 @@ class Mover:
             return
         if m.destination == iid:
             return
+        self._streams.get(iid, {}).pop(req.request_id, None)
         if d.busy and (d.run is not None or any(r is req for r in d.applied.batch)):
             if d.run is not None:
                 cut = d.interrupt(c.now_s)
@@ -149,30 +154,110 @@ class Mover:
         if self._blocked.get(iid):
             self._retry(iid)
 
+    def moving_ids(self) -> set[int]:
+        """Requests with a transfer under way or waiting for memory at its destination."""
+        return set(self._active) | {t.request.request_id for ts in self._blocked.values() for t in ts}
+
     def after_resize(self, d: InstanceDriver) -> None:
         if self._blocked.get(d.instance_id):
             self._retry(d.instance_id)
 
     def on_instance_gone(self, iid: int) -> list[Request]:
-        """An instance failed: transfers to or from it are cancelled; returns their requests
-        (their KV is lost: they must be recomputed elsewhere or aborted)."""
+        """An instance failed: transfers to or from it are cancelled and the other end's copy is
+        freed; returns their requests (their KV is lost with the instance: they must be
+        recomputed elsewhere or aborted)."""
         lost = []
+        c = self.cluster
         for rid, t in list(self._active.items()):
-            if t.source == iid or t.destination == iid:
+            if t.destination == iid and t.source != iid:  # the KV is still at the source: it stays there
+                self._return_to_source(t)
+                continue
+            if t.source == iid:
                 t.cancelled = True
                 del self._active[rid]
-                if t.destination != iid:
-                    self._release_destination(t)
-                if t.source != iid and t.source != POOL:
-                    src = self.cluster.drivers[t.source].runtime
-                    if rid in src.detached:
-                        src.release_detached(rid)
+                self._release_destination(t)
                 lost.append(t.request)
-        for t in self._blocked.pop(iid, []):
-            lost.append(t.request)
+        for dst in list(self._blocked):
+            keep = []
+            for t in self._blocked[dst]:
+                if dst == iid and t.source != iid:
+                    t.final = True  # it had left its source: it comes back there
+                    self._return_to_source(t)
+                elif t.source == iid:
+                    lost.append(t.request)
+                else:
+                    keep.append(t)
+            self._blocked[dst] = keep
         self._streams.pop(iid, None)
         self._deferred.pop(iid, None)
         return lost
+
+    def forget(self, req: Request) -> None:
+        """``req`` ended while not queued on an instance: free every copy of its KV (a transfer's
+        ends, a reserved buffer, the pool) and stop streaming it."""
+        c = self.cluster
+        rid = req.request_id
+        t = self._active.pop(rid, None)
+        blocked = [b for dst, ts in self._blocked.items() for b in ts if b.request is req]
+        for b in blocked:
+            self._blocked[b.destination].remove(b)
+        for t in [t] if t is not None else []:
+            t.cancelled = True
+            self._release_destination(t)
+        for t in ([t] if t is not None else []) + blocked:
+            self._release_source(t)
+        for streams in self._streams.values():
+            streams.pop(rid, None)
+        if c.pool is not None and rid in c.pool:
+            c.pool.remove(rid)
+        iid = req.instance_id
+        if iid is not None and iid in c.active:
+            rt = c.drivers[iid].runtime
+            if rid in rt.reserved:
+                rt.unreserve(rid)
+            if rid in rt.detached:
+                c.drivers[iid].release_detached(rid)
+
+    def _return_to_source(self, t: Transfer) -> None:
+        """A transfer's destination failed before it landed: the request goes on from its source
+        (a stream is simply dropped; a detached request runs where it is; a held or pooled one
+        stays held)."""
+        c = self.cluster
+        req = t.request
+        rid = req.request_id
+        t.cancelled = True
+        self._active.pop(rid, None)
+        req.handoff_target = None
+        if t.source == POOL:
+            req.status = RequestStatus.HELD
+            req.instance_id = None
+            return
+        src = c.drivers[t.source]
+        rt = src.runtime
+        self._streams.get(t.source, {}).pop(rid, None)
+        if rt.has(rid):
+            return  # a stream: the request still runs at its source
+        if t.source_is_reserved:
+            req.status = RequestStatus.HELD
+        elif rid in rt.detached and t.final:  # left already: it comes back
+            req.handoff_at_tokens = req.stream_kv_tokens = None
+            rt.reattach(rid)
+            c.add_to(src, req)
+            c.kick(t.source)
+        # else it was handed off in the step now ending: its hand-off picks a new target
+
+    def _release_source(self, t: Transfer) -> None:
+        c = self.cluster
+        rid = t.request.request_id
+        if t.source == POOL:
+            if c.pool is not None and rid in c.pool:
+                c.pool.remove(rid)
+        elif t.source in c.active:
+            rt = c.drivers[t.source].runtime
+            if t.source_is_reserved and rid in rt.reserved:
+                rt.unreserve(rid)
+            elif rid in rt.detached:
+                c.drivers[t.source].release_detached(rid)
 
     def watch_stream(self, d: InstanceDriver, req: Request) -> None:
         self._streams[d.instance_id][req.request_id] = req
@@ -216,18 +301,31 @@ class Mover:
             self._submit_chunks(t, req.num_computed_tokens, final=True)
             return
         target = req.handoff_target
-        if target is None:
-            target = c.router.handoff_target(c.now_s, req, iid, c.view)
+        if target is None or (target != POOL and target not in c.active):  # none fixed, or it failed
+            try:
+                target = c.router.handoff_target(c.now_s, req, iid, c.view)
+            except NotImplementedError:
+                target = iid
+            if target != POOL and target not in c.active:
+                target = iid  # nowhere to go: it finishes here
         req.handoff_at_tokens = None
         req.handoff_target = None
         req.stream_kv_tokens = None
+        if target == iid:  # it continues where it is (it was moved to its target earlier)
+            d.runtime.reattach(req.request_id)
+            c.add_to(d, req)
+            return
         self._begin(req, iid, target, False, None, req.num_computed_tokens)
 
     def _stream_progress(self, iid: int, req: Request) -> None:
         """Send complete chunks of a streaming request's KV computed so far."""
         t = self._active.get(req.request_id)
         chunk = req.stream_kv_tokens
-        if chunk is None or req.handoff_target is None:
+        if chunk is None or req.handoff_target in (None, iid) or not self.cluster.drivers[iid].runtime.has(req.request_id):
+            return
+        if req.handoff_target not in self.cluster.active:  # its target failed: the hand-off picks anew
+            self._streams[iid].pop(req.request_id, None)
+            req.handoff_target = None
             return
         bs = self.cluster.drivers[iid].runtime.blocks.block_size
         ready = (req.num_computed_tokens // bs) * bs
@@ -241,7 +339,7 @@ class Mover:
             self._submit_chunks(t, ready, final=False)
 
     def _cancel_stream(self, iid: int, req: Request) -> None:
-        self._streams[iid].pop(req.request_id, None)
+        self._streams.get(iid, {}).pop(req.request_id, None)
         t = self._active.pop(req.request_id, None)
         if t is not None:
             t.cancelled = True
@@ -286,7 +384,12 @@ class Mover:
             return True
         if t.destination not in c.active:
             raise ValueError(f"request {req.request_id} moves to instance {t.destination}, which is not active")
-        rt = c.drivers[t.destination].runtime
+        d = c.drivers[t.destination]
+        if d.run is not None:  # a decode run counted on the free blocks: it ends with the step in flight
+            cut = d.interrupt(c.now_s)
+            if cut is not None:
+                c.push_step_done(d, cut)
+        rt = d.runtime
         if t.num_tokens and not rt.can_reserve(t.num_tokens):
             return False
         rt.reserve(req, t.num_tokens)

@@ -178,7 +178,9 @@ class Reconfigurer:
     def _evict_all(self, d: InstanceDriver) -> list[Request]:
         """Take every request off a driver that stops (its KV is lost)."""
         rt = d.runtime
-        reqs = list(rt.waiting) + list(rt.running) + list(rt.swapped) + list(rt.reserved.values())
+        moving = self.cluster.mover.moving_ids()  # the mover sends those back to where they came from
+        reqs = list(rt.waiting) + list(rt.running) + list(rt.swapped) + \
+            [r for r in rt.reserved.values() if r.request_id not in moving]
         d.busy, d.run, d.plan, d.applied, d.result = False, None, None, None, None
         d.version += 1
         for req in reqs:
@@ -189,7 +191,14 @@ class Reconfigurer:
 
     def _requeue(self, reqs: list[Request], requeue: bool, reason: str) -> None:
         c = self.cluster
+        seen: set[int] = set()
         for req in reqs:
+            if req.request_id in seen or req.status.is_terminal:
+                continue
+            seen.add(req.request_id)
+            home = req.instance_id
+            if home is not None and home in c.active and c.drivers[home].runtime.has(req.request_id):
+                continue  # it still runs elsewhere (only a stream toward the failed instance was lost)
             if requeue and c.active:
                 req.num_computed_tokens = 0
                 req.num_preemptions += 1

@@ -75,6 +75,7 @@ class InstanceRuntime:
         self.running: list[Request] = []
         self.swapped: list[Request] = []
         self.reserved: dict[int, Request] = {}
+        self._reserved_owed: dict[int, int] = {}  # the work a reservation added to the load
         self.detached: dict[int, Request] = {}
         self._by_id: dict[int, Request] = {}
         self.num_preemptions = 0
@@ -113,8 +114,9 @@ class InstanceRuntime:
         """Queue a request (new, or transferred in with its KV already computed elsewhere; a
         reserved request's blocks become its KV here)."""
         request.instance_id = self.instance_id
-        if self.reserved.pop(request.request_id, None) is None:
-            self._outstanding += _owed(request)
+        if self.reserved.pop(request.request_id, None) is not None:  # its KV was reserved here
+            self._outstanding -= self._reserved_owed.pop(request.request_id)
+        self._outstanding += _owed(request)
         if request.status is not RequestStatus.TRANSFERRING:
             request.status = RequestStatus.QUEUED
         self._by_id[request.request_id] = request
@@ -130,13 +132,15 @@ class InstanceRuntime:
             raise PlanError(f"instance {self.instance_id}: request {request.request_id} is already here")
         self.blocks.allocate(request.request_id, num_tokens)
         self.reserved[request.request_id] = request
-        self._outstanding += _owed(request)
+        owed = max(_owed(request), 0)
+        self._reserved_owed[request.request_id] = owed
+        self._outstanding += owed
 
     def unreserve(self, request_id: int) -> Request:
         """Give back a reservation (the request went elsewhere, or ended)."""
         req = self.reserved.pop(request_id)
         self.blocks.free(request_id)
-        self._outstanding -= _owed(req)
+        self._outstanding -= self._reserved_owed.pop(request_id)
         return req
 
     def detach(self, request_id: int) -> Request:
@@ -150,6 +154,16 @@ class InstanceRuntime:
             if req in queue:
                 queue.remove(req)
         self.detached[request_id] = req
+        return req
+
+    def reattach(self, request_id: int) -> Request:
+        """A detached request stays after all (its hand-off target is this instance): its KV
+        becomes a reservation here again, ready for ``add``."""
+        req = self.detached.pop(request_id)
+        self.reserved[request_id] = req
+        owed = max(_owed(req), 0)
+        self._reserved_owed[request_id] = owed
+        self._outstanding += owed
         return req
 
     def release_detached(self, request_id: int) -> None:
@@ -375,8 +389,9 @@ class InstanceRuntime:
             assert not req.status.is_terminal, f"request {req.request_id} ended but still on instance"
         assert not (self._by_id.keys() & self.reserved.keys()), "a request is queued and reserved at once"
         assert not (self._by_id.keys() & self.detached.keys()), "a request is queued and detached at once"
-        owed = sum(_owed(r) for r in self._by_id.values()) + sum(_owed(r) for r in self.reserved.values())
+        owed = sum(_owed(r) for r in self._by_id.values()) + sum(self._reserved_owed.values())
         assert self._outstanding == owed, "outstanding-token total drifted"
+        assert self._reserved_owed.keys() == self.reserved.keys(), "reservation bookkeeping drifted"
 
 
 def _leave(out: StepOutcome, req: Request, now_s: float, finish_reason: str | None) -> None:

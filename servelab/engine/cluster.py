@@ -63,7 +63,8 @@ class EngineResult:
     wall_s: float
     num_used_blocks_after: int  # over all instances
     num_gpu_blocks: int  # over all instances
-    transfers: list[tuple[int, int, float, float, float]] = None  # (src, dst, start, duration, bytes)
+    transfers: list[tuple[int, int, float, float, float]] | None = None  # (src, dst, start, duration, bytes)
+    links: dict[str, dict] | None = None  # per link: busy_s (measured copy time), bytes, jobs (chunks)
 
     @property
     def num_output_tokens(self) -> int:
@@ -169,4 +170,4 @@ class EngineCluster:
         used = sum(d.runtime.blocks.num_used_gpu_blocks for d in drivers)
         total = sum(d.runtime.blocks.num_gpu_blocks for d in drivers)
         return EngineResult(result.requests, dict(states.outputs_text), collector, summarize(table, collector),
-                            result.wall_s, used, total, result.transfers)
+                            result.wall_s, used, total, result.transfers, result.links)
