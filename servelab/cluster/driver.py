@@ -140,6 +140,15 @@ class InstanceView:
         return self._driver.policy
 
     @property
+    def members(self) -> list[tuple[int, Any]]:
+        """(instance id, InstanceSpec) of each physical instance behind this one: its stages, in
+        order, for a pipeline group; itself otherwise."""
+        group = self._cluster.reconfig.groups.get(self.instance_id)
+        if group is None:
+            return [(self.instance_id, self._driver.spec)]
+        return [(m.instance_id, m.spec) for m in group.members]
+
+    @property
     def kv_bytes_per_token(self) -> float:
         return self._driver.kv_bytes_per_token
 
@@ -225,6 +234,7 @@ class ClusterDriver:
         self.events = EventQueue()
         self.now_s = 0.0
         self.requests: list[Request] = []
+        self._request_by_id: dict[int, Request] = {}
         self.num_rejected_at_admission = 0
         self.view = ClusterView(self)
         self.view.rebuild()
@@ -271,32 +281,86 @@ class ClusterDriver:
                 continue
             t, kind, payload = events.pop()
             self.now_s = self.clock.advance(t)
-            if kind is EventKind.STEP_DONE:
-                instance_id, version = payload
-                d = self.drivers[instance_id]
-                if version == d.version and instance_id in self.active:
-                    self._on_step_done(d)
-            elif kind is EventKind.TRANSFER_DONE:
-                self.mover.on_link_done(payload)
-            elif kind is EventKind.WAKEUP:
-                d = self.drivers[payload]
-                d.wakeup_s = None
-                if payload in self.active:
-                    self._kick(d)
-            elif kind is EventKind.ROUTER_TIMER:
-                self._router_timer_s = None
-                self.apply(self.router.on_timer(self.now_s, self.view))
-            elif kind is EventKind.CALLBACK:
-                payload()
+            self._dispatch(kind, payload)
         self._abort_leftovers()
         return self._result(time.perf_counter() - wall0)
 
+    def _dispatch(self, kind: EventKind, payload: Any) -> None:
+        if kind is EventKind.STEP_DONE:
+            instance_id, version = payload
+            d = self.drivers[instance_id]
+            if version == d.version and instance_id in self.active:
+                self._on_step_done(d)
+        elif kind is EventKind.TRANSFER_DONE:
+            self.mover.on_link_done(payload)
+        elif kind is EventKind.WAKEUP:
+            d = self.drivers[payload]
+            d.wakeup_s = None
+            if payload in self.active:
+                self._kick(d)
+        elif kind is EventKind.ROUTER_TIMER:
+            self._router_timer_s = None
+            self.apply(self.router.on_timer(self.now_s, self.view))
+        elif kind is EventKind.CALLBACK:
+            payload()
+
+    def serve(self, inbox: "queue.Queue", stop: "threading.Event", *, poll_s: float = 0.05) -> None:
+        """Server mode (wall clock): serve requests submitted while running until ``stop`` is set.
+
+        ``inbox`` carries ``("submit", spec, on_request)`` (the spec's arrival time is ignored:
+        it arrives now; ``on_request(request)`` is called from this thread before it is routed,
+        so a caller can attach a token stream) and ``("abort", request_id, reason)``. Requests
+        still unfinished when ``stop`` is set are aborted with the reason "server shutting down";
+        a graceful shutdown stops submitting, waits for ``idle()``, then sets ``stop``.
+        """
+        import queue as queue_mod
+
+        events = self.events
+        while not stop.is_set():
+            self.now_s = self.clock.now()
+            try:
+                while True:
+                    self._on_message(inbox.get_nowait())
+            except queue_mod.Empty:
+                pass
+            if len(events) and events.peek_key()[0] <= self.clock.now():
+                t, kind, payload = events.pop()
+                self.now_s = max(t, self.clock.now())
+                self._dispatch(kind, payload)
+                continue
+            wait = poll_s if not len(events) else min(poll_s, max(0.0, events.peek_key()[0] - self.clock.now()))
+            try:
+                self._on_message(inbox.get(timeout=wait))
+            except queue_mod.Empty:
+                pass
+        self.now_s = self.clock.now()
+        self._abort_leftovers("server shutting down")
+
+    def idle(self) -> bool:
+        """True when every request submitted so far has ended."""
+        return len(self.collector.ended_requests) == len(self.requests)
+
+    def _on_message(self, message: tuple) -> None:
+        self.now_s = self.clock.now()
+        if message[0] == "submit":
+            _, spec, on_request = message
+            from dataclasses import replace
+
+            self._on_arrival(replace(spec, arrival_time_s=self.now_s), on_request)
+        elif message[0] == "abort":
+            self.abort_request(message[1], message[2])
+        else:
+            raise ValueError(f"unknown inbox message {message[0]!r}")
+
     # ---- arrivals and routing ----
-    def _on_arrival(self, spec: RequestSpec) -> None:
+    def _on_arrival(self, spec: RequestSpec, on_request: Callable[[Request], None] | None = None) -> None:
         cap = self.max_output_tokens(spec) if self.max_output_tokens is not None else spec.num_output_tokens
         admitted, why = admit(spec, cap, self.admission)
         req = Request(admitted if admitted is not None else spec, max_output_tokens=cap)
         self.requests.append(req)
+        self._request_by_id[req.request_id] = req
+        if on_request is not None:
+            on_request(req)
         if why is None and self.arrival_hook is not None:
             why = self.arrival_hook(req)
         if why is not None:
@@ -371,7 +435,7 @@ class ClusterDriver:
     def abort_request(self, request_id: int, reason: str) -> bool:
         """End a request wherever it is (a client went away, a shutdown). A request inside a
         step in flight ends when that step does. Returns False when it had already ended."""
-        req = next((r for r in self.requests if r.request_id == request_id), None)
+        req = self._request_by_id.get(request_id)
         if req is None or req.status.is_terminal:
             return False
         iid = req.instance_id
@@ -415,6 +479,9 @@ class ClusterDriver:
             if self.drivers[d.instance_id] is not d or d.instance_id not in self.active:
                 return  # the router failed or regrouped this instance
         self.mover.after_step(d, outcome)
+        self.reconfig.after_step()
+        if self.drivers[d.instance_id] is not d or d.instance_id not in self.active:
+            return
         if d.runtime.is_idle:
             self.apply(self.router.on_instance_idle(self.now_s, d.instance_id, self.view))
         self._kick(d)
@@ -426,14 +493,16 @@ class ClusterDriver:
         self.events.push(t, EventKind.STEP_DONE, (d.instance_id, d.version))
 
     # ---- end of run ----
-    def _abort_leftovers(self) -> None:
+    def _abort_leftovers(self, reason: str | None = None) -> None:
         for iid in sorted(self.active):
-            self.drivers[iid].abort_all("the run ended with the request still queued (the policy never ran it)",
-                                        self.now_s)
+            d = self.drivers[iid]
+            d.busy, d.run = False, None  # a step still in flight will not be completed
+            d.abort_all(reason or "the run ended with the request still queued (the policy never ran it)",
+                        self.now_s)
         for req in self.requests:
             if not req.status.is_terminal:
                 where = self.mover.where(req)
-                self.end_request(req, RequestStatus.ABORTED, f"the run ended with the request {where}")
+                self.end_request(req, RequestStatus.ABORTED, reason or f"the run ended with the request {where}")
 
     def _result(self, wall_s: float) -> ClusterResult:
         unfinished = [r.request_id for r in self.requests if not r.status.is_terminal]

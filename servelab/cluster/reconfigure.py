@@ -57,6 +57,14 @@ class Reconfigurer:
         self.member_of: dict[int, int] = {}  # instance id -> group id
         self.events_log: list[tuple[float, str, dict]] = []  # (time, kind, details): drops, restores, faults
         self._finished_groups: list[dict] = []
+        self._waiting: list[Any] = []  # forms and splits waiting for their instances' steps to end
+
+    def after_step(self) -> None:
+        """A step ended somewhere: forms and splits that waited for it may go now."""
+        if self._waiting:
+            waiting, self._waiting = self._waiting, []
+            for action in waiting:
+                self.apply(action)
 
     def apply(self, action: Any) -> None:
         handler = {SetLayers: self._set_layers, FailInstance: self._fail, ResizeKV: self._resize,
@@ -222,9 +230,14 @@ class Reconfigurer:
                 raise ValueError(f"FormPipeline: instance {iid} is not an active single instance")
             d = c.drivers[iid]
             self._quiesce(d)
-            if d.busy:
-                raise ValueError(f"FormPipeline: instance {iid} has a step in flight; form groups at step ends")
             members.append(d)
+        if any(m.busy for m in members):  # at the end of the steps in flight; none starts another
+            for m in members:
+                m.paused = True
+            self._waiting.append(a)
+            return
+        for m in members:
+            m.paused = False
         gid = ids[0]
         links = [c.mover.link(ids[k], ids[k + 1]) for k in range(len(ids) - 1)]
         model = members[0].spec.model_spec
@@ -316,8 +329,10 @@ class Reconfigurer:
                                  f"{m.spec.layers}; restore them first (SetLayers)")
         gd = c.drivers[a.group_id]
         self._quiesce(gd)
-        if gd.busy:
-            raise ValueError("SplitPipeline: the group has a step in flight; split at step ends")
+        if gd.busy:  # at the end of the step in flight
+            gd.paused = True
+            self._waiting.append(a)
+            return
         reqs = list(gd.runtime.waiting) + list(gd.runtime.running) + list(gd.runtime.reserved.values())
         for req in reqs:
             gd.runtime.blocks.free(req.request_id)

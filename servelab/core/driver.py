@@ -37,7 +37,7 @@ ASYNC = math.inf  # ``start`` returns this when the step runs elsewhere: poll ``
 class InstanceDriver:
     __slots__ = ("runtime", "policy", "executor", "collector", "flops_per_token", "busy", "plan", "applied",
                  "result", "pending", "step_start_s", "num_waiting", "run", "version", "wakeup_s", "busy_s",
-                 "listener", "_can_jump", "_abort_after_step", "spec", "cost_model", "kv_bytes_per_token")
+                 "listener", "_can_jump", "_abort_after_step", "spec", "cost_model", "kv_bytes_per_token", "paused")
 
     def __init__(self, runtime: InstanceRuntime, policy: SchedulingPolicy, executor: Any,
                  collector: MetricsCollector, *, flops_per_token: float = 0.0, fast_forward: bool = True,
@@ -66,6 +66,7 @@ class InstanceDriver:
         self.listener: Any = None  # optional: on_step(driver, applied, outcome, now_s) (the server streams)
         self._can_jump = (fast_forward and policy.stable_under_decode and hasattr(executor, "decode_run_ends"))
         self._abort_after_step: list[tuple[int, str]] = []
+        self.paused = False  # set while a reconfiguration waits for this instance to drain its step
 
     @property
     def instance_id(self) -> int:
@@ -88,7 +89,7 @@ class InstanceDriver:
         Returns when it ends (``ASYNC`` when it runs elsewhere and ``pending`` must be polled),
         or None when nothing runs (the caller may arm ``next_wakeup_s``).
         """
-        if self.busy or self.runtime.is_idle:
+        if self.busy or self.paused or self.runtime.is_idle:
             return None
         rt, policy = self.runtime, self.policy
         while True:

@@ -121,10 +121,6 @@ class EngineCluster:
     def run(self, specs: Sequence[RequestSpec], params: SamplingParams | Mapping[int, SamplingParams]
             ) -> EngineResult:
         """Serve every spec; ``params`` is one SamplingParams for all or one per request id."""
-        from servelab.engine.executor import Executor, RequestStates
-        from servelab.engine.kv_cache import PagedKVCache
-        from servelab.engine.runner import ModelRunner
-        from servelab.engine.sampling import Sampler
 
         def params_for(spec: RequestSpec) -> SamplingParams:
             if isinstance(params, SamplingParams):
@@ -136,6 +132,19 @@ class EngineCluster:
 
         for spec in specs:
             params_for(spec)
+        cluster, states = self.build(params_for)
+        result = cluster.run(specs)
+        return self.result_of(cluster, states, result.wall_s, result.transfers, result.links)
+
+    def build(self, params_for) -> tuple[ClusterDriver, Any]:
+        """A cluster driver over fresh caches (wall clock, measured transfers), and the shared
+        per-request sampling state; ``params_for(spec)`` gives each request's SamplingParams.
+        ``run`` uses it for a finite workload, the server for ``ClusterDriver.serve``."""
+        from servelab.engine.executor import Executor, RequestStates
+        from servelab.engine.kv_cache import PagedKVCache
+        from servelab.engine.runner import ModelRunner
+        from servelab.engine.sampling import Sampler
+
         loaded, cfg = self.loaded, self.config
         c = loaded.config
         device = loaded.model.embed_tokens.weight.device
@@ -165,9 +174,13 @@ class EngineCluster:
                                 admission=AdmissionConfig(c.max_position, "reject"), pool=pool,
                                 measured_transfers=True, max_output_tokens=lambda s: params_for(s).max_tokens,
                                 on_arrival=on_arrival)
-        result = cluster.run(specs)
-        table = RequestTable.from_requests(result.requests)
+        return cluster, states
+
+    def result_of(self, cluster: ClusterDriver, states, wall_s: float, transfers=None, links=None) -> EngineResult:
+        collector = cluster.collector
+        table = RequestTable.from_requests(cluster.requests)
+        drivers = [cluster.drivers[i] for i in sorted(cluster.active)]
         used = sum(d.runtime.blocks.num_used_gpu_blocks for d in drivers)
         total = sum(d.runtime.blocks.num_gpu_blocks for d in drivers)
-        return EngineResult(result.requests, dict(states.outputs_text), collector, summarize(table, collector),
-                            result.wall_s, used, total, result.transfers, result.links)
+        return EngineResult(cluster.requests, dict(states.outputs_text), collector, summarize(table, collector),
+                            wall_s, used, total, transfers, links)

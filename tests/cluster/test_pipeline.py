@@ -1,0 +1,119 @@
+"""Pipeline groups: the schedule against a hand-computed one, links that make activations wait,
+and a simulated drop -> pipeline -> restore -> split that keeps every request and block."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from servelab.catalog.models import get_model
+from servelab.cluster.config import ClusterConfig, InstanceGroup
+from servelab.cluster.links import Link
+from servelab.cluster.pipeline import balance_rows, pipeline_schedule
+from servelab.cluster.reconfig import FormPipeline, SetLayers, SplitPipeline
+from servelab.core.plan import StepShape
+from servelab.core.policy import ROUTERS, Placement, Router
+from servelab.core.request import RequestSpec, RequestStatus
+from servelab.costmodel.links import LinkSpec
+from servelab.simulator import Simulation
+
+
+def test_schedule_matches_a_hand_computed_one():
+    # 3 microbatches on 2 stages, times [m][s]; sends of 0.5 between the stages
+    times = [[2.0, 1.0], [1.0, 3.0], [2.0, 1.0]]
+    sends = [[0.5], [0.5], [0.5]]
+    # stage 0: mb0 0-2, mb1 2-3, mb2 3-5
+    # stage 1: mb0 2.5-3.5, mb1 max(3.5, 3.5)=3.5-6.5, mb2 max(6.5, 5.5)=6.5-7.5
+    t = pipeline_schedule(times, sends)
+    assert t.makespan_s == pytest.approx(7.5)
+    assert t.busy_s == (5.0, 5.0)
+    assert t.bubble_s == pytest.approx(2 * 7.5 - 10.0)
+    assert t.bubble_share == pytest.approx(5.0 / 15.0)
+
+
+def test_equal_microbatches_have_the_textbook_bubble():
+    # M equal microbatches over S equal stages: bubble share (S-1)/(M+S-1)
+    for m, s in ((4, 2), (8, 4), (1, 3)):
+        t = pipeline_schedule([[1.0] * s for _ in range(m)])
+        assert t.bubble_share == pytest.approx((s - 1) / (m + s - 1))
+
+
+def test_activation_waits_for_the_chunk_on_its_link():
+    link = Link("a", LinkSpec(1e9))
+    link.occupy(0.0, 3.0)  # a KV chunk holds the link until t=3
+    t = pipeline_schedule([[1.0, 1.0]], [[0.1]], links=[link])
+    assert t.activation_wait_s == pytest.approx(2.0)
+    assert t.makespan_s == pytest.approx(3.1 + 1.0)
+
+
+def test_balance_rows_spreads_tokens():
+    shape = StepShape((100, 60, 40), (100, 60, 40), num_decodes=20, decode_context_sum=20 * 300,
+                      decode_context_max=300)
+    groups = balance_rows(shape, 2)
+    sizes = [sum((list(shape.prefill_tokens) + [1] * 20)[i] for i in g) for g in groups]
+    assert sorted(sizes) == [110, 110] and sorted(i for g in groups for i in g) == list(range(23))
+
+
+@dataclass(frozen=True)
+class KunCfg:
+    drop_s: float = 0.5
+    restore_s: float = 3.0
+
+
+@ROUTERS.register("test_drop_restore")
+class DropRestoreRouter(Router):
+    """Halve two instances' layers into one pipeline group at ``drop_s``, restore them and split
+    the group at ``restore_s`` (stage changes wait for the steps in flight)."""
+
+    Config = KunCfg
+
+    def __init__(self, config: KunCfg = KunCfg()) -> None:
+        self.config = config
+        self.phase = 0
+        self.next = 0
+
+    def on_arrival(self, now_s, request, cluster):
+        ids = [v.instance_id for v in cluster.instances]
+        self.next += 1
+        return [Placement(request, ids[self.next % len(ids)])]
+
+    def on_step_done(self, now_s, instance_id, shape, finished, cluster):
+        layers = get_model("Llama-2-7B").num_layers
+        if self.phase == 0 and now_s >= self.config.drop_s:
+            self.phase = 1
+            return [SetLayers(0, (0, layers // 2)), SetLayers(1, (layers // 2, layers)), FormPipeline((0, 1), 4)]
+        if self.phase == 1 and now_s >= self.config.restore_s:
+            self.phase = 2
+            return [SetLayers(0, (0, layers), restore_from=1), SetLayers(1, (0, layers), restore_from=0)]
+        if self.phase == 2 and all(spec.layers is None for _, spec in cluster.instance(0).members):
+            self.phase = 3
+            return [SplitPipeline(0)]
+        return []
+
+
+def test_drop_pipeline_restore_split_keeps_every_request():
+    specs = [RequestSpec(i, 0.02 * i, 500 + 7 * i, 60) for i in range(300)]
+    cluster = ClusterConfig(groups=(InstanceGroup(count=2, policy="sarathi"),), router="test_drop_restore")
+    sim = Simulation(specs, cluster)
+    before = sim.driver.drivers[0].runtime.blocks.num_gpu_blocks
+    res = sim.run()
+    assert res.conserved and all(r.status is RequestStatus.FINISHED for r in res.requests)
+    kinds = [kind for _, kind, _ in sim.driver.reconfig.events_log]
+    assert kinds[:3] == ["drop", "drop", "form"] and "split" in kinds and kinds.count("restored") == 2
+    report = list(res.pipeline.values())
+    assert report and report[0]["steps"] > 0 and 0 < report[0]["bubble_share"] < 1
+    assert report[0]["ended_s"] is not None
+    for d in sim.driver.drivers:  # back to two whole instances, every block free
+        assert d.spec.layers is None and d.runtime.blocks.num_used_gpu_blocks == 0
+        assert d.runtime.blocks.num_gpu_blocks == before
+        d.runtime.check_invariants()
+
+
+def test_dropping_half_the_layers_frees_weight_memory_for_kv():
+    from servelab.catalog.instance import InstanceSpec, num_kv_blocks
+
+    whole = InstanceSpec("A100-80GB", "Llama-2-7B")
+    half = InstanceSpec("A100-80GB", "Llama-2-7B", layers=(0, 16))
+    # half the weights freed, and each token's KV holds half the layers: more than twice the tokens
+    assert num_kv_blocks(half) > 2 * num_kv_blocks(whole)
