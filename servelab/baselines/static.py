@@ -1,10 +1,11 @@
-"""Request-level static batching (FasterTransformer / UELLM style), the padded baseline.
+"""Request-level static batching in arrival order (FasterTransformer style), the padded baseline.
 
-A batch of up to ``batch_size`` queued requests is formed when the instance is free; its
+The first ``batch_size`` queued requests (arrival order) form a batch when the instance is free; its
 prompts are prefilled as one dense batch padded to the longest prompt, and the batch holds
 the instance until its longest output finishes: finished rows keep costing compute until
-then. KV for every row is reserved up front for prompt + max output, as a static engine
-preallocates, so a formed batch never runs out of memory.
+then. KV is reserved up front for the padded rectangle, rows x (longest prompt + longest
+output), as a static engine preallocates its dense cache (``padded_kv``; False reserves only
+each row's own prompt + output), so a formed batch never runs out of memory.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from servelab.core.planning import admission_error
 class StaticConfig:
     batch_size: int = 8
     max_wait_s: float = 0.0  # wait this long for a full batch before running a partial one
+    padded_kv: bool = True  # KV sized as the dense padded batch, as the engine allocates it
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -60,6 +62,11 @@ class StaticBatchingPolicy(SchedulingPolicy):
             return self._decode_step()
         return self._form_batch(now_s, state)
 
+    def candidates(self, waiting: list[Request]) -> list[Request]:
+        """The next batch's requests in order, before the memory check: arrival order here;
+        subclasses (``uellm``) choose and order them their own way."""
+        return waiting[: self.config.batch_size]
+
     def _decode_step(self) -> StepPlan:
         """Every live row decodes; the dense batch keeps all formed rows (finished ones too) at
         the padded length max prompt + tokens generated so far, as a static engine does."""
@@ -81,19 +88,34 @@ class StaticBatchingPolicy(SchedulingPolicy):
         full = len(waiting) >= self.config.batch_size
         if not full and self._oldest_waiting_s is not None and now_s < self._oldest_waiting_s + self.config.max_wait_s:
             return EMPTY_PLAN
-        batch, free = [], state.blocks.num_free_gpu_blocks
-        for req in waiting[: self.config.batch_size]:
-            need = state.blocks.blocks_for(req.num_tokens + req.max_output_tokens - req.num_generated_tokens)
-            if need > free:
-                break
-            free -= need
-            batch.append(req)
+        batch = fit_batch(self.candidates(waiting), state.blocks, self.config.padded_kv)
         if not batch:
             return EMPTY_PLAN
         self._batch = batch
         self._num_rows = len(batch)
         self._max_prompt = max(r.num_pending_tokens for r in batch)
-        # the queue is in arrival order, so the next one left behind is the oldest
-        self._oldest_waiting_s = waiting[len(batch)].arrival_time_s if len(waiting) > len(batch) else None
+        taken = {r.request_id for r in batch}
+        self._oldest_waiting_s = min((r.arrival_time_s for r in waiting if r.request_id not in taken), default=None)
         pad = PaddedBatch(num_rows=len(batch), row_tokens=self._max_prompt, context_tokens=self._max_prompt)
         return StepPlan(tuple(r.request_id for r in batch), tuple(r.num_pending_tokens for r in batch), padding=pad)
+
+
+def fit_batch(candidates: list[Request], blocks, padded_kv: bool) -> list[Request]:
+    """The longest prefix of ``candidates`` whose KV fits the free blocks: the padded rectangle
+    rows x (longest prompt + longest remaining output) when ``padded_kv``, else the sum of
+    each row's own prompt + remaining output."""
+    batch: list[Request] = []
+    free, prompt, output = blocks.num_free_gpu_blocks, 0, 0
+    for req in candidates:
+        remaining = req.max_output_tokens - req.num_generated_tokens
+        if padded_kv:
+            prompt, output = max(prompt, req.num_tokens), max(output, remaining)
+            if (len(batch) + 1) * blocks.blocks_for(prompt + output) > free:
+                break
+        else:
+            need = blocks.blocks_for(req.num_tokens + remaining)
+            if need > free:
+                break
+            free -= need
+        batch.append(req)
+    return batch
