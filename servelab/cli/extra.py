@@ -111,6 +111,9 @@ def analyze_multibin(
 def register(app: typer.Typer) -> None:
     app.add_typer(reproduce_app, name="reproduce")
     app.add_typer(analyze_app, name="analyze")
+    from servelab.cli import serve_cmds  # typer only; FastAPI and torch load inside the commands
+
+    serve_cmds.register(app)
     try:
         from servelab.cli import engine_cmds
     except ImportError:  # the engine commands are optional

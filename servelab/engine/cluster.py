@@ -136,10 +136,11 @@ class EngineCluster:
         result = cluster.run(specs)
         return self.result_of(cluster, states, result.wall_s, result.transfers, result.links)
 
-    def build(self, params_for) -> tuple[ClusterDriver, Any]:
+    def build(self, params_for, collector: MetricsCollector | None = None) -> tuple[ClusterDriver, Any]:
         """A cluster driver over fresh caches (wall clock, measured transfers), and the shared
         per-request sampling state; ``params_for(spec)`` gives each request's SamplingParams.
-        ``run`` uses it for a finite workload, the server for ``ClusterDriver.serve``."""
+        ``run`` uses it for a finite workload, the server for ``ClusterDriver.serve`` (with its
+        own ``collector``, a MetricsCollector subclass that also streams request ends)."""
         from servelab.engine.executor import Executor, RequestStates
         from servelab.engine.kv_cache import PagedKVCache
         from servelab.engine.runner import ModelRunner
@@ -150,7 +151,7 @@ class EngineCluster:
         device = loaded.model.embed_tokens.weight.device
         states = RequestStates(tokenizer=loaded.tokenizer, eos_token_ids=loaded.generation.eos_token_ids)
         sampler = Sampler(cfg.seed, device=device)
-        collector = MetricsCollector()
+        collector = collector if collector is not None else MetricsCollector()
         drivers = []
         for iid, group in enumerate(self.groups):
             cache = PagedKVCache(c.num_layers, self.kv_config.num_gpu_blocks, cfg.block_size, c.num_kv_heads,

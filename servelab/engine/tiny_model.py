@@ -3,8 +3,9 @@
 Tests and benchmarks need a real checkpoint folder without downloads: this writes
 ``config.json``, ``generation_config.json``, ``model.safetensors`` (HF tensor names),
 ``tokenizer.json`` (byte-level BPE trained with ``tokenizers`` on GSM8K question + answer
-text, or on the given texts) and ``tokenizer_config.json``. HF transformers loads the folder
-with ``from_pretrained``, so it is also the reference our engine is tested against.
+text, or on the given texts) and ``tokenizer_config.json`` (with a simple chat template). HF
+transformers loads the folder with ``from_pretrained``, so it is also the reference our engine
+is tested against.
 
 Weights are seeded, with std 1/sqrt(fan_in) (embeddings std 1), so every layer changes the
 residual stream noticeably and logits spread over a few units: greedy argmax has clear
@@ -28,6 +29,10 @@ from servelab.paths import gsm8k_path
 # the shared data folder sits next to the repository (see ../shared/data/README.md)
 GSM8K_PATH = gsm8k_path()
 SPECIAL_TOKENS = ("<s>", "</s>", "<unk>")
+# A plain role-tagged chat format (HF Jinja, as ``tokenizer_config.json`` carries it): the
+# server's /v1/chat/completions renders it; the random model has no chat training anyway.
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}{{ eos_token }}\n"
+                 "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
 
 # ~196M parameters: for decode benchmarks on CPU (0.78 GB of fp32 weights).
 BENCH_200M = dict(hidden_size=1024, num_layers=16, num_heads=16, num_kv_heads=4, intermediate_size=2816,
@@ -115,7 +120,7 @@ def make_tiny_model(out_dir: str | Path, *, arch: str = "llama", hidden_size: in
     tokenizer.save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "unk_token": "<unk>", "model_max_length": max_position}, indent=2))
+        "unk_token": "<unk>", "model_max_length": max_position, "chat_template": CHAT_TEMPLATE}, indent=2))
     (out / "config.json").write_text(json.dumps(config.to_hf(), indent=2))
     (out / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": 0, "eos_token_id": 1, "do_sample": False}, indent=2))

@@ -1,0 +1,126 @@
+"""Serving commands: ``serve`` (OpenAI-compatible server on the engine), ``bench`` (load
+generator for any such server) and ``serve-vs-sim`` (bench against serve, next to the
+simulator's prediction for the same workload).
+
+Torch, FastAPI and uvicorn are imported inside the command bodies only.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from servelab.cli.common import check_out_dir, emit_json, user_errors
+from servelab.core.errors import UserError
+
+MAX_KV_BUDGET_MB = 2**20
+
+
+def engine_config(kv_budget_mb: float, block_size: int, max_num_batched_tokens: int, max_num_seqs: int, seed: int):
+    from servelab.engine.cluster import EngineConfig
+
+    if not 0 < kv_budget_mb <= MAX_KV_BUDGET_MB:
+        raise UserError(f"--kv-budget-mb must be in (0, {MAX_KV_BUDGET_MB:,}], got {kv_budget_mb}")
+    try:
+        return EngineConfig(kv_budget_bytes=int(kv_budget_mb * 2**20), block_size=block_size,
+                            max_batch_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, seed=seed)
+    except ValueError as e:
+        raise UserError(f"engine options (--block-size, --max-num-batched-tokens, --max-num-seqs): {e}") from None
+
+
+def serve(
+    model: Path = typer.Option(..., "--model", help="HF checkpoint folder (e.g. from make-tiny-model)."),
+    policy: str = typer.Option("vllm", "--policy", "-p", help="Policy spec or preset (vllm, sarathi, distserve, ...)."),
+    router: Optional[str] = typer.Option(None, help="Router spec (default: the policy preset's)."),
+    instances: int = typer.Option(1, "--instances", "-n", help="Engine instances in this process."),
+    host: str = typer.Option("127.0.0.1", help="Listen address (loopback unless told otherwise)."),
+    port: int = typer.Option(8000),
+    api_key: Optional[str] = typer.Option(None, envvar="SERVELAB_API_KEY",
+                                          help="Require 'Authorization: Bearer KEY' on every /v1 call."),
+    served_model_name: Optional[str] = typer.Option(None, help="The model name clients use (default: --model)."),
+    kv_budget_mb: float = typer.Option(256.0, help="KV cache memory per instance, MiB."),
+    block_size: int = typer.Option(16),
+    max_num_batched_tokens: int = typer.Option(2048, "--max-num-batched-tokens", "--max-batch-tokens"),
+    max_num_seqs: int = typer.Option(64),
+    dtype: Optional[str] = typer.Option(None, help="float32 | bfloat16 (default: the checkpoint's)."),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
+    chat_template: Optional[Path] = typer.Option(None, help="Jinja chat template file (default: the checkpoint's)."),
+    request_log: Optional[Path] = typer.Option(None, help="Append one JSON line per ended request (engine times)."),
+    shutdown_timeout: float = typer.Option(5.0, help="Seconds requests in flight get to finish on shutdown."),
+    seed: int = typer.Option(0, help="Sampler seed for requests without their own."),
+    log_level: str = typer.Option("info", help="uvicorn log level (info prints one line per request)."),
+) -> None:
+    """OpenAI-compatible server (/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)."""
+    with user_errors():
+        from servelab.cli.engine_cmds import _set_threads
+        from servelab.server.run import ServerConfig, run_server
+
+        _set_threads(threads)
+        if log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
+            raise UserError(f"--log-level must be critical, error, warning, info, debug or trace, got {log_level!r}")
+        config = ServerConfig(model=model, policy=policy, router=router, num_instances=instances,
+                              engine=engine_config(kv_budget_mb, block_size, max_num_batched_tokens, max_num_seqs,
+                                                   seed),
+                              host=host, port=port, api_key=api_key, served_model_name=served_model_name,
+                              dtype=dtype, chat_template=chat_template, request_log=request_log,
+                              shutdown_timeout_s=shutdown_timeout, log_level=log_level)
+        typer.echo(f"serving {config.model_name} on http://{host}:{port} (policy {policy}, {instances} instance(s))",
+                   err=True)
+        run_server(config)
+
+
+def bench(
+    base_url: str = typer.Option(..., "--base-url", help="Server root, e.g. http://127.0.0.1:8000."),
+    workload: str = typer.Option(..., "--workload", "-w", help="Workload spec: its lengths (and times with "
+                                                                 "--trace-timing), e.g. 'poisson:n=200,prompt=fixed(128),"
+                                                                 "output=fixed(64)'."),
+    endpoint: str = typer.Option("/v1/completions", help="/v1/completions or /v1/chat/completions."),
+    model: Optional[str] = typer.Option(None, help="Model name to send (default: the server's first)."),
+    tokenizer: Optional[Path] = typer.Option(None, help="The server's checkpoint folder (or tokenizer.json): "
+                                                        "prompts of exactly the planned token count."),
+    prompt_format: str = typer.Option("text", help="text | ids (token ids in the prompt; needs --tokenizer)."),
+    num_prompts: Optional[int] = typer.Option(None, help="Use the first N requests of the workload."),
+    request_rate: float = typer.Option(math.inf, help="Requests per second (inf: all at once)."),
+    burstiness: float = typer.Option(1.0, help="Gamma shape of the gaps, as vLLM (1 = Poisson; CV = 1/sqrt)."),
+    trace_timing: bool = typer.Option(False, "--trace-timing", help="Keep the workload's own arrival times."),
+    max_concurrency: Optional[int] = typer.Option(None, help="Cap on requests in flight."),
+    goodput: Optional[list[str]] = typer.Option(None, help="SLO targets in ms, e.g. --goodput ttft:500 "
+                                                           "--goodput tpot:50 (or 'ttft:500 tpot:50')."),
+    metric_percentiles: str = typer.Option("50,90,99"),
+    ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="Force each output length."),
+    temperature: float = typer.Option(0.0),
+    api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY"),
+    result_dir: Path = typer.Option(Path("results/bench"), help="Folder for the JSON, CSV and plots."),
+    result_filename: Optional[str] = typer.Option(None, help="Default: bench-<rate>qps.json."),
+    seed: int = typer.Option(0),
+    data_dir: Optional[Path] = typer.Option(None),
+    disable_tqdm: bool = typer.Option(False, "--disable-tqdm"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Load any OpenAI-compatible server with a workload; TTFT/TPOT/ITL/e2e, throughput, goodput."""
+    with user_errors():
+        from servelab.bench.session import BenchOptions, bench_session
+
+        check_out_dir(result_dir, "--result-dir")
+        options = BenchOptions(base_url=base_url, workload=workload, endpoint=endpoint, model=model,
+                               tokenizer=tokenizer, prompt_format=prompt_format, num_prompts=num_prompts,
+                               request_rate=request_rate, burstiness=burstiness, trace_timing=trace_timing,
+                               max_concurrency=max_concurrency, goodput=tuple(goodput or ()),
+                               metric_percentiles=metric_percentiles, ignore_eos=ignore_eos, temperature=temperature,
+                               api_key=api_key, seed=seed, data_dir=data_dir, progress=not (disable_tqdm or json_out))
+        summary, paths = bench_session(options, result_dir, result_filename)
+    if json_out:
+        emit_json(summary)
+        return
+    from servelab.bench.session import format_summary
+
+    typer.echo(format_summary(summary))
+    typer.echo("wrote " + ", ".join(str(p) for p in paths))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+    app.command("bench")(bench)

@@ -1,0 +1,136 @@
+"""Build and run a server: checkpoint -> EngineCluster -> EngineService -> app -> uvicorn.
+
+``run_server`` is what ``servelab serve`` calls: uvicorn handles SIGINT/SIGTERM with a
+graceful shutdown (stop accepting, let requests in flight finish for ``shutdown_timeout_s``,
+cancel the rest, whose handlers abort their requests with "server shutting down"), then the
+app's lifespan stops the engine thread. ``ServerThread`` runs the same server in a thread of
+this process, for tests and for commands that start and stop a server themselves.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from servelab.core.errors import UserError
+from servelab.engine.cluster import EngineConfig
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    model: Path
+    policy: str = "vllm"
+    router: str | None = None
+    num_instances: int = 1
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    served_model_name: str | None = None
+    dtype: str | None = None
+    chat_template: Path | None = None
+    request_log: Path | None = None
+    shutdown_timeout_s: float = 5.0
+    log_level: str = "warning"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise UserError(f"--port must be in [0, 65535], got {self.port}")
+        if not 0 <= self.shutdown_timeout_s <= 3600:
+            raise UserError(f"--shutdown-timeout must be in [0, 3600] seconds, got {self.shutdown_timeout_s}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise UserError("--api-key must not be empty")
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or str(self.model)
+
+
+def build_server(config: ServerConfig, loaded=None):
+    """(app, service) for ``config``; ``loaded`` reuses a checkpoint already in memory."""
+    from servelab.engine.cluster import EngineCluster
+    from servelab.server.app import build_app
+    from servelab.server.chat import load_chat_template
+    from servelab.server.service import EngineService
+    from servelab.server.translate import Translator
+
+    model = loaded if loaded is not None else config.model
+    try:
+        engine = EngineCluster(model, config.policy, config.engine, num_instances=config.num_instances,
+                               router=config.router, dtype=config.dtype)
+    except ValueError as e:  # EngineConfig / KV budget problems are the user's options
+        raise UserError(f"engine options: {e}") from None
+    template = load_chat_template(engine.loaded.path, config.chat_template)
+    service = EngineService(engine, config.model_name, request_log=config.request_log)
+    translator = Translator(engine.loaded, engine, config.model_name, template)
+    app = build_app(service, translator, api_key=config.api_key, shutdown_grace_s=config.shutdown_timeout_s)
+    return app, service
+
+
+def _uvicorn_server(app, config: ServerConfig, service):
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level,
+                                           timeout_graceful_shutdown=config.shutdown_timeout_s,
+                                           access_log=config.log_level in ("info", "debug")))
+    service.exiting = lambda: server.should_exit
+    return server
+
+
+def run_server(config: ServerConfig) -> None:
+    app, service = build_server(config)
+    _check_port(config.host, config.port)
+    _uvicorn_server(app, config, service).run()
+
+
+def _check_port(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+        except OSError as e:
+            raise UserError(f"--host {host} --port {port}: cannot listen there ({e.strerror})") from None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class ServerThread:
+    """A server on a free loopback port in a background thread: ``with ServerThread(cfg) as s:``."""
+
+    def __init__(self, config: ServerConfig, loaded=None, *, start_timeout_s: float = 60.0) -> None:
+        from dataclasses import replace
+
+        if config.port == 0:
+            config = replace(config, port=free_port(config.host))
+        self.config = config
+        self.app, self.service = build_server(config, loaded)
+        self.server = _uvicorn_server(self.app, config, self.service)
+        self.thread = threading.Thread(target=self.server.run, name="servelab-http", daemon=True)
+        self.start_timeout_s = start_timeout_s
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.config.host}:{self.config.port}"
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + self.start_timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout_s)
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
