@@ -40,7 +40,7 @@ def alone(loaded, prompts):
 
 
 @pytest.mark.parametrize("policy", ["vllm", "sarathi:token_budget=16", "static:batch_size=4", "multibin:batch_size=4",
-                                    "bucketserve"])
+                                    "bucketserve:padded=true"])
 def test_policies_finish_everything_and_match_running_alone(loaded, prompts, alone, policy):
     engine = EngineInstance(loaded, policy, EngineConfig(kv_budget_bytes=_kv_bytes(loaded, 200), block_size=4,
                                                          max_batch_tokens=64, max_num_seqs=8))

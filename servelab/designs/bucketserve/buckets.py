@@ -148,6 +148,13 @@ class BucketManager:
     def entries(self, index: int) -> list[BucketEntry]:
         return self._buckets[index].entries()
 
+    def longest(self) -> int:
+        """The longest queued sequence length (0 when empty): the last non-empty bucket's top."""
+        for b in reversed(self._buckets):
+            if b.by_len:
+                return b.by_len[-1][0]
+        return 0
+
     def __iter__(self) -> Iterator[BucketEntry]:
         for b in self._buckets:
             yield from b.entries()

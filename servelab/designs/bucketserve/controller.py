@@ -2,9 +2,11 @@
 
 Eq. 1 gives the KV footprint of a dense batch, Eq. 5 keeps 10% of the remaining memory back
 (``M_safe = 0.9 * M_remain``), and Eq. 6 takes the largest prefix of candidates whose KV fits
-in ``M_safe``. In the policy ``M_remain`` is the live free KV memory of the instance (free
-blocks x block size), and the fit is checked in whole blocks, the unit the block manager
-allocates, so a batch the controller accepts can never fail to allocate (no OOM).
+in ``M_safe``. In the policy Eq. 5 is the instance's memory reserve (the KV pool is what is
+left after it), so the batch's budget is the live free KV memory (free blocks x block size,
+times ``safe_fraction``, 1.0 by default so the 10% is not taken twice), and the fit is
+checked in whole blocks, the unit the block manager allocates, so a batch the controller
+accepts can never fail to allocate (no OOM).
 
 ``form_batch`` also respects the instance's step limits: at most ``max_num_seqs`` rows and a
 padded batch of at most ``max_batch_tokens`` tokens (rows x longest row), the activation
@@ -60,17 +62,22 @@ def safe_blocks(num_free_blocks: int, safe_fraction: float) -> int:
 
 
 def estimate_n_max(avg_len: float, num_free_blocks: int, block_size: int, safe_fraction: float,
-                   max_num_seqs: int) -> int:
-    """N_max for ADJUSTBUCKETS: Eq. 6 with every S_i set to the monitor's average length.
+                   max_num_seqs: int, step_rows: int | None = None) -> int:
+    """N_max for ADJUSTBUCKETS: Eq. 6 with every S_i set to the monitor's average length,
+    capped by ``step_rows``, the rows one batch can run under the step limit.
 
     The queue itself cannot give N_max (if all queued requests fit, the largest N would just
     be the queue size and the merge test ``total < N_max`` could never hold), so the
-    controller uses the average sequence length the global monitor reports.
+    controller uses the average sequence length the global monitor reports. The cap keeps
+    the paper's rationale for merging (Sec. III: merge when "all requests can be processed in
+    a single batch"): without it the merge test fires when the merged bucket cannot run as
+    one batch.
     """
+    cap = max_num_seqs if step_rows is None else max(1, min(max_num_seqs, step_rows))
     if avg_len <= 0:
-        return max_num_seqs
+        return cap
     per_request = cdiv(max(int(math.ceil(avg_len)), 1), block_size)
-    return max(1, min(max_num_seqs, safe_blocks(num_free_blocks, safe_fraction) // per_request))
+    return max(1, min(cap, safe_blocks(num_free_blocks, safe_fraction) // per_request))
 
 
 @dataclass(frozen=True, slots=True)

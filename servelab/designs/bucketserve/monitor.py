@@ -47,7 +47,7 @@ class GlobalMonitor:
     num_splits: int = 0
     num_merges: int = 0
     max_buckets: int = 1
-    padded_tokens: int = 0  # rows x row length of padded prefill steps
+    padded_tokens: int = 0  # rows x longest row of the bucket batches (Eq. 1's rectangle, computed or not)
     real_tokens: int = 0  # prompt tokens actually in those steps
     busy_s: float = 0.0
     prefill_s: float = 0.0

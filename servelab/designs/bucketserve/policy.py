@@ -1,12 +1,22 @@
-"""BucketServe (Zheng et al. 2025): length buckets, padded bucket prefills, memory-safe batches.
+"""BucketServe (Zheng et al. 2025): length buckets, bucket prefills, memory-safe batches.
 
 Requests needing a prefill are bucketed by sequence length, one ``BucketManager`` per task
 class (online, offline). At each decision the controller estimates N_max (Eq. 6 with the
-monitor's average length, on the live free KV blocks, Eq. 5), runs ADJUSTBUCKETS, picks a
-bucket (online: the one holding the longest-waiting request, FCFS inside; offline: the
-fullest, SJF or LJF inside) and takes the largest prefix of it whose KV fits in
-``safe_fraction`` of the free blocks and whose padded size fits the step limit. The batch
-runs as one dense padded prefill (``PaddedBatch``), so the padding is charged.
+monitor's average length on the live free KV blocks, capped by the rows one batch can run
+under the step limit), runs ADJUSTBUCKETS, picks a bucket (online: the one holding the
+longest-waiting request, FCFS inside; offline: the fullest, SJF or LJF inside) and takes the
+largest prefix of it whose KV fits the free blocks and whose size fits the step limit.
+
+How a bucket batch runs (``padded``): BucketServe is built on vLLM (Sec. V-A), whose prefill
+has run prompts as one flattened, unpadded (ragged) batch since v0.4 (vllm-project/vllm#3236
+replaced the ``[batch, max_len]`` padded layout), so by default the batch is charged ragged,
+exactly as DistServe's vLLM prefill is. ``padded=True`` runs it as one dense padded batch
+(``PaddedBatch``): vLLM <= 0.3, or engines with 2D prefill shapes.
+
+Eq. 5 (keep 10% of the memory after the model for system overheads) is the instance's own
+memory reserve, vLLM's ``gpu_memory_utilization=0.9``, which every system gets; the policy
+does not take another 10% off (``safe_fraction=1.0``; 0.9 applies Eq. 5 a second time to
+the live free blocks, the behaviour before this was fixed).
 
 Everything else is continuous batching: requests whose KV arrived from a prefill instance
 (P/D hand-off, routed by the ``distserve`` router as BucketServe's P/D scheduler does: FCFS
@@ -23,6 +33,7 @@ The policy never reads a clock; bucketing overhead is measured by the benchmark 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,11 +53,13 @@ from servelab.core.planning import PlanBuilder, admission_error, fcfs_key
 @dataclass(frozen=True)
 class BucketServeConfig:
     """max_len: L_max (model context). theta, min_split_size (None = N_max), min_width,
-    split_high: see ``BucketingConfig``. safe_fraction: Eq. 5's 0.9. offline_order: sjf | ljf
-    inside an offline bucket. offline_bucket: fullest | oldest. online_first: online buckets
-    are served before offline ones. padded: charge bucket prefills as dense padded batches.
-    max_waste: stop growing a padded batch before its waste ratio (Eq. 2) exceeds this; 1.0
-    (the default, the paper's behaviour) never stops on waste.
+    split_high: see ``BucketingConfig``. safe_fraction: share of the free KV blocks a batch may
+    take on top of the instance's reserve (1.0: Eq. 5 counted once, as that reserve).
+    offline_order: sjf | ljf inside an offline bucket. offline_bucket: fullest | oldest.
+    online_first: online buckets are served before offline ones. padded: run bucket prefills
+    as dense padded batches (False: ragged, as vLLM >= 0.4 runs them). cap_n_max: cap N_max
+    by the rows one batch can run under the step limit. max_waste: stop growing a padded batch
+    before its waste ratio (Eq. 2) exceeds this; 1.0 (the paper's behaviour) never stops.
     """
 
     max_len: int = 4096
@@ -54,11 +67,12 @@ class BucketServeConfig:
     min_split_size: int | None = None
     min_width: int = 16
     split_high: bool = False
-    safe_fraction: float = 0.9
+    safe_fraction: float = 1.0
     offline_order: str = "ljf"
     offline_bucket: str = "fullest"
     online_first: bool = True
-    padded: bool = True
+    padded: bool = False
+    cap_n_max: bool = True
     max_waste: float = 1.0  # extension (not in the paper): cap a padded batch's Eq. 2 waste ratio
 
     def __post_init__(self) -> None:
@@ -87,6 +101,7 @@ class BucketServePolicy(SchedulingPolicy):
         self.monitor = GlobalMonitor()
         self._incoming: list[Request] = []
         self._issued_s: float | None = None
+        self._prefill: tuple[tuple[int, ...], int] | None = None  # last bucket batch: ids, rows x longest
 
     # ---- hooks ----
     def on_arrival(self, now_s: float, request: Request) -> None:
@@ -102,9 +117,11 @@ class BucketServePolicy(SchedulingPolicy):
     def on_step_done(self, now_s: float, plan: StepPlan, result: StepResult, shape: StepShape) -> None:
         # the simulator reports duration 0; the latency is the time since the plan went out
         duration = result.duration_s or (now_s - self._issued_s if self._issued_s is not None else 0.0)
-        padded = plan.padding is not None
-        rows = plan.padding.num_rows * plan.padding.row_tokens if padded else 0
-        self.monitor.on_step(duration, is_prefill=padded, padded_tokens=rows, real_tokens=plan.total_tokens if padded else 0)
+        # a bucket prefill: Eq. 2's waste is counted on its rectangle whether or not it is computed
+        prefill = self._prefill is not None and plan.request_ids == self._prefill[0]
+        rect = self._prefill[1] if prefill else 0
+        self.monitor.on_step(duration, is_prefill=prefill, padded_tokens=rect,
+                             real_tokens=plan.total_tokens if prefill else 0)
 
     # ---- scheduling ----
     def schedule(self, now_s: float, state: InstanceState) -> StepPlan:
@@ -152,7 +169,7 @@ class BucketServePolicy(SchedulingPolicy):
         blocks = state.blocks
         free = blocks.num_free_gpu_blocks
         n_max = estimate_n_max(self.monitor.avg_seq_len, free, blocks.block_size, self.config.safe_fraction,
-                               state.max_num_seqs)
+                               state.max_num_seqs, self._step_rows(state))
         splits, merged = 0, False
         for manager in self.buckets.values():
             result = manager.adjust(n_max)
@@ -171,8 +188,20 @@ class BucketServePolicy(SchedulingPolicy):
             manager.remove(req.request_id)
         longest = max(r.num_pending_tokens for r in reqs)
         padding = PaddedBatch(len(reqs), longest, longest) if self.config.padded else None
-        return StepPlan(tuple(r.request_id for r in reqs), tuple(r.num_pending_tokens for r in reqs),
-                        reject=tuple(rejects), padding=padding)
+        ids = tuple(r.request_id for r in reqs)
+        self._prefill = (ids, len(reqs) * longest)
+        return StepPlan(ids, tuple(r.num_pending_tokens for r in reqs), reject=tuple(rejects), padding=padding)
+
+    def _step_rows(self, state: InstanceState) -> int | None:
+        """Rows one batch can run under the step limit (None: no cap): padded, each row costs the
+        longest queued sequence (the merged bucket's rows); ragged, the average length."""
+        if not self.config.cap_n_max:
+            return None
+        if self.config.padded:
+            row = max((m.longest() for m in self.buckets.values() if len(m)), default=0)
+        else:
+            row = math.ceil(self.monitor.avg_seq_len)
+        return state.max_batch_tokens // row if row > 0 else None
 
     def _pick(self, state: InstanceState, free_blocks: int) -> tuple[BucketManager, list[Request]] | None:
         limits = BatchLimits(safe_blocks(free_blocks, self.config.safe_fraction), state.blocks.block_size,

@@ -1,5 +1,6 @@
-"""The BucketServe policy: bucket batches are homogeneous padded prefills, online work first,
-memory-safe under pressure, P/D through the distserve router, and the monitor reports."""
+"""The BucketServe policy: bucket batches are homogeneous prefills (ragged by default, padded
+on request), online work first, memory-safe under pressure with Eq. 5 counted once, N_max
+capped by the step limit, P/D through the distserve router, and the monitor reports."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from servelab.core.instance import InstanceLimits, InstanceRuntime
 from servelab.core.kv_blocks import KVCacheConfig
 from servelab.core.plan import StepResult
 from servelab.core.request import Request, RequestSpec, ServiceClass
+from servelab.designs.bucketserve import controller
 from servelab.designs.bucketserve.policy import BucketServeConfig, BucketServePolicy
 from servelab.simulator import Simulation
 
@@ -35,16 +37,38 @@ def _step(rt, policy, now_s):
     return plan
 
 
-def test_bucket_batch_is_homogeneous_and_padded():
+def test_bucket_batch_is_homogeneous_ragged_or_padded():
     # N_max is capped at 4 rows; 8 queued requests, 6 of them short: the bucket splits and the
     # batch comes from the bucket of the oldest request (3000 tokens), without the short ones
-    rt, policy = _runtime(max_num_seqs=4), BucketServePolicy()
-    for i, p in enumerate([3000, 40, 60, 80, 100, 120, 90, 3500]):
-        _add(rt, policy, i, p, t=0.001 * i)
-    plan = policy.schedule(0.0, rt)
-    assert policy.monitor.num_splits >= 1
-    assert plan.request_ids == (0, 7)
-    assert plan.padding is not None and plan.padding.num_rows == 2 and plan.padding.row_tokens == 3500
+    for padded in (False, True):
+        rt, policy = _runtime(max_num_seqs=4), BucketServePolicy(BucketServeConfig(padded=padded))
+        for i, p in enumerate([3000, 40, 60, 80, 100, 120, 90, 3500]):
+            _add(rt, policy, i, p, t=0.001 * i)
+        plan = policy.schedule(0.0, rt)
+        assert policy.monitor.num_splits >= 1
+        assert plan.request_ids == (0, 7)
+        if padded:
+            assert plan.padding is not None and plan.padding.num_rows == 2 and plan.padding.row_tokens == 3500
+        else:
+            assert plan.padding is None  # vLLM >= 0.4 runs the bucket as one ragged batch
+
+
+def test_n_max_is_capped_by_the_step_limit():
+    # padded, step limit 8192: the merged bucket's rows would be 3500 tokens long, so one batch
+    # runs at most 2 rows; 6 queued requests are "more than one batch" and the bucket splits.
+    # Without the cap N_max is 64 rows (memory) and ADJUSTBUCKETS merges everything into one.
+    splits = {}
+    for cap in (True, False):
+        rt = _runtime(max_batch_tokens=8192)
+        policy = BucketServePolicy(BucketServeConfig(padded=True, cap_n_max=cap))
+        for i, p in enumerate([3500, 40, 60, 80, 100, 120]):
+            _add(rt, policy, i, p, t=0.001 * i)
+        plan = policy.schedule(0.0, rt)
+        splits[cap] = policy.monitor.num_splits
+        assert plan.padding.num_rows * plan.padding.row_tokens <= 8192
+    assert splits[True] >= 1 and splits[False] == 0
+    assert controller.estimate_n_max(100, 10_000, 16, 1.0, 256, step_rows=2) == 2
+    assert controller.estimate_n_max(100, 10_000, 16, 1.0, 256) == 256
 
 
 def test_online_buckets_before_offline():
@@ -64,13 +88,14 @@ def test_offline_sjf_and_ljf_inside_bucket():
         assert policy.schedule(0.0, rt).request_ids == expected
 
 
-def test_batch_respects_safe_memory():
-    # 100 blocks of 16 tokens; 90% safe = 90 blocks = 1440 tokens: five 256-token prompts fit
-    rt, policy = _runtime(num_blocks=100), BucketServePolicy()
-    for i in range(8):
-        _add(rt, policy, i, 256, t=0.001 * i, output=4)
-    plan = policy.schedule(0.0, rt)
-    assert len(plan.request_ids) == 5
+def test_batch_respects_safe_memory_with_eq5_counted_once():
+    # 100 free blocks of 16 tokens (the instance's 10% reserve is already outside them): six
+    # 256-token prompts (16 blocks each) fit; taking Eq. 5's 10% again leaves 90 blocks: five
+    for fraction, expected in ((1.0, 6), (0.9, 5)):
+        rt, policy = _runtime(num_blocks=100), BucketServePolicy(BucketServeConfig(safe_fraction=fraction))
+        for i in range(8):
+            _add(rt, policy, i, 256, t=0.001 * i, output=4)
+        assert len(policy.schedule(0.0, rt).request_ids) == expected
 
 
 def test_oversized_request_rejected_with_reason():
@@ -101,10 +126,14 @@ def test_simulated_coupled_and_pd_runs_finish_every_request():
                          cost_model=ToyCostModel())
     res = coupled.run()
     assert res.conserved and all(r.status.value == "finished" for r in res.requests)
-    assert res.collector.steps.num_padding_tokens.sum() > 0
+    assert res.collector.steps.num_padding_tokens.sum() == 0  # ragged: no padding computed
     report = coupled.instances[0].policy.report()
     assert report["num_decisions"] > 0 and report["num_arrivals"] == 200
-    assert 0 < report["padding_waste_frac"] < 1
+    assert report["num_prefill_batches"] > 0
+    assert 0 < report["padding_waste_frac"] < 1  # Eq. 2 on the bucket batches' rectangles
+    padded = Simulation(wl, single_instance("bucketserve", policy_params={"padded": True}, gpu="A100-40GB",
+                                            model="Llama-2-13B", tp=2), cost_model=ToyCostModel()).run()
+    assert padded.conserved and padded.collector.steps.num_padding_tokens.sum() > 0
 
     group = dict(policy="bucketserve", gpu="A100-40GB", model="Llama-2-13B", tp=2)
     pd = ClusterConfig(groups=(InstanceGroup(role="prefill", **group), InstanceGroup(role="decode", **group)),

@@ -1,28 +1,104 @@
-"""The reproduction pipeline end to end on a tiny size, and the overhead benchmark's shape."""
+"""The reproduction pipeline end to end on a tiny size: the report is the command's alone (same
+seed, same text apart from measured lines; the committed report's structure), the claims sit
+at the operating points, and the helpers behave."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
 from servelab.designs.bucketserve.overhead import overhead_grid
+from servelab.designs.bucketserve.reproduce import report
+from servelab.designs.bucketserve.reproduce.engine_prefill import EngineSizes
+from servelab.designs.bucketserve.reproduce.experiments import cluster_for, rps_at_attainment, Setting
 from servelab.designs.bucketserve.reproduce.run import Sizes, run_reproduction
-from servelab.designs.bucketserve.reproduce.experiments import rps_at_attainment
 
-TINY = Sizes(40, (16,), ("alpaca",), 40, (4,), (1,), 64, 16, (8,), (10,), (1, 8), 5, 256)
+TINY = Sizes(offline_requests=30, batch_sizes=(16,), offline_workloads=("mixed",), online_requests=30,
+             alpaca_rates=(4,), mixed_rates=(2,), online_batch=64, long_shares=(0.1, 0.3), breakdown_rates=(8,),
+             overhead_queued=(10,), overhead_buckets=(1, 8), overhead_repeats=3, padding_samples=256,
+             engine=EngineSizes(preset="tiny", sim_requests=40, num_batches=2, repeats=1, num_requests=4))
+COMMITTED = Path(__file__).resolve().parents[3] / "docs" / "reproduction" / "bucketserve.md"
 
 
-def test_tiny_reproduction_writes_report_plots_and_json(tmp_path):
-    results = run_reproduction(tmp_path, seed=1, sizes=TINY)
-    report = (tmp_path / "bucketserve.md").read_text()
-    assert "simulated" in report and "| claim | paper | ours |" in report
-    assert "3.580" in report and "1.930" in report  # the paper's numbers sit next to ours
+def without_timings(text: str) -> list[str]:
+    """The report minus its measured lines: any line saying 'measured', and the body of every
+    section whose heading says '(measured)'."""
+    out, in_measured = [], False
+    for line in text.splitlines():
+        if line.startswith("#"):
+            in_measured = "(measured)" in line
+            out.append(line)
+        elif not in_measured and "measured" not in line.lower():
+            out.append(line)
+    return out
+
+
+def structure(text: str) -> list[str]:
+    """Headings, and the header row of every table outside the measured sections."""
+    lines = without_timings(text)
+    heads = [re.sub(r"`.*`", "`cmd`", x) for x in lines if x.startswith("#")]
+    tables = [x for prev, x in zip([""] + lines, lines) if x.startswith("| ") and not prev.startswith("|")]
+    return heads + tables
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    a, b = tmp_path_factory.mktemp("a"), tmp_path_factory.mktemp("b")
+    results = run_reproduction(a, seed=1, sizes=TINY, engine=False)
+    run_reproduction(b, seed=1, sizes=TINY, engine=False)
+    return results, (a / "bucketserve.md").read_text(), (b / "bucketserve.md").read_text(), a
+
+
+def test_same_seed_same_text_apart_from_measured_lines(two_runs):
+    _, first, second, _ = two_runs
+    assert without_timings(first) == without_timings(second)
+    assert "simulated" in first.lower() and "| claim | paper | before (committed) | before (rerun) | after |" in first
+    assert "| 3.580 | 9.023 | 8.639 |" in first  # the paper and the before numbers sit next to ours
+
+
+def test_structure_matches_the_committed_report(two_runs):
+    _, first, _, _ = two_runs
+    assert structure(first) == structure(COMMITTED.read_text())
+
+
+def test_report_files_and_operating_points(two_runs):
+    results, _, _, folder = two_runs
     for fig in results["figures"]:
-        assert (tmp_path / fig).stat().st_size > 0
-    saved = json.loads((tmp_path / "bucketserve.json").read_text())
-    assert {r["system"] for r in saved["offline"]} == {"bucketserve", "distserve", "static"}
-    assert all(r["num_finished"] == 40 for r in saved["offline"])
+        assert (folder / fig).stat().st_size > 0
+    saved = json.loads((folder / "bucketserve.json").read_text())
+    assert {r["system"] for r in saved["offline"]} == {"bucketserve", "distserve", "uellm", "static"}
+    assert all(r["num_finished"] == 30 for r in saved["offline"])
+    values = report.claim_values(results)
+    bs, ue = results["points"]["bucketserve"], results["points"]["uellm"]
+    assert values["offline_vs_uellm"]["ours"] == pytest.approx(bs["offline_tok_s"] / ue["offline_tok_s"])
+    assert "4 client RPS" in values["rps_vs_uellm_alpaca"]["where"]  # the top of the axis, not a best point
+    assert {r["long_share"] for r in results["long_share"]} == {0.1, 0.3}
+    assert results["variants"]["distserve_b4"]["online"][0]["system"] == "distserve_b4"
+
+
+def test_engine_measurement_times_both_modes():
+    pytest.importorskip("torch")
+    from servelab.designs.bucketserve.reproduce.engine_prefill import measure
+
+    out = measure(TINY.engine, Setting(), 0, lambda _m: None)
+    assert out["batches"] and all(b["ragged_s"] > 0 and b["padded_s"] > 0 for b in out["batches"])
+    assert all(b["rect_tokens"] >= b["real_tokens"] for b in out["batches"])
+    systems = [r["system"] for r in out["end_to_end"]]
+    assert systems == ["bucketserve (ragged)", "bucketserve (padded)", "distserve"]
+    assert out["end_to_end"][0]["padding_tokens"] == 0
+
+
+def test_distserve_caps_and_bad_system_specs():
+    cfg = cluster_for("distserve:batch=4,prefill_tokens=4096", 128, Setting())
+    prefill, decode = cfg.groups
+    assert (prefill.max_num_seqs, prefill.max_batch_tokens, decode.max_num_seqs) == (4, 4096, 4)
+    with pytest.raises(ValueError, match="unknown key"):
+        cluster_for("distserve:rows=4", 128, Setting())
+    with pytest.raises(ValueError, match="unknown system"):
+        cluster_for("orca", 128, Setting())
 
 
 def test_overhead_grid_keeps_requested_sizes():
@@ -31,7 +107,9 @@ def test_overhead_grid_keeps_requested_sizes():
     assert all(r["median_s"] > 0 for r in rows)
 
 
-def test_rps_at_attainment_interpolates():
+def test_rps_at_attainment_interpolates_in_sweep_order():
     assert rps_at_attainment([(1, 1.0), (2, 0.9), (3, 0.7)]) == pytest.approx(2.5)
     assert rps_at_attainment([(1, 0.5)]) is None
     assert rps_at_attainment([(1, 1.0), (2, 0.95)]) == 2  # never dropped: a lower bound
+    # an overloaded system's server RPS falls: the crossing is read in sweep order
+    assert rps_at_attainment([(1, 1.0), (4, 0.9), (3, 0.5)]) == pytest.approx(4 - 1 * 0.1 / 0.4)

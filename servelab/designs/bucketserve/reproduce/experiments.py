@@ -2,20 +2,30 @@
 
 Setting (Sec. V-A): Llama-2-13B on 4 x A100-40GB joined by NVLink. Every system gets all
 four GPUs as two tensor-parallel pairs (TP=2; a 13B model in fp16 leaves about 10 GB of KV
-on one 40 GB GPU, too little for 4096-token prompts at any batch size):
+on one 40 GB GPU, too little for 4096-token prompts at any batch size), the same 10% memory
+reserve and the same step limit:
 
 * ``bucketserve``: 1 prefill + 1 decode instance, ``bucketserve`` policy on both, the
   ``distserve`` router (FCFS to the prefill worker with least work, KV over NVLink to the
   decode instance with most free KV);
-* ``distserve``: the same P/D pair running ``vllm`` (ragged continuous batching, no padding);
-* ``static`` (the UELLM stand-in: coupled P/D, static batches): 2 mixed instances running
-  ``static`` (padded request-level batches held until the longest output ends), least-loaded.
+* ``distserve``: the same P/D pair running ``vllm`` (ragged continuous batching);
+* ``uellm``: 2 coupled (mixed) instances running ``uellm`` (SLO-ODBS batches over predicted
+  outputs, run as padded static batches), least-loaded;
+* ``static``: the same, running ``static`` (arrival-order padded static batches): not the
+  paper's baseline, kept as the naive reference.
+
+A system is named by a spec: ``name[:key=value,...]``. For ``bucketserve``, ``uellm`` and
+``static`` the keys are policy parameters; ``distserve`` takes DistServe's own batch caps,
+``batch`` (rows per step on both stages), ``prefill_tokens`` (tokens per prefill step) and
+``decode_batch``. ``batch_size`` of ``run`` is every instance's row cap (and the uellm/static
+``batch_size``) unless the spec sets it.
 
 Workloads (``servelab.workloads.lengths``): ``alpaca_like`` (prompt lognormal with mean 83,
 sigma 0.6; output lognormal mean 270, sigma 0.8; both clipped to 2048), ``longbench_like``
 (prompt lognormal median 7000, sigma 0.9, output lognormal median 64, sigma 0.8 clipped to
-512, prompt cut so prompt + output <= 4096) and ``mixed`` (each request Alpaca-like with
-probability ``1 - long_share``, else LongBench-like: a long-tailed mixture).
+512, prompt cut so prompt + output <= 4096) and ``mixed`` (each request LongBench-like with
+probability ``long_share``, else Alpaca-like). Every request carries a predicted output (the
+UELLM profiler's stand-in, ``with_predictions``); only ``uellm`` reads it.
 
 Step times come from the simulator's default roofline cost model for the A100-40GB; these are
 simulated numbers, not measurements.
@@ -29,7 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from servelab.baselines.uellm import with_predictions
 from servelab.cluster.config import ClusterConfig, InstanceGroup
+from servelab.core.registry import parse_name_params
 from servelab.core.request import SLO, RequestSpec, ServiceClass
 from servelab.simulator import Simulation
 from servelab.workloads.arrivals import PoissonArrivals
@@ -37,7 +49,8 @@ from servelab.workloads.lengths import LengthSource, MixtureLengths, alpaca_like
 from servelab.workloads.workload import compose
 
 GPU, MODEL, TP = "A100-40GB", "Llama-2-13B", 2
-SYSTEMS = ("bucketserve", "distserve", "static")
+SYSTEMS = ("bucketserve", "distserve", "uellm", "static")
+_DISTSERVE_KEYS = ("batch", "prefill_tokens", "decode_batch")
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,7 @@ class Setting:
     max_batch_tokens: int = 16384  # step limit (activation memory) of every instance
     ttft_slo_s: float = 2.0  # the paper's SLO values were lost; ours, for both datasets
     tpot_slo_s: float = 0.1
+    prediction_sigma: float = 0.3  # lognormal error of the UELLM profiler stand-in
 
 
 def length_source(name: str, setting: Setting) -> LengthSource:
@@ -60,31 +74,46 @@ def length_source(name: str, setting: Setting) -> LengthSource:
 
 def offline_workload(name: str, num_requests: int, setting: Setting, seed: int) -> list[RequestSpec]:
     """Every request queued at t=0, marked offline (throughput work)."""
-    rng = np.random.default_rng(seed)
-    specs = compose(np.zeros(num_requests), length_source(name, setting).sample(num_requests, rng))
-    return [dataclasses.replace(s, service_class=ServiceClass.OFFLINE) for s in specs]
+    length_rng, predict_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
+    specs = compose(np.zeros(num_requests), length_source(name, setting).sample(num_requests, length_rng))
+    specs = [dataclasses.replace(s, service_class=ServiceClass.OFFLINE) for s in specs]
+    return with_predictions(specs, setting.prediction_sigma, predict_rng)
 
 
 def online_workload(name: str, num_requests: int, rate_rps: float, setting: Setting, seed: int) -> list[RequestSpec]:
     """Poisson arrivals at ``rate_rps``, online, with the TTFT/TPOT SLO of ``setting``."""
     arrival_rng, length_rng = np.random.default_rng(seed).spawn(2)
+    predict_rng = np.random.default_rng([seed, 1])
     times = PoissonArrivals(rate_rps).sample(num_requests, arrival_rng)
     specs = compose(times, length_source(name, setting).sample(num_requests, length_rng))
     slo = SLO(ttft_s=setting.ttft_slo_s, tpot_s=setting.tpot_slo_s)
-    return [dataclasses.replace(s, slo=slo) for s in specs]
+    return with_predictions([dataclasses.replace(s, slo=slo) for s in specs], setting.prediction_sigma, predict_rng)
 
 
 def cluster_for(system: str, batch_size: int, setting: Setting) -> ClusterConfig:
+    """The cluster of one system spec (see the module docstring)."""
+    name, params = parse_name_params(system, "system spec")
     common = dict(gpu=GPU, model=MODEL, tp=TP, max_num_seqs=batch_size, max_batch_tokens=setting.max_batch_tokens)
-    if system in ("bucketserve", "distserve"):
-        policy = "bucketserve" if system == "bucketserve" else "vllm"
-        groups = (InstanceGroup(role="prefill", policy=policy, **common),
-                  InstanceGroup(role="decode", policy=policy, **common))
+    if name == "bucketserve":
+        groups = tuple(InstanceGroup(role=role, policy="bucketserve", policy_params=params, **common)
+                       for role in ("prefill", "decode"))
         return ClusterConfig(groups=groups, router="distserve")
-    if system == "static":
-        group = InstanceGroup(count=2, policy="static", policy_params={"batch_size": batch_size}, **common)
+    if name == "distserve":
+        unknown = sorted(set(params) - set(_DISTSERVE_KEYS))
+        if unknown:
+            raise ValueError(f"system {system!r}: unknown key(s) {unknown}; valid: {list(_DISTSERVE_KEYS)}")
+        batch = int(params.get("batch", batch_size))
+        prefill = dict(common, max_num_seqs=batch, max_batch_tokens=int(params.get("prefill_tokens",
+                                                                                   setting.max_batch_tokens)))
+        decode = dict(common, max_num_seqs=int(params.get("decode_batch", batch)))
+        groups = (InstanceGroup(role="prefill", policy="vllm", **prefill),
+                  InstanceGroup(role="decode", policy="vllm", **decode))
+        return ClusterConfig(groups=groups, router="distserve")
+    if name in ("uellm", "static"):
+        policy_params = {"batch_size": batch_size, **params}
+        group = InstanceGroup(count=2, policy=name, policy_params=policy_params, **common)
         return ClusterConfig(groups=(group,), router="least_loaded")
-    raise ValueError(f"unknown system {system!r}; expected one of {SYSTEMS}")
+    raise ValueError(f"unknown system {system!r}; expected one of {SYSTEMS} (with optional :key=value)")
 
 
 def _time_bucketing(sim: Simulation) -> list[float]:
@@ -134,9 +163,11 @@ def run(system: str, workload: list[RequestSpec], batch_size: int, setting: Sett
     policies = [inst.policy.report() for inst in sim.instances if hasattr(inst.policy, "report")]
     return {
         "system": system, "batch_size": batch_size, "num_requests": len(reqs), "num_finished": len(done),
+        "num_stalled": sum(1 for r in reqs if r.status.value == "aborted" and "the run ended" in (r.finish_reason or "")),
         "makespan_s": span, "output_tok_s": out_tokens / span,
         "total_tok_s": (out_tokens + sum(r.num_prompt_tokens for r in done)) / span,
         "gpu_busy_frac": float(np.mean(res.busy_s)) / span,  # nvidia-smi-style: time a kernel runs
+        "busy_by_role": _busy_by_role(sim, res.busy_s, span),
         "mfu": flops / (peak * span),
         "server_rps": len(done) / span, "slo_attainment": len(ok) / len(reqs),
         "ttft_mean_s": float(ttft.mean()) if ttft.size else float("nan"),
@@ -151,6 +182,14 @@ def run(system: str, workload: list[RequestSpec], batch_size: int, setting: Sett
     }
 
 
+def _busy_by_role(sim: Simulation, busy_s, span: float) -> dict[str, float]:
+    """Mean busy fraction of the instances of each role (prefill, decode, mixed)."""
+    roles: dict[str, list[float]] = {}
+    for inst, busy in zip(sim.instances, busy_s):
+        roles.setdefault(inst.runtime.role, []).append(busy / span)
+    return {role: float(np.mean(v)) for role, v in roles.items()}
+
+
 def _merge_reports(reports: list[dict]) -> dict:
     if not reports:
         return {}
@@ -163,8 +202,11 @@ def _merge_reports(reports: list[dict]) -> dict:
 
 
 def rps_at_attainment(points: list[tuple[float, float]], target: float = 0.8) -> float | None:
-    """Largest server RPS where attainment is still >= target, interpolated between sweep points."""
-    pts = sorted(points)
+    """Largest server RPS where attainment is still >= target, interpolated between sweep points.
+
+    ``points`` are (server RPS, attainment) in sweep order (rising client RPS): an overloaded
+    system's server RPS can fall, so the points are not re-sorted by it."""
+    pts = list(points)
     best = None
     for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
         if y0 >= target > y1:

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 SIM_NOTE = "simulated: roofline cost model, Llama-2-13B, 4 x A100-40GB (2 x TP2)"
-COLORS = {"bucketserve": "tab:red", "distserve": "tab:blue", "static": "tab:gray"}
+COLORS = {"bucketserve": "tab:red", "distserve": "tab:blue", "uellm": "tab:green", "static": "tab:gray"}
 
 
 def _save(fig, path: Path) -> str:

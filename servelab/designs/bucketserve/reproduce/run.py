@@ -1,14 +1,19 @@
-"""``servelab reproduce bucketserve``: BucketServe's offline, online, breakdown and overhead figures.
+"""``servelab reproduce bucketserve``: BucketServe's figures, its claims at the paper's
+operating points, and the experiments that test each gap's stated reason.
 
-``run_reproduction(out_dir, reduced=..., seed=..., progress=...)`` runs the experiments of
-``bucketserve_experiments`` (the paper's setting in the simulator), the bucketing-overhead
-benchmark (measured wall time) and the padding analysis of the bisection buckets, writes the
-plots and ``out_dir/bucketserve.md`` (the paper's numbers next to ours) and returns the
-numbers, also saved as ``out_dir/bucketserve.json``.
+``run_reproduction(out_dir, reduced=..., seed=..., progress=..., engine=...)`` runs the sweeps
+(``studies``), the variant studies (prefill mode, the pre-fix policy, DistServe's own batch
+caps, the UELLM stand-in's sensitivity), the Mixed long-share sensitivity, the Fig. 6
+breakdown, the bucketing-overhead benchmark (measured), the padding analysis and, unless
+``engine`` is False, the engine measurement of ragged vs padded bucket prefills
+(``engine_prefill``, measured, imports torch). It writes the plots, ``out_dir/bucketserve.md``
+(the whole report, prose included: nothing in it is written by hand) and
+``out_dir/bucketserve.json``, and returns the numbers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -16,12 +21,27 @@ from pathlib import Path
 
 import numpy as np
 
+from servelab.core.errors import UserError
 from servelab.designs.bucketserve.buckets import BucketingConfig, BucketManager
 from servelab.designs.bucketserve.overhead import overhead_grid
 from servelab.designs.bucketserve.padding import compare_boundaries
 from servelab.designs.bucketserve.reproduce import experiments as ex
 from servelab.designs.bucketserve.reproduce import plots as plots
+from servelab.designs.bucketserve.reproduce import studies as st
+from servelab.designs.bucketserve.reproduce.engine_prefill import EngineSizes
 from servelab.designs.bucketserve.reproduce.report import write_report
+
+# variant studies: (key, system spec, Setting overrides, full online sweep?)
+VARIANTS = (
+    ("bucketserve_padded", "bucketserve:padded=true", {}, True),
+    ("bucketserve_prefix", "bucketserve:padded=true,safe_fraction=0.9,cap_n_max=false", {}, True),
+    ("distserve_b4", "distserve:batch=4", {}, True),
+    ("distserve_b16", "distserve:batch=16", {}, True),
+    ("distserve_server", "distserve:batch=256,prefill_tokens=4096", {}, True),
+    ("uellm_oracle", "uellm", {"prediction_sigma": 0.0}, False),
+    ("uellm_b10", "uellm:batch_size=10", {}, False),
+    ("static_b32", "static:batch_size=32", {}, False),
+)
 
 
 @dataclass(frozen=True)
@@ -30,24 +50,32 @@ class Sizes:
     batch_sizes: tuple[int, ...] = (8, 16, 32, 64, 128)
     offline_workloads: tuple[str, ...] = ("alpaca", "longbench", "mixed")
     online_requests: int = 1000
-    alpaca_rates: tuple[float, ...] = (4, 8, 12, 16, 20, 24, 32, 40)
+    alpaca_rates: tuple[float, ...] = (4, 8, 12, 16, 20, 24, 28, 32)
     mixed_rates: tuple[float, ...] = (1, 2, 3, 4, 5, 6, 8, 10)
-    online_batch: int = 128  # max_num_seqs of the P/D instances online
-    static_online_batch: int = 32
+    online_batch: int = 128  # max_num_seqs of every instance online, every system
+    long_shares: tuple[float, ...] = (0.1, 0.3, 0.5)
     breakdown_rates: tuple[float, ...] = (4, 8, 16, 32)
     overhead_queued: tuple[int, ...] = (10, 100, 1000, 10_000)
     overhead_buckets: tuple[int, ...] = (1, 4, 16, 64, 256, 1024)
     overhead_repeats: int = 200
     padding_samples: int = 4096
+    engine: EngineSizes = EngineSizes()
+
+    def rates_by_workload(self) -> dict[str, tuple[float, ...]]:
+        return {"alpaca": self.alpaca_rates, "mixed": self.mixed_rates}
+
+    def top_rates(self) -> dict[str, float]:
+        return {wl: max(r) for wl, r in self.rates_by_workload().items()}
 
 
 FULL = Sizes()
-REDUCED = Sizes(150, (16, 64), ("alpaca", "mixed"), 150, (4, 16, 32), (1, 4, 8), 128, 32, (8, 32),
-                (10, 1000), (1, 64, 1024), 30, 512)
+REDUCED = Sizes(150, (16, 64), ("alpaca", "mixed"), 150, (4, 16, 32), (1, 4, 10), 128, (0.1, 0.3, 0.5), (8, 32),
+                (10, 1000), (1, 64, 1024), 30, 512,
+                EngineSizes(sim_requests=120, num_batches=3, repeats=1, num_requests=8))
 
 
 def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, progress: bool = False,
-                     setting: ex.Setting = ex.Setting(), sizes: Sizes | None = None) -> dict:
+                     setting: ex.Setting = ex.Setting(), sizes: Sizes | None = None, engine: bool = True) -> dict:
     """Run every BucketServe experiment; write plots, ``bucketserve.md`` and ``bucketserve.json``.
 
     ``sizes`` overrides the FULL / REDUCED presets (tests use a tiny one).
@@ -61,18 +89,28 @@ def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, pro
     results: dict = {"reduced": reduced, "seed": seed, "setting": asdict(setting), "sizes": asdict(sizes)}
 
     def step(name, fn):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         value = fn()
-        timings[name] = time.perf_counter() - t0
-        say(f"[bucketserve] {name}: {timings[name]:.1f} s")
+        timings[name] = time.process_time() - t0
+        say(f"[bucketserve] {name}: {timings[name]:.1f} s CPU")
         return value
 
-    results["offline"] = step("offline", lambda: _offline(sizes, setting, seed))
-    results["online"] = step("online", lambda: _online(sizes, setting, seed))
+    top = max(sizes.batch_sizes)
+    results["offline"] = step("offline", lambda: st.offline_sweep(
+        sizes.offline_workloads, sizes.batch_sizes, ex.SYSTEMS, sizes.offline_requests, setting, seed))
+    results["online"] = step("online", lambda: st.online_sweep(
+        sizes.rates_by_workload(), ex.SYSTEMS, sizes.online_requests, sizes.online_batch, setting, seed))
+    results["points"] = {s: st.operating_points(results["offline"], results["online"], s, offline_workload="mixed",
+                                                top_batch=top, top_rates=sizes.top_rates()) for s in ex.SYSTEMS}
+    results["variants"] = step("variants", lambda: _variants(sizes, setting, seed))
+    others = tuple(x for x in sizes.long_shares if x != setting.long_share)
+    results["long_share"] = step("long share", lambda: st.long_share_study(others, ex.SYSTEMS, sizes, setting, seed, say))
+    results["long_share"] += [{"long_share": setting.long_share, **p} for p in results["points"].values()]
     results["breakdown"] = step("breakdown", lambda: _breakdown(sizes, setting, seed))
     results["overhead"] = step("overhead", lambda: overhead_grid(sizes.overhead_queued, sizes.overhead_buckets,
                                                                  seed=seed, repeats=sizes.overhead_repeats))
     results["padding"] = step("padding", lambda: _padding(sizes, setting, seed))
+    results["engine"] = step("engine", lambda: _engine(sizes, setting, seed, say)) if engine else None
     results["timings_s"] = timings
     files = plots.offline(results["offline"], list(sizes.offline_workloads), fig_dir)
     files += plots.online(results["online"], ["alpaca", "mixed"], fig_dir)
@@ -83,25 +121,23 @@ def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, pro
     return results
 
 
-def _offline(sizes: Sizes, setting: ex.Setting, seed: int) -> list[dict]:
-    rows = []
-    for wl in sizes.offline_workloads:
-        workload = ex.offline_workload(wl, sizes.offline_requests, setting, seed)
-        for bs in sizes.batch_sizes:
-            for system in ex.SYSTEMS:
-                rows.append({"workload": wl, **ex.run(system, workload, bs, setting)})
-    return rows
+def _variants(sizes: Sizes, setting: ex.Setting, seed: int) -> dict:
+    out = {}
+    for key, system, overrides, full in VARIANTS:
+        s = dataclasses.replace(setting, **overrides)
+        out[key] = {"spec": system, "overrides": overrides,
+                    **st.variant_study(system, key, sizes, s, seed, offline_workload="mixed", online=full)}
+    return out
 
 
-def _online(sizes: Sizes, setting: ex.Setting, seed: int) -> list[dict]:
-    rows = []
-    for wl, rates in (("alpaca", sizes.alpaca_rates), ("mixed", sizes.mixed_rates)):
-        for rate in rates:
-            workload = ex.online_workload(wl, sizes.online_requests, rate, setting, seed)
-            for system in ex.SYSTEMS:
-                bs = sizes.static_online_batch if system == "static" else sizes.online_batch
-                rows.append({"workload": wl, "client_rps": rate, **ex.run(system, workload, bs, setting)})
-    return rows
+def _engine(sizes: Sizes, setting: ex.Setting, seed: int, say) -> dict:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise UserError("the engine step of the BucketServe reproduction needs torch; install it or pass --no-engine")
+    from servelab.designs.bucketserve.reproduce.engine_prefill import measure  # imports torch
+
+    return measure(sizes.engine, setting, seed, say)
 
 
 def _breakdown(sizes: Sizes, setting: ex.Setting, seed: int) -> list[dict]:
@@ -110,9 +146,9 @@ def _breakdown(sizes: Sizes, setting: ex.Setting, seed: int) -> list[dict]:
         workload = ex.online_workload("alpaca", sizes.online_requests, rate, setting, seed)
         r = ex.run("bucketserve", workload, sizes.online_batch, setting)
         transfer = r["transfer_mean_s"]
-        bucketing = r["bucketing_wall_s"] / max(r["num_finished"], 1)  # wall time spread per request
         rows.append({"client_rps": rate, "prefill_s": r["prefill_phase_mean_s"], "transfer_s": transfer,
-                     "decode_s": max(r["decode_phase_mean_s"] - transfer, 0.0), "bucketing_s": bucketing,
+                     "decode_s": max(r["decode_phase_mean_s"] - transfer, 0.0),
+                     "bucketing_s": r["bucketing_wall_s"] / max(r["num_finished"], 1),  # wall time per request
                      "bucketing_wall_s": r["bucketing_wall_s"], "makespan_s": r["makespan_s"],
                      "num_decisions": r["bucketing"].get("num_decisions", 0),
                      "overhead_frac": r["bucketing_wall_s"] / r["makespan_s"]})
