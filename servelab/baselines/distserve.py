@@ -12,7 +12,6 @@ from typing import Any
 from servelab.cluster.config import ClusterConfig
 from servelab.cluster.presets import pd_cluster, register_preset
 from servelab.core.policy import ROUTERS, ClusterState, InstanceState, Placement, Router
-from servelab.core.registry import coerce_param
 from servelab.core.request import Request
 from servelab.costmodel.links import LinkSpec
 
@@ -38,7 +37,4 @@ class DistServeRouter(Router):
 @register_preset("distserve")
 def _distserve(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkSpec) -> ClusterConfig:
     """DistServe: vLLM scheduling on both pools; ``num_prefill`` sizes the prefill pool."""
-    if "num_prefill" in params:
-        params = {**params, "num_prefill": coerce_param(params["num_prefill"], int,
-                                                        "preset 'distserve' parameter 'num_prefill'")}
     return pd_cluster("distserve", "vllm", num_instances, params, group, link)

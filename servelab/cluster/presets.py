@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from servelab.cluster.config import ClusterConfig, InstanceGroup, default_link
 from servelab.costmodel.links import LinkSpec
-from servelab.core.registry import RegistryError, parse_name_params
+from servelab.core.registry import RegistryError, coerce_param, parse_name_params
 
 PresetBuilder = Callable[[int, dict[str, Any], dict[str, Any], LinkSpec], ClusterConfig]
 PRESETS: dict[str, PresetBuilder] = {}
@@ -39,7 +39,9 @@ def cluster_for(policy_spec: str, *, num_instances: int = 1, link: LinkSpec | No
         return builder(num_instances, params, group, link)
     from servelab.core.policy import POLICIES
 
-    POLICIES.get(name)  # clear error for an unknown name
+    if not POLICIES.has(name):
+        known = ", ".join(sorted(set(POLICIES.names()) | set(PRESETS)))
+        raise RegistryError(f"unknown policy {name!r}; known: {known}")
     router = "least_loaded" if num_instances > 1 else "round_robin"
     return ClusterConfig(groups=(InstanceGroup(count=num_instances, policy=name, policy_params=params, **group),),
                          router=router, link=link)
@@ -51,7 +53,9 @@ def pd_cluster(name: str, policy: str, num_instances: int, params: dict[str, Any
     ``distserve`` router, which hands each request over with its KV after the first token."""
     if num_instances < 2:
         raise RegistryError(f"{name} needs at least 2 instances (prefill + decode)")
-    num_prefill = int(params.pop("num_prefill", (num_instances + 1) // 2))
+    params = dict(params)
+    num_prefill = coerce_param(params.pop("num_prefill", (num_instances + 1) // 2), int,
+                               f"preset {name!r} parameter 'num_prefill'")
     if not 1 <= num_prefill < num_instances:
         raise RegistryError(f"{name}: num_prefill must be in [1, {num_instances - 1}], got {num_prefill}")
     return ClusterConfig(groups=(

@@ -42,12 +42,18 @@ class Registry(Generic[T]):
         self._plugin_packages = plugin_packages
         self._loaded = not plugin_packages
         self._classes: dict[str, type[T]] = {}
+        self._hidden: set[str] = set()
 
-    def register(self, name: str):
+    def register(self, name: str, *, hidden: bool = False):
+        """``hidden`` marks a building block of another design (built by its preset): it can be
+        created by name but is left out of ``names()``, so listings and errors show what a user
+        would pick."""
         def decorate(cls: type[T]) -> type[T]:
             if name in self._classes and self._classes[name] is not cls:
                 raise ValueError(f"{self.kind} {name!r} registered twice")  # a bug, not user input
             self._classes[name] = cls
+            if hidden:
+                self._hidden.add(name)
             cls.name = name  # type: ignore[attr-defined]
             return cls
 
@@ -59,9 +65,13 @@ class Registry(Generic[T]):
             for package in self._plugin_packages:
                 load_plugins(package)
 
-    def names(self) -> list[str]:
+    def names(self, *, include_hidden: bool = False) -> list[str]:
         self._ensure_loaded()
-        return sorted(self._classes)
+        return sorted(n for n in self._classes if include_hidden or n not in self._hidden)
+
+    def has(self, name: str) -> bool:
+        self._ensure_loaded()
+        return name in self._classes
 
     def get(self, name: str) -> type[T]:
         self._ensure_loaded()

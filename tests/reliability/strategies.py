@@ -162,9 +162,7 @@ INT_TEXTS = ["1", "2", "8", "64", "0", "-1", "abc", "8.5", "", "99999999999", "1
 FLOAT_TEXTS = ["0", "0.5", "2", "1e-3", "-1", "nan", "inf", "1e400", "abc", ""]
 BOOL_TEXTS = ["true", "false", "yes", "0", "maybe", "2", ""]
 TUPLE_TEXTS = ["", "8", "4;16", "16;4", "a;b", "nan;1", "1;2;3;4;5;6;7;8"]
-PRESET_EXTRA = {"distserve": {"num_prefill": int}}
-# bucketserve-pd also takes num_prefill, but its preset reads it with a bare int() in the lead's
-# cluster/presets.py (see docs/reliability.md); generated specs leave it out until that is fixed.
+PRESET_EXTRA = {"distserve": {"num_prefill": int}, "bucketserve-pd": {"num_prefill": int}}
 
 
 def policy_fields(name: str) -> dict[str, Any]:

@@ -198,7 +198,7 @@ class ReplicaConfig:
             raise ValueError(f"settle_s must be >= 0, got {self.settle_s}")
 
 
-@POLICIES.register("multibin_replica")
+@POLICIES.register("multibin_replica", hidden=True)
 class MultiBinReplicaPolicy(SchedulingPolicy):
     """Runs each group of placed requests as one padded batch until its longest member finishes."""
 
