@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servelab.core.errors import UnknownNameError
+
 GiB = 1 << 30
 GB = 10**9
 TFLOPS = 10**12
@@ -89,5 +91,5 @@ def get_gpu(name: str) -> GPUSpec:
     """Look a GPU up by name, case-insensitively ("a100-80gb", "H100")."""
     key = _BY_KEY.get(name.strip().lower())
     if key is None:
-        raise KeyError(f"unknown GPU {name!r}; known: {', '.join(GPUS)}")
+        raise UnknownNameError(f"unknown GPU {name!r}; known: {', '.join(GPUS)}")
     return GPUS[key]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from servelab.catalog.gpus import GPUSpec, get_gpu
 from servelab.catalog.models import ModelSpec, get_model
+from servelab.core.errors import UserError
 from servelab.core.kv_blocks import KVCacheConfig
 
 
@@ -36,23 +37,23 @@ class InstanceSpec:
         get_gpu(self.gpu)  # raises on an unknown name
         model = get_model(self.model)
         if self.tp < 1 or self.pp < 1:
-            raise ValueError(f"tp and pp must be >= 1, got tp={self.tp} pp={self.pp}")
+            raise UserError(f"tp and pp must be >= 1, got tp={self.tp} pp={self.pp}")
         if model.num_heads % self.tp:
-            raise ValueError(f"{model.name}: {model.num_heads} heads do not split over tp={self.tp}")
+            raise UserError(f"{model.name}: {model.num_heads} heads do not split over tp={self.tp}")
         if self.dtype_bytes not in (1, 2, 4):
-            raise ValueError(f"dtype_bytes must be 1, 2 or 4, got {self.dtype_bytes}")
+            raise UserError(f"dtype_bytes must be 1, 2 or 4, got {self.dtype_bytes}")
         if not 0 <= self.memory_reserve_fraction < 1:
-            raise ValueError(f"memory_reserve_fraction must be in [0, 1), got {self.memory_reserve_fraction}")
+            raise UserError(f"memory_reserve_fraction must be in [0, 1), got {self.memory_reserve_fraction}")
         if self.block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+            raise UserError(f"block_size must be >= 1, got {self.block_size}")
         if self.host_kv_bytes < 0:
-            raise ValueError(f"host_kv_bytes must be >= 0, got {self.host_kv_bytes}")
+            raise UserError(f"host_kv_bytes must be >= 0, got {self.host_kv_bytes}")
         start, end = self.layer_range
         if not 0 <= start < end <= model.num_layers:
-            raise ValueError(f"layers {self.layers} is not a non-empty range within "
+            raise UserError(f"layers {self.layers} is not a non-empty range within "
                              f"[0, {model.num_layers}) of {model.name}")
         if end - start < self.pp:
-            raise ValueError(f"{end - start} layers cannot fill pp={self.pp} stages")
+            raise UserError(f"{end - start} layers cannot fill pp={self.pp} stages")
 
     @property
     def gpu_spec(self) -> GPUSpec:
@@ -110,11 +111,11 @@ def kv_bytes_per_block(spec: InstanceSpec) -> int:
 
 
 def kv_budget_bytes(spec: InstanceSpec) -> int:
-    """HBM left for KV after the reserve and the weights; raises if the weights do not fit."""
+    """HBM left for KV after the reserve and the weights; a ``UserError`` if the weights do not fit."""
     usable = int(spec.gpu_spec.hbm_capacity_bytes * spec.num_gpus * (1 - spec.memory_reserve_fraction))
     weights = held_param_bytes(spec)
     if weights >= usable:
-        raise ValueError(
+        raise UserError(
             f"{spec.model} weights ({weights / 2**30:.1f} GiB) do not fit in {spec.num_gpus} x {spec.gpu} "
             f"({usable / 2**30:.1f} GiB usable after a {spec.memory_reserve_fraction:.0%} reserve); "
             f"raise tp or pp")
@@ -122,10 +123,10 @@ def kv_budget_bytes(spec: InstanceSpec) -> int:
 
 
 def num_kv_blocks(spec: InstanceSpec) -> int:
-    """GPU KV blocks the instance holds; raises ValueError if not even one fits."""
+    """GPU KV blocks the instance holds; a ``UserError`` if not even one fits."""
     blocks = kv_budget_bytes(spec) // kv_bytes_per_block(spec)
     if blocks < 1:
-        raise ValueError(f"{spec}: no room for a single KV block after loading the weights")
+        raise UserError(f"{spec}: no room for a single KV block after loading the weights")
     return blocks
 
 

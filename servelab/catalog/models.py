@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servelab.core.errors import UnknownNameError
+
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
@@ -183,5 +185,5 @@ def get_model(name: str) -> ModelSpec:
     ("llama-2-7b", "meta-llama/Llama-2-7b-hf", "qwen2.5-14b")."""
     canonical = _BY_KEY.get(_key(name))
     if canonical is None:
-        raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+        raise UnknownNameError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
     return MODELS[canonical]

@@ -1,7 +1,8 @@
 """Cluster configuration: groups of identical instances, a router, the topology between them,
 the context-length rule and the cluster's host KV pool.
 
-Frozen and validated on construction; no I/O. The simulator builds instances from it, and
+Frozen and validated on construction (a bad value is a ``UserError``: API users build these
+by hand); no I/O. The simulator builds instances from it, and
 the real engine cluster reads the same object.
 """
 
@@ -12,6 +13,7 @@ from typing import Any, Mapping
 
 from servelab.cluster.links import TopologyConfig
 from servelab.core.admission import OVERFLOW_MODES
+from servelab.core.errors import UserError
 from servelab.costmodel.links import LinkSpec
 
 _ROLES = ("mixed", "prefill", "decode")
@@ -37,17 +39,17 @@ class InstanceGroup:
 
     def __post_init__(self) -> None:
         if self.count < 1:
-            raise ValueError(f"InstanceGroup.count must be >= 1, got {self.count}")
+            raise UserError(f"InstanceGroup.count must be >= 1, got {self.count}")
         if self.role not in _ROLES:
-            raise ValueError(f"InstanceGroup.role must be one of {_ROLES}, got {self.role!r}")
+            raise UserError(f"InstanceGroup.role must be one of {_ROLES}, got {self.role!r}")
         if self.tp < 1 or self.pp < 1:
-            raise ValueError(f"tp and pp must be >= 1, got tp={self.tp} pp={self.pp}")
+            raise UserError(f"tp and pp must be >= 1, got tp={self.tp} pp={self.pp}")
         if self.max_batch_tokens < 1 or self.max_num_seqs < 1 or self.block_size < 1:
-            raise ValueError("max_batch_tokens, max_num_seqs and block_size must be >= 1")
+            raise UserError("max_batch_tokens, max_num_seqs and block_size must be >= 1")
         if not 0 <= self.memory_reserve_fraction < 1:
-            raise ValueError(f"memory_reserve_fraction must be in [0, 1), got {self.memory_reserve_fraction}")
-        if self.host_kv_gb < 0:
-            raise ValueError(f"host_kv_gb must be >= 0, got {self.host_kv_gb}")
+            raise UserError(f"memory_reserve_fraction must be in [0, 1), got {self.memory_reserve_fraction}")
+        if not self.host_kv_gb >= 0:
+            raise UserError(f"host_kv_gb must be >= 0, got {self.host_kv_gb}")
 
 
 def default_link() -> LinkSpec:
@@ -73,14 +75,14 @@ class ClusterConfig:
 
     def __post_init__(self) -> None:
         if not self.groups:
-            raise ValueError("a cluster needs at least one instance group")
+            raise UserError("a cluster needs at least one instance group")
         object.__setattr__(self, "groups", tuple(self.groups))
         if self.max_model_len is not None and self.max_model_len < 2:
-            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+            raise UserError(f"max_model_len must be >= 2, got {self.max_model_len}")
         if self.on_overflow not in OVERFLOW_MODES:
-            raise ValueError(f"on_overflow must be one of {OVERFLOW_MODES}, got {self.on_overflow!r}")
+            raise UserError(f"on_overflow must be one of {OVERFLOW_MODES}, got {self.on_overflow!r}")
         if not self.kv_pool_gb >= 0:
-            raise ValueError(f"kv_pool_gb must be >= 0, got {self.kv_pool_gb}")
+            raise UserError(f"kv_pool_gb must be >= 0, got {self.kv_pool_gb}")
 
     @property
     def num_instances(self) -> int:

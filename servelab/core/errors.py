@@ -18,6 +18,16 @@ class UserError(ValueError):
     """Bad user input; the message names the input (file:line, option, parameter or spec)."""
 
 
+class UnknownNameError(UserError, KeyError):
+    """A name looked up in a catalog (a GPU, a model) that is not there.
+
+    Also a ``KeyError``, as a dictionary lookup's miss is, so ``except KeyError`` callers keep
+    working; its text is the plain message, not ``KeyError``'s quoted repr.
+    """
+
+    __str__ = Exception.__str__
+
+
 def shown(value: object, width: int = 40) -> str:
     """``repr(value)`` cut to ``width`` characters, so one bad cell cannot flood an error line."""
     text = repr(value)
