@@ -7,18 +7,20 @@ Arguments are checked before any simulation runs; a bad one is a ``UserError`` n
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from servelab.cluster.config import ClusterConfig, default_link
 from servelab.cluster.presets import cluster_for
-from servelab.core.errors import UserError
-from servelab.core.limits import MAX_INSTANCES, MAX_PARAM_INT
+from servelab.core.admission import OVERFLOW_MODES
+from servelab.core.errors import UnknownNameError, UserError
+from servelab.core.limits import MAX_INSTANCES, MAX_PARAM_INT, MAX_SWAP_SPACE_GB
 from servelab.core.request import SLO, RequestSpec
 from servelab.costmodel.links import LinkSpec
 from servelab.metrics import RequestTable, RunSummary, capacity_search, summarize
 from servelab.metrics.capacity import CapacityResult
+from servelab.metrics.report import top_reasons
 from servelab.paths import default_data_dir
 from servelab.simulator import SimResult, simulate
 
@@ -37,6 +39,9 @@ class HardwareChoice:
     max_num_seqs: int = 256
     max_batch_tokens: int = 8192
     link: LinkSpec = field(default_factory=default_link)
+    swap_space_gb: float = 0.0  # host KV per instance for swap preemption (vLLM's --swap-space); 0: none
+    max_model_len: int | None = None  # context limit at admission; None: the model's context
+    on_overflow: str = "reject"  # a request over the context: "reject" (vLLM) or "truncate" its prompt
 
     def __post_init__(self) -> None:
         """Check the choice as the user wrote it, so a typo fails before any work and names
@@ -46,19 +51,29 @@ class HardwareChoice:
         for name in ("tp", "pp", "max_num_seqs", "max_batch_tokens"):
             if not 1 <= getattr(self, name) <= MAX_PARAM_INT:
                 raise UserError(f"{name} must be in [1, {MAX_PARAM_INT:,}], got {getattr(self, name)}")
+        if not 0 <= self.swap_space_gb <= MAX_SWAP_SPACE_GB:
+            raise UserError(f"swap_space_gb must be in [0, {MAX_SWAP_SPACE_GB:g}] GiB, got {self.swap_space_gb}")
+        if self.on_overflow not in OVERFLOW_MODES:
+            raise UserError(f"on_overflow must be one of {', '.join(OVERFLOW_MODES)}, got {self.on_overflow!r}")
         from servelab.catalog.instance import InstanceSpec, num_kv_blocks
+        from servelab.catalog.models import get_model
 
         try:
             num_kv_blocks(InstanceSpec(self.gpu, self.model, tp=self.tp, pp=self.pp))
-        except KeyError as err:  # the catalog's unknown-name lookups
-            raise UserError(str(err.args[0])) from None
-        except ValueError as err:
+        except UnknownNameError:
+            raise
+        except UserError as err:
             raise UserError(f"{self.model} on {self.gpu} (tp={self.tp}, pp={self.pp}): {err}") from None
+        context = get_model(self.model).max_context
+        if self.max_model_len is not None and not 2 <= self.max_model_len <= context:
+            raise UserError(f"max_model_len must be in [2, {context:,}] (the context of {self.model}), "
+                            f"got {self.max_model_len}")
 
     def cluster(self, policy_spec: str) -> ClusterConfig:
-        return cluster_for(policy_spec, num_instances=self.num_instances, link=self.link, gpu=self.gpu,
-                           model=self.model, tp=self.tp, pp=self.pp, max_num_seqs=self.max_num_seqs,
-                           max_batch_tokens=self.max_batch_tokens)
+        cluster = cluster_for(policy_spec, num_instances=self.num_instances, link=self.link, gpu=self.gpu,
+                              model=self.model, tp=self.tp, pp=self.pp, max_num_seqs=self.max_num_seqs,
+                              max_batch_tokens=self.max_batch_tokens, host_kv_gb=self.swap_space_gb)
+        return replace(cluster, max_model_len=self.max_model_len, on_overflow=self.on_overflow)
 
 
 @dataclass
@@ -153,7 +168,9 @@ def sweep(workload: Sequence[RequestSpec], policies: Sequence[str], rates: Seque
             row = {"policy": policy, "rate": rate, "ttft_p50_s": s.ttft.p50, "ttft_p99_s": s.ttft.p99,
                    "tpot_p50_s": s.tpot.p50, "tpot_p99_s": s.tpot.p99, "throughput_tok_s": s.output_tokens_per_s,
                    "goodput_req_s": s.goodput_requests_per_s, "slo_attainment": s.slo_attainment,
-                   "completed": s.num_completed, "rejected": s.num_rejected, "wall_s": out.wall_s}
+                   "arrived": s.num_arrived, "completed": s.num_completed, "rejected": s.num_rejected,
+                   "rejected_context": s.num_rejected_context, "aborted": s.num_aborted,
+                   "top_abort_reason": next(iter(top_reasons(s, "aborted", k=1, width=120)), ("", 0))[0], "wall_s": out.wall_s}
             rows.append(row)
             if on_point is not None:
                 on_point(row)

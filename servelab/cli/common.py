@@ -4,6 +4,11 @@ Errors: a ``UserError`` (or a ``typer.BadParameter``) ends the command with one 
 stderr, ``error: <message naming the input>``, and exit status 2. Every other exception is
 a bug in servelab and keeps its traceback: the rules about what input is valid live where
 the input is read (spec parsers, Configs, loaders), not here.
+
+Exit status ``EXIT_ABORTED`` (3): the run finished and its results were written, but some
+request was aborted (stranded, lost with a failed instance, ...); ``exit_if_aborted`` says
+so in one stderr line. Rejections are policy decisions (and are counted in the summary),
+so they do not change the exit status.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from servelab.core.errors import UserError
 from servelab.core.request import SLO
 
 NO_SLO = ("", "none")
+EXIT_ABORTED = 3
 
 
 def parse_slo(text: str | None, option: str = "--slo") -> SLO | None:
@@ -79,6 +85,24 @@ def user_errors() -> Iterator[None]:
         _fail(exc.format_message())
     except UserError as exc:
         _fail(str(exc))
+
+
+def abort_record(label: str, summary: Any) -> tuple[str, int, int, str]:
+    """(label, aborted, arrived, top abort reason) of one run's RunSummary."""
+    from servelab.metrics.report import top_reasons
+
+    reasons = top_reasons(summary, "aborted", k=1, width=120)
+    return label, summary.num_aborted, summary.num_arrived, reasons[0][0] if reasons else ""
+
+
+def exit_if_aborted(runs: list[tuple[str, int, int, str]]) -> None:
+    """Exit with ``EXIT_ABORTED`` after one stderr line when any run (label, aborted, arrived,
+    top reason) aborted a request."""
+    hit = [f"{label}: {aborted} of {arrived} ({reason})" for label, aborted, arrived, reason in runs if aborted]
+    if hit:
+        typer.secho(f"aborted requests (exit status {EXIT_ABORTED}): {', '.join(hit)}", fg=typer.colors.RED,
+                    err=True)
+        raise typer.Exit(EXIT_ABORTED)
 
 
 def _fail(message: str) -> None:

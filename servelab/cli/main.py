@@ -7,20 +7,37 @@ from typing import Optional
 
 import typer
 
-from servelab.cli.common import (check_out_dir, emit_json, parse_floats, parse_slo, progress_bar, user_errors,
-                                 write_json, write_timeseries)
+from servelab.cli.common import (abort_record, check_out_dir, emit_json, exit_if_aborted, parse_floats,
+                                 parse_slo, progress_bar, user_errors, write_json, write_timeseries)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="servelab: LLM-serving policies in a calibrated simulator and a real engine.")
 
 WORKLOAD_HELP = "Workload spec, e.g. azure-conv, 'azure-conv:rate=2,window=0-600', 'poisson:rate=5,n=1000,prompt=uniform(32,512),output=exp(200)'."
 POLICY_HELP = "Policy name with optional params: vllm, sarathi:token_budget=512, static:batch_size=8, distserve, sjf, ljf, priority, multibin, bucketserve."
+SWAP_HELP = "Host (CPU) memory per instance for swapped-out KV, in GiB (vLLM's --swap-space); needed by preemption=swap."
+MAX_MODEL_LEN_HELP = "Context limit applied at admission: prompt + max tokens (default: the model's context)."
+OVERFLOW_HELP = "A request over the context: reject it (vLLM) or truncate its prompt, keeping head and tail (LongBench)."
 
 
-def _hardware(instances: int, gpu: str, model: str, tp: int, pp: int, max_num_seqs: int):
+def _swap_option():
+    return typer.Option(0.0, "--swap-space", help=SWAP_HELP)
+
+
+def _max_model_len_option():
+    return typer.Option(None, "--max-model-len", help=MAX_MODEL_LEN_HELP)
+
+
+def _overflow_option():
+    return typer.Option("reject", "--on-overflow", help=OVERFLOW_HELP)
+
+
+def _hardware(instances: int, gpu: str, model: str, tp: int, pp: int, max_num_seqs: int, swap_space: float = 0.0,
+              max_model_len: Optional[int] = None, on_overflow: str = "reject"):
     from servelab.api import HardwareChoice
 
-    return HardwareChoice(num_instances=instances, gpu=gpu, model=model, tp=tp, pp=pp, max_num_seqs=max_num_seqs)
+    return HardwareChoice(num_instances=instances, gpu=gpu, model=model, tp=tp, pp=pp, max_num_seqs=max_num_seqs,
+                          swap_space_gb=swap_space, max_model_len=max_model_len, on_overflow=on_overflow)
 
 
 def _cost_model(path: Optional[Path]):
@@ -41,6 +58,9 @@ def simulate(
     tp: int = typer.Option(1),
     pp: int = typer.Option(1),
     max_num_seqs: int = typer.Option(256),
+    swap_space: float = _swap_option(),
+    max_model_len: Optional[int] = _max_model_len_option(),
+    on_overflow: str = _overflow_option(),
     slo: Optional[str] = typer.Option("ttft:2,tpot:0.1", help="SLO for attainment/goodput: ttft:S,tpot:S,tbt:S "
                                                               "('none' for no SLO)."),
     cost_model: Optional[Path] = typer.Option(None, help="A calibrated cost model JSON (servelab calibrate)."),
@@ -49,14 +69,18 @@ def simulate(
     out: Path = typer.Option(Path("results/simulate"), help="Output folder for summary.json."),
     json_out: bool = typer.Option(False, "--json", help="Print machine-readable results."),
 ) -> None:
-    """Simulate one policy on one workload and print its summary."""
+    """Simulate one policy on one workload and print its summary.
+
+    Exit status: 0 when every request completed or was rejected (rejections are counted in
+    the summary), 3 when the run finished but some request was aborted, 2 for bad input.
+    """
     from servelab import api
     from servelab.metrics.report import render_rich
 
     with user_errors():
         check_out_dir(out)
         target = parse_slo(slo)
-        hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs)
+        hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs, swap_space, max_model_len, on_overflow)
         costs = _cost_model(cost_model)
         api.check_policy(policy, hw)
         wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
@@ -67,12 +91,14 @@ def simulate(
     write_timeseries(out / "timeseries.csv", res.result.collector)
     if json_out:
         emit_json(payload)
-        return
-    from rich.console import Console
+    else:
+        from rich.console import Console
 
-    Console().print(render_rich({policy: res.summary}, title=f"{workload} on {instances} x {gpu} / {model} (simulated)"))
-    typer.echo(f"simulated {res.result.num_output_tokens:,} output tokens in {res.cpu_s:.2f} CPU-s "
-               f"({res.simulated_tokens_per_cpu_s:,.0f} tokens/CPU-s); results in {out}/summary.json")
+        Console().print(render_rich({policy: res.summary},
+                                    title=f"{workload} on {instances} x {gpu} / {model} (simulated)"))
+        typer.echo(f"simulated {res.result.num_output_tokens:,} output tokens in {res.cpu_s:.2f} CPU-s "
+                   f"({res.simulated_tokens_per_cpu_s:,.0f} tokens/CPU-s); results in {out}/summary.json")
+    exit_if_aborted([abort_record(policy, res.summary)])
 
 
 @app.command()
@@ -86,13 +112,20 @@ def sweep(
     tp: int = typer.Option(1),
     pp: int = typer.Option(1),
     max_num_seqs: int = typer.Option(256),
+    swap_space: float = _swap_option(),
+    max_model_len: Optional[int] = _max_model_len_option(),
+    on_overflow: str = _overflow_option(),
     slo: Optional[str] = typer.Option("ttft:2,tpot:0.1", help="ttft:S,tpot:S,tbt:S ('none' for no SLO)."),
     seed: int = typer.Option(0),
     data_dir: Path = typer.Option(None),
     out: Path = typer.Option(Path("results/sweep")),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Policies x rates -> a table, sweep.json and plots of attainment / latency / throughput."""
+    """Policies x rates -> a table, sweep.json and plots of attainment / latency / throughput.
+
+    Exit status: 0 when every request of every run completed or was rejected, 3 when some run
+    aborted a request (sweep.json and the plots are written first), 2 for bad input.
+    """
     from servelab import api
     from servelab.metrics.report import plot_sweep
 
@@ -101,13 +134,14 @@ def sweep(
         names = [p.strip().replace(";", ",") for p in policies.split(",") if p.strip()]
         rate_values = parse_floats(rates, "--rates")
         target = parse_slo(slo)
-        hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs)
+        hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs, swap_space, max_model_len, on_overflow)
         wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
         rows = api.sweep(wl, names, rate_values, hw, slo=target,
                          on_point=None if json_out else lambda r: typer.echo(
                              f"  {r['policy']:<24} rate {r['rate']:>7.2f}  attainment {r['slo_attainment']:.3f}  "
                              f"ttft p99 {r['ttft_p99_s']:.3f}s  tpot p50 {r['tpot_p50_s']:.4f}s  "
-                             f"throughput {r['throughput_tok_s']:.0f} tok/s"))
+                             f"throughput {r['throughput_tok_s']:.0f} tok/s  rejected {r['rejected']}  "
+                             f"aborted {r['aborted']}"))
     write_json(out / "sweep.json", rows)
     caption = f"simulated: {workload}, {instances} x {gpu}, {model}, roofline cost model"
     for y in ("slo_attainment", "ttft_p99_s", "tpot_p50_s", "throughput_tok_s"):
@@ -116,6 +150,8 @@ def sweep(
         emit_json(rows)
     else:
         typer.echo(f"wrote {out}/sweep.json and plots")
+    exit_if_aborted([(f"{r['policy']} at rate {r['rate']:g}", r["aborted"], r["arrived"], r["top_abort_reason"])
+                     for r in rows])
 
 
 @app.command()
@@ -129,6 +165,9 @@ def capacity(
     gpu: str = typer.Option("A100-80GB"),
     model: str = typer.Option("Llama-2-7B"),
     tp: int = typer.Option(1), pp: int = typer.Option(1),
+    swap_space: float = _swap_option(),
+    max_model_len: Optional[int] = _max_model_len_option(),
+    on_overflow: str = _overflow_option(),
     seed: int = typer.Option(0),
     data_dir: Path = typer.Option(None),
     json_out: bool = typer.Option(False, "--json"),
@@ -138,7 +177,7 @@ def capacity(
 
     with user_errors():
         target_slo = parse_slo(slo)
-        hw = _hardware(instances, gpu, model, tp, pp, 256)
+        hw = _hardware(instances, gpu, model, tp, pp, 256, swap_space, max_model_len, on_overflow)
         wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
         res = api.capacity(wl, policy, target_slo, hw,
                            target_attainment=target, lo=lo, hi=hi,

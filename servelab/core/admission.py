@@ -17,6 +17,12 @@ from dataclasses import dataclass, replace
 from servelab.core.request import RequestSpec
 
 OVERFLOW_MODES = ("reject", "truncate")
+OVERFLOW_WORDS = "exceeds max_model_len"  # in every context rejection's reason, so summaries can count them
+
+
+def is_overflow_reason(reason: str | None) -> bool:
+    """Whether a rejection's reason is this rule's (the request exceeded the context)."""
+    return reason is not None and OVERFLOW_WORDS in reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +42,7 @@ def admit(spec: RequestSpec, max_output_tokens: int, config: AdmissionConfig) ->
     limit = config.max_model_len
     if limit is None or spec.num_prompt_tokens + max_output_tokens <= limit:
         return spec, None
-    why = (f"prompt {spec.num_prompt_tokens} + max_tokens {max_output_tokens} exceeds max_model_len {limit}")
+    why = (f"prompt {spec.num_prompt_tokens} + max_tokens {max_output_tokens} {OVERFLOW_WORDS} {limit}")
     if config.on_overflow == "reject":
         return None, why
     keep = limit - max_output_tokens

@@ -32,3 +32,7 @@ MAX_CV = 100.0
 # Integer policy parameters (batch sizes, budgets, bin counts): a C int, so no policy meets
 # an overflow when it hands the value to numpy.
 MAX_PARAM_INT = 2**31 - 1
+
+# Host (CPU) memory for swapped-out KV per instance, in GiB (vLLM's swap_space). 1 TiB is
+# more than a serving host has; the block free lists grow with it.
+MAX_SWAP_SPACE_GB = 1024.0

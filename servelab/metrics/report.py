@@ -1,7 +1,9 @@
 """Reporting: run summaries as a rich table or markdown, and sweep curves as a PNG.
 
 Rendering only reads ``RunSummary`` objects; nothing here computes a metric. Several
-summaries render side by side, one column each (one per policy, say). matplotlib is
+summaries render side by side, one column each (one per policy, say). How requests ended
+comes first and is repeated in a one-line ``headline`` under the table, with the most common
+reasons: a run that rejected or aborted requests must not read like one that served them all. matplotlib is
 imported inside ``plot_sweep`` with the Agg backend, so importing this module never pulls
 in a plotting backend. A sweep figure must say where its numbers come from (simulated
 with which cost model, GPU and model, or measured), hence the required ``caption``.
@@ -10,6 +12,7 @@ with which cost model, GPU and model, or measured), hence the required ``caption
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -35,12 +38,47 @@ def _mean_of(values: list[float | None]) -> float:
     return sum(kept) / len(kept) if kept else math.nan
 
 
+def top_reasons(s: RunSummary, status: str, k: int = 2, width: int = 60) -> list[tuple[str, int]]:
+    """The ``k`` most common end reasons of ``status`` requests, numbers folded into ``N`` so
+    that "prompt 5000 + max_tokens 10 exceeds ..." rejections count as one reason."""
+    counts: dict[str, int] = {}
+    for st, reason, n in s.end_reasons:
+        if st == status:
+            key = re.sub(r"\d+(\.\d+)?", "N", reason or "(no reason)")
+            key = key if len(key) <= width else key[: width - 3] + "..."
+            counts[key] = counts.get(key, 0) + n
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+
+
+def _reasons(s: RunSummary, status: str) -> str:
+    return "; ".join(f"{n} x {reason}" for reason, n in top_reasons(s, status)) or "-"
+
+
+def _rejected(s: RunSummary) -> str:
+    return f"{s.num_rejected} ({s.num_rejected_context} over the context)" if s.num_rejected_context else str(
+        s.num_rejected)
+
+
+def headline(label: str, s: RunSummary) -> str:
+    """One line: how the arrived requests ended, with the top rejection and abort reasons."""
+    rejected = f"{s.num_rejected} rejected" + (f" ({s.num_rejected_context} over the context)"
+                                               if s.num_rejected_context else "")
+    aborted = f"{s.num_aborted} ABORTED" if s.num_aborted else "0 aborted"
+    line = f"{label}: {s.num_arrived} arrived, {s.num_completed} completed, {rejected}, {aborted}"
+    for status, word, count in (("rejected", "rejection", s.num_rejected), ("aborted", "abort", s.num_aborted)):
+        if count:
+            line += f"; top {word} reasons: {_reasons(s, status)}"
+    return line
+
+
 # (label, formatter): one table row each.
 _ROWS: tuple[tuple[str, Callable[[RunSummary], str]], ...] = (
     ("arrived", lambda s: str(s.num_arrived)),
     ("completed", lambda s: str(s.num_completed)),
-    ("rejected", lambda s: str(s.num_rejected)),
+    ("rejected", _rejected),
     ("aborted", lambda s: str(s.num_aborted)),
+    ("top rejection reasons", lambda s: _reasons(s, "rejected")),
+    ("top abort reasons", lambda s: _reasons(s, "aborted")),
     ("SLO attainment", lambda s: _pct(s.slo_attainment)),
     ("goodput (req/s)", lambda s: _num(s.goodput_requests_per_s)),
     ("goodput (tok/s)", lambda s: _num(s.goodput_tokens_per_s, 1)),
@@ -85,12 +123,17 @@ def render_rich(summaries: Summaries, *, title: str | None = None):
     from rich.table import Table
 
     header, rows = summary_rows(summaries)
-    table = Table(title=title)
+    by_label = _as_mapping(summaries)
+    caption = "\n".join(headline(label, s) for label, s in by_label.items())
+    aborted = any(s.num_aborted for s in by_label.values())
+    table = Table(title=title, caption=caption, caption_style="bold red" if aborted else "bold",
+                  caption_justify="left")
     table.add_column(header[0], style="bold")
     for label in header[1:]:
         table.add_column(label, justify="right")
     for row in rows:
-        table.add_row(*row)
+        style = "bold red" if row[0] == "aborted" and aborted else None
+        table.add_row(*row, style=style)
     return table
 
 
@@ -98,6 +141,7 @@ def render_markdown(summaries: Summaries) -> str:
     header, rows = summary_rows(summaries)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" + "---:|" * (len(header) - 1)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
+    lines += [""] + [f"- {headline(label, s)}" for label, s in _as_mapping(summaries).items()]
     return "\n".join(lines) + "\n"
 
 

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from servelab.core.admission import is_overflow_reason
 from servelab.core.request import SLO
 from servelab.metrics.collector import MetricsCollector, time_weighted_mean
 from servelab.metrics.request_metrics import ABORTED, FINISHED, REJECTED, STATUS_NAMES, UNFINISHED, RequestTable
@@ -69,6 +70,7 @@ class RunSummary:
     num_completed: int
     num_rejected: int
     num_aborted: int
+    num_rejected_context: int  # of num_rejected: over the context at admission (prompt + max_tokens > max_model_len)
     end_reasons: tuple[tuple[str, str, int], ...]  # (status, reason, count), most common first
     ttft: LatencyStats
     tpot: LatencyStats
@@ -130,6 +132,7 @@ def summarize(table: RequestTable, collector: MetricsCollector, *, duration_s: f
         num_completed=int(finished.sum()),
         num_rejected=int((table.status == REJECTED).sum()),
         num_aborted=int((table.status == ABORTED).sum()),
+        num_rejected_context=_num_over_context(table),
         end_reasons=_end_reasons(table),
         ttft=LatencyStats.of(table.ttft_s[finished]),
         tpot=LatencyStats.of(table.tpot_s[finished]),
@@ -189,6 +192,11 @@ def _end_reasons(table: RequestTable) -> tuple[tuple[str, str, int], ...]:
     counts = Counter(zip((STATUS_NAMES[s] for s in table.status.tolist()),
                          (r if r is not None else "" for r in table.finish_reason)))
     return tuple((status, reason, n) for (status, reason), n in counts.most_common())
+
+
+def _num_over_context(table: RequestTable) -> int:
+    rejected = (table.status == REJECTED).tolist()
+    return sum(1 for r, why in zip(rejected, table.finish_reason) if r and is_overflow_reason(why))
 
 
 def _padding_waste(collector: MetricsCollector) -> float:

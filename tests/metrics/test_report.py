@@ -65,3 +65,25 @@ def test_import_pulls_no_plotting():
     code = ("import sys, servelab.metrics, servelab.metrics.report; "
             "assert not any(m.startswith('matplotlib') for m in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_headline_counts_endings_with_folded_top_reasons():
+    from servelab.core.request import RequestStatus
+    from servelab.metrics.report import headline, top_reasons
+
+    reqs = [build_request(0, 0.0, [0.1]),
+            build_request(1, 0.0, [], status=RequestStatus.REJECTED,
+                          reason="prompt 5000 + max_tokens 8 exceeds max_model_len 4096"),
+            build_request(2, 0.0, [], status=RequestStatus.REJECTED,
+                          reason="prompt 4100 + max_tokens 9 exceeds max_model_len 4096"),
+            build_request(3, 0.0, [], status=RequestStatus.ABORTED, reason="client went away")]
+    c = MetricsCollector()
+    for r in reqs:
+        c.on_request_end(r)
+    s = summarize(RequestTable.from_requests(reqs), c)
+    assert top_reasons(s, "rejected") == [("prompt N + max_tokens N exceeds max_model_len N", 2)]
+    assert headline("vllm", s) == ("vllm: 4 arrived, 1 completed, 2 rejected (2 over the context), 1 ABORTED; "
+                                   "top rejection reasons: 2 x prompt N + max_tokens N exceeds max_model_len N; "
+                                   "top abort reasons: 1 x client went away")
+    md = render_markdown({"vllm": s})
+    assert "| rejected | 2 (2 over the context) |" in md and md.rstrip().endswith(headline("vllm", s))
