@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from servelab.cli.common import check_out_dir, check_out_file, emit_json, user_errors
+from servelab.cli.common import abort_record, check_out_dir, check_out_file, emit_json, exit_if_aborted, user_errors
 from servelab.core.errors import UserError
 from servelab.core.limits import MAX_TOKENS
 
@@ -95,12 +95,22 @@ def generate(
     kv_budget_mb: float = typer.Option(256.0, help="KV cache memory in MiB."),
     block_size: int = typer.Option(16), max_batch_tokens: int = typer.Option(2048),
     max_num_seqs: int = typer.Option(64),
+    swap_space: float = typer.Option(0.0, "--swap-space", help="Host KV memory per instance in GiB (vLLM's "
+                                                                 "--swap-space); needed by preemption=swap."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Prompt + max tokens limit at "
+                                                "admission (default: the model's max positions)."),
+    on_overflow: str = typer.Option("reject", "--on-overflow", help="A request over the context: reject, or "
+                                    "truncate its prompt (head and tail kept)."),
     dtype: Optional[str] = typer.Option(None, help="float32 | bfloat16 (default: the checkpoint's)."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
     data_dir: Optional[Path] = typer.Option(None),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Serve prompts on the real engine under one policy; print outputs and the run summary (measured)."""
+    """Serve prompts on the real engine under one policy; print outputs and the run summary (measured).
+
+    Exit status: 0 when every request completed or was rejected, 3 when some request was
+    aborted (the outputs and summary are printed first), 2 for bad input.
+    """
     with user_errors():
         from servelab.engine.loader import load_checkpoint
 
@@ -108,22 +118,28 @@ def generate(
         loaded = load_checkpoint(model, dtype=dtype)
         specs = build_specs(loaded.tokenizer, prompts, workload, data_dir, seed, max_tokens)
         params = _sampling(specs, temperature, top_p, top_k, seed, stop or (), ignore_eos)
-        result = _serve(loaded, policy, specs, params, kv_budget_mb, block_size, max_batch_tokens, max_num_seqs, seed)
+        config = _engine_config(loaded, kv_budget_mb, block_size, max_batch_tokens, max_num_seqs, seed, swap_space,
+                                max_model_len, on_overflow)
+        from servelab.engine.serve_loop import EngineInstance
+
+        result = EngineInstance(loaded, policy, config).run(specs, params)
     outputs = [{"request_id": r.request_id, "status": r.status.value, "finish_reason": r.finish_reason,
                 "num_prompt_tokens": r.num_prompt_tokens, "num_output_tokens": r.num_generated_tokens,
                 "text": result.texts.get(r.request_id, "")} for r in sorted(result.requests, key=lambda r: r.request_id)]
     if json_out:
         emit_json({"policy": policy, "model": str(model), "wall_s": result.wall_s, "outputs": outputs,
                    "summary": result.summary.to_dict()})
-        return
-    for o in outputs:
-        typer.echo(f"[{o['request_id']}] ({o['status']}: {o['finish_reason']}, {o['num_output_tokens']} tokens) "
-                   f"{o['text']!r}")
-    from rich.console import Console
+    else:
+        for o in outputs:
+            typer.echo(f"[{o['request_id']}] ({o['status']}: {o['finish_reason']}, {o['num_output_tokens']} tokens) "
+                       f"{o['text']!r}")
+        from rich.console import Console
 
-    from servelab.metrics.report import render_rich
+        from servelab.metrics.report import render_rich
 
-    Console().print(render_rich({policy: result.summary}, title=f"{model.name} on this machine (measured, engine)"))
+        Console().print(render_rich({policy: result.summary},
+                                    title=f"{model.name} on this machine (measured, engine)"))
+    exit_if_aborted([abort_record(policy, result.summary)])
 
 
 def _set_threads(threads: Optional[int]) -> None:
@@ -136,31 +152,25 @@ def _set_threads(threads: Optional[int]) -> None:
 
 
 def _sampling(specs, temperature, top_p, top_k, seed, stop, ignore_eos) -> dict:
-    """Sampling parameters per request; SamplingParams checks the values, and a failed check
-    is the user's --temperature / --top-p / --top-k / --stop."""
+    """Sampling parameters per request (SamplingParams checks the values)."""
     from servelab.engine.sampling import SamplingParams
 
-    try:
-        return {s.request_id: SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p,
-                                             seed=seed + s.request_id, max_tokens=s.num_output_tokens,
-                                             stop=tuple(stop), ignore_eos=ignore_eos)
-                for s in specs}
-    except ValueError as e:
-        raise UserError(f"sampling options: {e}") from None
+    return {s.request_id: SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed + s.request_id,
+                                         max_tokens=s.num_output_tokens, stop=tuple(stop), ignore_eos=ignore_eos)
+            for s in specs}
 
 
-def _serve(loaded, policy, specs, params, kv_budget_mb, block_size, max_batch_tokens, max_num_seqs, seed):
-    """EngineConfig checks the sizes; a failed check is the user's engine options."""
-    from servelab.engine.serve_loop import EngineConfig, EngineInstance
+def _engine_config(loaded, kv_budget_mb, block_size, max_batch_tokens, max_num_seqs, seed, swap_space, max_model_len,
+                   on_overflow):
+    """EngineConfig checks the sizes; swap space in GiB becomes host blocks of this checkpoint."""
+    from servelab.engine.cluster import EngineConfig, host_blocks_for
 
     if not 0 < kv_budget_mb <= MAX_KV_BUDGET_MB:
         raise UserError(f"--kv-budget-mb must be in (0, {MAX_KV_BUDGET_MB:,}], got {kv_budget_mb}")
-    try:
-        config = EngineConfig(kv_budget_bytes=int(kv_budget_mb * 2**20), block_size=block_size,
-                              max_batch_tokens=max_batch_tokens, max_num_seqs=max_num_seqs, seed=seed)
-    except ValueError as e:
-        raise UserError(f"engine options (--block-size, --max-batch-tokens, --max-num-seqs): {e}") from None
-    return EngineInstance(loaded, policy, config).run(specs, params)
+    config = EngineConfig(kv_budget_bytes=int(kv_budget_mb * 2**20), block_size=block_size,
+                          max_batch_tokens=max_batch_tokens, max_num_seqs=max_num_seqs, seed=seed,
+                          max_model_len=max_model_len, on_overflow=on_overflow)
+    return replace(config, num_host_blocks=host_blocks_for(loaded, swap_space, block_size))
 
 
 def make_tiny_model_cmd(

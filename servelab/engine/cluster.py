@@ -11,7 +11,8 @@ time), which is exact for one instance and a faithful, slower stand-in for sever
 the Ray backend puts instances in separate processes behind the same driver.
 
 Invariants: every request ends completed, rejected or aborted with a reason; a request whose
-prompt plus ``max_tokens`` exceeds the model's positions is rejected on arrival; after
+prompt plus ``max_tokens`` exceeds ``max_model_len`` (default: the model's positions) is
+rejected on arrival, or its prompt truncated with ``on_overflow="truncate"``; after
 ``run`` every KV block of every instance is free.
 """
 
@@ -24,10 +25,12 @@ from typing import Any
 
 from servelab.cluster.driver import ClusterDriver, WallClock
 from servelab.cluster.kv_pool import ClusterKVPool
-from servelab.core.admission import AdmissionConfig
+from servelab.core.admission import OVERFLOW_MODES, AdmissionConfig
 from servelab.core.driver import InstanceDriver
+from servelab.core.errors import UserError
 from servelab.core.instance import InstanceLimits, InstanceRuntime
 from servelab.core.kv_blocks import KVCacheConfig
+from servelab.core.limits import MAX_SWAP_SPACE_GB
 from servelab.core.policy import POLICIES, ROUTERS
 from servelab.core.registry import parse_name_params
 from servelab.core.request import Request, RequestSpec
@@ -37,6 +40,9 @@ from servelab.metrics import MetricsCollector, RequestTable, RunSummary, summari
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
+    """Engine sizes and the context rule; a bad value is a ``UserError`` naming the field.
+    ``num_host_blocks`` from vLLM's swap space in GiB: ``host_blocks_for(loaded, gib, block_size)``."""
+
     kv_budget_bytes: int = 256 << 20  # per instance
     block_size: int = 16
     max_batch_tokens: int = 2048
@@ -44,14 +50,34 @@ class EngineConfig:
     num_host_blocks: int = 0  # host KV pool for swap preemption, per instance; 0 disables swapping
     watermark: float = 0.01
     seed: int = 0  # sampler seed for requests without their own
+    max_model_len: int | None = None  # prompt + max_tokens limit at admission; None: the model's positions
+    on_overflow: str = "reject"  # or "truncate" the prompt (head and tail kept)
 
     def __post_init__(self) -> None:
         if self.kv_budget_bytes < 1:
-            raise ValueError(f"kv_budget_bytes must be >= 1, got {self.kv_budget_bytes}")
-        if self.block_size < 1 or self.max_batch_tokens < 1 or self.max_num_seqs < 1:
-            raise ValueError("block_size, max_batch_tokens and max_num_seqs must be >= 1")
+            raise UserError(f"engine kv_budget_bytes must be >= 1, got {self.kv_budget_bytes}")
+        for name in ("block_size", "max_batch_tokens", "max_num_seqs"):
+            if getattr(self, name) < 1:
+                raise UserError(f"engine {name} must be >= 1, got {getattr(self, name)}")
         if self.num_host_blocks < 0:
-            raise ValueError(f"num_host_blocks must be >= 0, got {self.num_host_blocks}")
+            raise UserError(f"engine num_host_blocks must be >= 0, got {self.num_host_blocks}")
+        if not 0 <= self.watermark < 1:
+            raise UserError(f"engine watermark must be in [0, 1), got {self.watermark}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise UserError(f"engine max_model_len must be >= 2, got {self.max_model_len}")
+        if self.on_overflow not in OVERFLOW_MODES:
+            raise UserError(f"engine on_overflow must be one of {', '.join(OVERFLOW_MODES)}, got {self.on_overflow!r}")
+
+
+def host_blocks_for(loaded: Any, swap_space_gb: float, block_size: int) -> int:
+    """Host KV blocks that ``swap_space_gb`` GiB hold for this checkpoint (vLLM's swap space)."""
+    from servelab.engine.kv_cache import num_blocks_for_budget
+
+    if not 0 <= swap_space_gb <= MAX_SWAP_SPACE_GB:
+        raise UserError(f"swap space must be in [0, {MAX_SWAP_SPACE_GB:g}] GiB, got {swap_space_gb}")
+    c = loaded.config
+    return num_blocks_for_budget(int(swap_space_gb * 2**30), c.num_layers, block_size, c.num_kv_heads, c.head_dim,
+                                 loaded.model.embed_tokens.weight.dtype)
 
 
 @dataclass
@@ -102,8 +128,11 @@ class EngineCluster:
         num_blocks = num_blocks_for_budget(config.kv_budget_bytes, c.num_layers, config.block_size,
                                            c.num_kv_heads, c.head_dim, self.kv_dtype)
         if num_blocks < 1:
-            raise ValueError(f"a KV budget of {config.kv_budget_bytes} bytes holds no block of {config.block_size} "
+            raise UserError(f"a KV budget of {config.kv_budget_bytes} bytes holds no block of {config.block_size} "
                              f"tokens for this model")
+        if config.max_model_len is not None and config.max_model_len > c.max_position:
+            raise UserError(f"max_model_len {config.max_model_len} exceeds the model's {c.max_position} positions")
+        self.max_model_len = config.max_model_len or c.max_position
         self.kv_config = KVCacheConfig(config.block_size, num_blocks, config.num_host_blocks, config.watermark)
         self.flops_per_token = 2.0 * sum(p.numel() for n, p in self.loaded.model.named_parameters()
                                          if n.startswith("layers.") and p.dim() == 2)
@@ -128,7 +157,7 @@ class EngineCluster:
             try:
                 return params[spec.request_id]
             except KeyError:
-                raise ValueError(f"no SamplingParams for request {spec.request_id}") from None
+                raise UserError(f"no SamplingParams for request {spec.request_id}") from None
 
         for spec in specs:
             params_for(spec)
@@ -172,7 +201,7 @@ class EngineCluster:
         pool = ClusterKVPool(self.kv_pool_bytes) if self.kv_pool_bytes else None
         cluster = ClusterDriver(drivers, ROUTERS.create(self.router_name, dict(self.router_params)),
                                 clock=WallClock(), collector=collector,
-                                admission=AdmissionConfig(c.max_position, "reject"), pool=pool,
+                                admission=AdmissionConfig(self.max_model_len, cfg.on_overflow), pool=pool,
                                 measured_transfers=True, max_output_tokens=lambda s: params_for(s).max_tokens,
                                 on_arrival=on_arrival)
         return cluster, states

@@ -16,9 +16,13 @@ from dataclasses import dataclass
 
 import torch
 
+from servelab.core.errors import UserError
+
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
+    """Per-request sampling (vLLM's names); a bad value is a ``UserError`` naming the field."""
+
     temperature: float = 1.0  # 0 means greedy
     top_k: int = 0  # 0 disables
     top_p: float = 1.0  # 1 disables
@@ -30,15 +34,15 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+            raise UserError(f"sampling temperature must be >= 0, got {self.temperature}")
         if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 disables), got {self.top_k}")
+            raise UserError(f"sampling top_k must be >= 0 (0 disables), got {self.top_k}")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise UserError(f"sampling top_p must be in (0, 1], got {self.top_p}")
         if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+            raise UserError(f"sampling max_tokens must be >= 1, got {self.max_tokens}")
         if any(not s for s in self.stop):
-            raise ValueError("stop strings must be non-empty")
+            raise UserError("sampling stop strings must be non-empty")
         if isinstance(self.stop, str) or isinstance(self.stop_token_ids, int):
             raise TypeError("stop and stop_token_ids must be tuples")
 

@@ -66,9 +66,13 @@ def test_generate_rejects_zero_max_tokens_before_serving(make_checkpoint, tmp_pa
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--temperature", "-1"], "error: sampling options: temperature must be >= 0"),
+    (["--temperature", "-1"], "error: sampling temperature must be >= 0, got -1.0"),
     (["--kv-budget-mb", "nan"], "error: --kv-budget-mb must be in (0, 1,048,576], got nan"),
-    (["--block-size", "0"], "error: engine options (--block-size, --max-batch-tokens, --max-num-seqs)"),
+    (["--block-size", "0"], "error: engine block_size must be >= 1, got 0"),
+    (["--swap-space", "-1"], "error: swap space must be in [0, 1024] GiB, got -1.0"),
+    (["--max-model-len", "100000"], "error: max_model_len 100000 exceeds the model's"),
+    (["--on-overflow", "drop"], "error: engine on_overflow must be one of reject, truncate, got 'drop'"),
+    (["--kv-budget-mb", "0.0001"], "error: a KV budget of 104 bytes holds no block"),
     (["--threads", "0"], "error: --threads must be in [1, 1024], got 0"),
     (["--dtype", "float64"], "error: unsupported dtype 'float64'"),
     (["-p", "sjf:order=ljf"], "error: policy 'sjf': unknown parameter(s) ['order']"),
@@ -87,3 +91,50 @@ def test_undecodable_prompts_file_is_named(make_checkpoint, tmp_path):
     res = CliRunner().invoke(app, ["generate", "--model", str(make_checkpoint()), "--prompts", str(prompts)])
     assert res.exit_code == 2
     assert res.stderr.strip() == f"error: prompts file {prompts}:2: not UTF-8 text (byte 0xff at column 1)"
+
+
+def _generate(checkpoint, *args):
+    res = CliRunner().invoke(app, ["generate", "--model", str(checkpoint), "--threads", "1", "--json", *args])
+    return res, (json.loads(res.stdout) if res.stdout.strip().startswith("{") else None)
+
+
+def test_generate_swap_space_makes_swap_preemption_swap(make_checkpoint):
+    """8 GSM8K prompts of up to 64 new tokens on a 0.1 MiB KV cache (12 blocks) must preempt;
+    with --swap-space they swap (the KV goes to host blocks), without it the spec is an error."""
+    args = ["-w", "gsm8k:n=8", "-p", "vllm:preemption=swap", "--kv-budget-mb", "0.1", "--max-tokens", "64"]
+    res, payload = _generate(make_checkpoint(), *args, "--swap-space", "0.01")
+    assert res.exit_code == 0, res.output
+    assert payload["summary"]["num_preemptions_swap"] > 0 and payload["summary"]["num_aborted"] == 0
+    res, _ = _generate(make_checkpoint(), *args)
+    assert res.exit_code == 2 and "preemption=swap needs a host KV pool" in res.stderr
+
+
+def test_generate_max_model_len_rejects_or_truncates(make_checkpoint, tmp_path):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
+                       "in May. How many clips did Natalia sell altogether in April and May?\nWeng earns\n")
+    base = ["--prompts", str(prompts), "--max-tokens", "8", "--max-model-len", "24"]
+    res, payload = _generate(make_checkpoint(), *base)
+    assert res.exit_code == 0, res.output
+    assert [o["status"] for o in payload["outputs"]] == ["rejected", "finished"]
+    assert payload["summary"]["num_rejected_context"] == 1
+    res, payload = _generate(make_checkpoint(), *base, "--on-overflow", "truncate")
+    assert [(o["status"], o["num_prompt_tokens"]) for o in payload["outputs"]][0] == ("finished", 24 - 8)
+
+
+def test_generate_exits_3_when_a_request_is_aborted(make_checkpoint, tmp_path):
+    from servelab.core.plan import EMPTY_PLAN
+    from servelab.core.policy import POLICIES, SchedulingPolicy
+
+    if "test_engine_never_runs" not in POLICIES.names(include_hidden=True):
+        @POLICIES.register("test_engine_never_runs", hidden=True)
+        class NeverRuns(SchedulingPolicy):
+            def schedule(self, now_s, state):
+                return EMPTY_PLAN
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("Natalia sold clips.\nWeng earns\n")
+    res, payload = _generate(make_checkpoint(), "--prompts", str(prompts), "-p", "test_engine_never_runs")
+    assert res.exit_code == 3, res.output
+    assert payload["summary"]["num_aborted"] == 2
+    assert res.stderr.startswith("aborted requests (exit status 3): test_engine_never_runs: 2 of 2 (")
