@@ -84,6 +84,12 @@ class StaticBatchingPolicy(SchedulingPolicy):
         rejects = [(r.request_id, why) for r in unchecked
                    if not r.status.is_terminal and (why := admission_error(r, state)) is not None]
         if rejects:
+            # the wait clock restarts from the oldest request left: a stale start (a rejected
+            # request's arrival) would ask for a wake-up in the past on an instance with
+            # nothing to run, and the driver would wake it at the same time forever
+            refused = {rid for rid, _ in rejects}
+            self._oldest_waiting_s = min((r.arrival_time_s for r in waiting if r.request_id not in refused),
+                                         default=None)
             return StepPlan(reject=tuple(rejects))
         full = len(waiting) >= self.config.batch_size
         if not full and self._oldest_waiting_s is not None and now_s < self._oldest_waiting_s + self.config.max_wait_s:

@@ -89,6 +89,8 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
             if not b.try_add(req, req.num_pending_tokens, new_request=True):
                 break
             admitted_prefill |= req.num_pending_tokens > 1 or req.is_prefill
+        if not b.ids and waiting and not state.running:
+            self._run_held_kv(state, waiting, b)
         if admitted_prefill:
             return b.build()
         swap = self.config.preemption == "swap"
@@ -97,6 +99,18 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
             return self._swap_in_one(state, b)
         plan = b.build()
         return plan if not plan.is_empty else EMPTY_PLAN
+
+    @staticmethod
+    def _run_held_kv(state: InstanceState, waiting: list[Request], b: PlanBuilder) -> None:
+        """The head of the queue does not fit and nothing runs: if what holds the blocks is
+        waiting here with its KV (requests handed off to this instance, queued behind a
+        preempted one that must recompute), run those; otherwise no step would ever free a
+        block and the queue would be stranded (found by tests/reliability/test_conservation.py:
+        distserve on a tiny KV cache)."""
+        for req in waiting:
+            if state.blocks.is_on_gpu(req.request_id) and not b.try_add(req, req.num_pending_tokens,
+                                                                         new_request=True):
+                break
 
     def _swap_in_one(self, state: InstanceState, b: PlanBuilder) -> StepPlan:
         req = min(state.swapped, key=self._key)
