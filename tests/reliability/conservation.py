@@ -64,17 +64,22 @@ class System:
         return replace(cluster, on_overflow=on_overflow)
 
 
+def shipped(registry) -> list[str]:
+    """The registry's listed names that servelab itself defines (tests register their own)."""
+    return [n for n in registry.names() if registry.get(n).__module__.startswith("servelab.")]
+
+
 def systems() -> list[System]:
     """Every listed policy (presets included) at 1 and 2 instances, every router, every preset
     at 2 instances (the P/D presets need 2)."""
     from servelab.core.policy import POLICIES, ROUTERS
 
-    out = [System(f"{name} x{n}", name, n) for name in POLICIES.names() for n in (1, 2)]
-    for name in ROUTERS.names():
+    out = [System(f"{name} x{n}", name, n) for name in shipped(POLICIES) for n in (1, 2)]
+    for name in shipped(ROUTERS):
         if name in PRESETS:  # a router that shapes its cluster runs in its preset
             continue
         out += [System(f"vllm/{name} x{n}", "vllm", n, router=name) for n in (1, 2)]
-    out += [System(f"{name} x2", name, 2) for name in sorted(PRESETS) if name not in POLICIES.names()]
+    out += [System(f"{name} x2", name, 2) for name in sorted(PRESETS) if name not in shipped(POLICIES)]
     labels = [s.label for s in out]
     assert len(labels) == len(set(labels)), labels
     return out

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from reliability.conservation import (NORMAL, TINY_KV, TINY_KV_TOKENS, Draw, adversarial_cases, canonical_dump, run_cell,
-                                      run_twice, systems)
+from reliability.conservation import (NORMAL, TINY_KV, TINY_KV_TOKENS, Draw, adversarial_cases, canonical_dump,
+                                      run_cell, run_twice, shipped, systems)
 
 from servelab.core.request import RequestSpec
 
@@ -35,11 +35,12 @@ def test_the_matrix_covers_every_policy_router_and_preset():
     from servelab.cluster.presets import PRESETS
     from servelab.core.policy import POLICIES, ROUTERS
 
-    for name in POLICIES.names():
+    for name in shipped(POLICIES):
         assert {s.num_instances for s in SYSTEMS if s.spec == name} == {1, 2}, name
     assert set(PRESETS) <= {s.spec for s in SYSTEMS if s.num_instances == 2}
     clusters = [s.cluster(NORMAL) for s in SYSTEMS]
-    assert set(ROUTERS.names()) <= {c.router for c in clusters}
+    assert set(shipped(ROUTERS)) <= {c.router for c in clusters}
+    assert {"vllm", "static", "sarathi", "multibin"} <= set(shipped(POLICIES))
 
 
 def test_tiny_kv_is_tiny():
