@@ -42,17 +42,21 @@ class HardwareChoice:
     swap_space_gb: float = 0.0  # host KV per instance for swap preemption (vLLM's --swap-space); 0: none
     max_model_len: int | None = None  # context limit at admission; None: the model's context
     on_overflow: str = "reject"  # a request over the context: "reject" (vLLM) or "truncate" its prompt
+    block_size: int = 16  # tokens per KV block (vLLM's --block-size)
+    gpu_memory_utilization: float = 0.9  # share of GPU memory for weights + KV (vLLM's); the rest is reserved
 
     def __post_init__(self) -> None:
         """Check the choice as the user wrote it, so a typo fails before any work and names
         the field: the simulator's per-step work grows with ``num_instances``, not the input."""
         if not 1 <= self.num_instances <= MAX_INSTANCES:
             raise UserError(f"num_instances must be in [1, {MAX_INSTANCES}], got {self.num_instances}")
-        for name in ("tp", "pp", "max_num_seqs", "max_batch_tokens"):
+        for name in ("tp", "pp", "max_num_seqs", "max_batch_tokens", "block_size"):
             if not 1 <= getattr(self, name) <= MAX_PARAM_INT:
                 raise UserError(f"{name} must be in [1, {MAX_PARAM_INT:,}], got {getattr(self, name)}")
         if not 0 <= self.swap_space_gb <= MAX_SWAP_SPACE_GB:
             raise UserError(f"swap_space_gb must be in [0, {MAX_SWAP_SPACE_GB:g}] GiB, got {self.swap_space_gb}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise UserError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.on_overflow not in OVERFLOW_MODES:
             raise UserError(f"on_overflow must be one of {', '.join(OVERFLOW_MODES)}, got {self.on_overflow!r}")
         from servelab.catalog.instance import InstanceSpec, num_kv_blocks
@@ -72,7 +76,9 @@ class HardwareChoice:
     def cluster(self, policy_spec: str) -> ClusterConfig:
         cluster = cluster_for(policy_spec, num_instances=self.num_instances, link=self.link, gpu=self.gpu,
                               model=self.model, tp=self.tp, pp=self.pp, max_num_seqs=self.max_num_seqs,
-                              max_batch_tokens=self.max_batch_tokens, host_kv_gb=self.swap_space_gb)
+                              max_batch_tokens=self.max_batch_tokens, host_kv_gb=self.swap_space_gb,
+                              block_size=self.block_size,
+                              memory_reserve_fraction=round(1.0 - self.gpu_memory_utilization, 12))  # 0.9 -> 0.1 exactly
         return replace(cluster, max_model_len=self.max_model_len, on_overflow=self.on_overflow)
 
 

@@ -136,7 +136,9 @@ def plan_requests(specs, arrivals_s: np.ndarray, *, tokenizer=None, prompt_forma
 def _exact_ids(maker: PromptMaker, length: int, offset: int, text: str | None) -> list[int]:
     """Token ids sent as they are: BOS (when the tokenizer adds one) then corpus ids."""
     prefix = maker.tokenizer.encode("").ids  # the special tokens alone (BOS)
-    body = max(length - len(prefix), 1)
+    body = length - len(prefix)
+    if body <= 0:
+        return list(prefix[:length])
     source = maker.tokenizer.encode(text, add_special_tokens=False).ids if text else []
     if len(source) < body:
         source = source + np.resize(np.roll(maker.corpus, -(offset % maker.corpus.size)), body).tolist()

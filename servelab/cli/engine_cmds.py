@@ -93,8 +93,16 @@ def generate(
     stop: Optional[list[str]] = typer.Option(None, "--stop", help="Stop string (repeatable)."),
     ignore_eos: bool = typer.Option(False, help="Keep generating past EOS (fixed-length benchmarks)."),
     kv_budget_mb: float = typer.Option(256.0, help="KV cache memory in MiB."),
-    block_size: int = typer.Option(16), max_batch_tokens: int = typer.Option(2048),
+    gpu_memory_utilization: Optional[float] = typer.Option(
+        None, help="Fraction of device memory (host RAM on CPU) for weights + KV (vLLM's); replaces --kv-budget-mb."),
+    block_size: int = typer.Option(16),
+    max_batch_tokens: int = typer.Option(2048, "--max-num-batched-tokens", "--max-batch-tokens",
+                                         help="Tokens per step (vLLM's name)."),
     max_num_seqs: int = typer.Option(64),
+    enable_chunked_prefill: bool = typer.Option(False, "--enable-chunked-prefill",
+                                                help="vLLM's chunked prefill: -p vllm becomes sarathi with "
+                                                     "token_budget = --max-num-batched-tokens."),
+    preemption_mode: Optional[str] = typer.Option(None, help="recompute | swap (the policy's preemption=)."),
     swap_space: float = typer.Option(0.0, "--swap-space", help="Host KV memory per instance in GiB (vLLM's "
                                                                  "--swap-space); needed by preemption=swap."),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Prompt + max tokens limit at "
@@ -114,7 +122,13 @@ def generate(
     with user_errors():
         from servelab.engine.loader import load_checkpoint
 
+        from servelab.cli.vocab import engine_kv_budget_mb, policy_with_vllm_flags
+
         _set_threads(threads)
+        policy = policy_with_vllm_flags(policy, enable_chunked_prefill=enable_chunked_prefill,
+                                        preemption_mode=preemption_mode, max_num_batched_tokens=max_batch_tokens)
+        if gpu_memory_utilization is not None:
+            kv_budget_mb = engine_kv_budget_mb(model, gpu_memory_utilization, 1, dtype)
         loaded = load_checkpoint(model, dtype=dtype)
         specs = build_specs(loaded.tokenizer, prompts, workload, data_dir, seed, max_tokens)
         params = _sampling(specs, temperature, top_p, top_k, seed, stop or (), ignore_eos)

@@ -33,11 +33,12 @@ def _overflow_option():
 
 
 def _hardware(instances: int, gpu: str, model: str, tp: int, pp: int, max_num_seqs: int, swap_space: float = 0.0,
-              max_model_len: Optional[int] = None, on_overflow: str = "reject"):
+              max_model_len: Optional[int] = None, on_overflow: str = "reject", **vllm_sizes):
+    """``vllm_sizes``: max_batch_tokens, block_size, gpu_memory_utilization (simulate's vLLM options)."""
     from servelab.api import HardwareChoice
 
     return HardwareChoice(num_instances=instances, gpu=gpu, model=model, tp=tp, pp=pp, max_num_seqs=max_num_seqs,
-                          swap_space_gb=swap_space, max_model_len=max_model_len, on_overflow=on_overflow)
+                          swap_space_gb=swap_space, max_model_len=max_model_len, on_overflow=on_overflow, **vllm_sizes)
 
 
 def _cost_model(path: Optional[Path]):
@@ -58,6 +59,14 @@ def simulate(
     tp: int = typer.Option(1),
     pp: int = typer.Option(1),
     max_num_seqs: int = typer.Option(256),
+    max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens", "--max-batch-tokens",
+                                               help="Tokens per step (vLLM's name)."),
+    block_size: int = typer.Option(16, help="Tokens per KV block."),
+    gpu_memory_utilization: float = typer.Option(0.9, help="Share of GPU memory for weights + KV (vLLM's)."),
+    enable_chunked_prefill: bool = typer.Option(False, "--enable-chunked-prefill",
+                                                help="vLLM's chunked prefill: -p vllm becomes sarathi with "
+                                                     "token_budget = --max-num-batched-tokens."),
+    preemption_mode: Optional[str] = typer.Option(None, help="recompute | swap (the policy's preemption=)."),
     swap_space: float = _swap_option(),
     max_model_len: Optional[int] = _max_model_len_option(),
     on_overflow: str = _overflow_option(),
@@ -80,7 +89,14 @@ def simulate(
     with user_errors():
         check_out_dir(out)
         target = parse_slo(slo)
-        hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs, swap_space, max_model_len, on_overflow)
+        from servelab.cli.vocab import check_utilization, policy_with_vllm_flags
+
+        check_utilization(gpu_memory_utilization)
+        policy = policy_with_vllm_flags(policy, enable_chunked_prefill=enable_chunked_prefill,
+                                        preemption_mode=preemption_mode, max_num_batched_tokens=max_num_batched_tokens)
+        hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs, swap_space, max_model_len, on_overflow,
+                       max_batch_tokens=max_num_batched_tokens, block_size=block_size,
+                       gpu_memory_utilization=gpu_memory_utilization)
         costs = _cost_model(cost_model)
         api.check_policy(policy, hw)
         wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)

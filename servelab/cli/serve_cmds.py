@@ -14,22 +14,8 @@ from typing import Optional
 import typer
 
 from servelab.cli.common import check_out_dir, emit_json, user_errors
+from servelab.cli.vocab import engine_kv_budget_mb, policy_with_vllm_flags
 from servelab.core.errors import UserError
-
-MAX_KV_BUDGET_MB = 2**20
-
-
-def engine_config(kv_budget_mb: float, block_size: int, max_num_batched_tokens: int, max_num_seqs: int, seed: int):
-    from servelab.engine.cluster import EngineConfig
-
-    if not 0 < kv_budget_mb <= MAX_KV_BUDGET_MB:
-        raise UserError(f"--kv-budget-mb must be in (0, {MAX_KV_BUDGET_MB:,}], got {kv_budget_mb}")
-    try:
-        return EngineConfig(kv_budget_bytes=int(kv_budget_mb * 2**20), block_size=block_size,
-                            max_batch_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, seed=seed)
-    except ValueError as e:
-        raise UserError(f"engine options (--block-size, --max-num-batched-tokens, --max-num-seqs): {e}") from None
-
 
 def serve(
     model: Path = typer.Option(..., "--model", help="HF checkpoint folder (e.g. from make-tiny-model)."),
@@ -45,6 +31,16 @@ def serve(
     block_size: int = typer.Option(16),
     max_num_batched_tokens: int = typer.Option(2048, "--max-num-batched-tokens", "--max-batch-tokens"),
     max_num_seqs: int = typer.Option(64),
+    swap_space: float = typer.Option(0.0, "--swap-space", help="Host KV memory per instance in GiB (vLLM's "
+                                                                 "--swap-space); needed by preemption=swap."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Prompt + max tokens limit "
+                                                "(default: the model's max positions); longer requests get a 400."),
+    enable_chunked_prefill: bool = typer.Option(False, "--enable-chunked-prefill",
+                                                help="vLLM's chunked prefill: -p vllm becomes sarathi with "
+                                                     "token_budget = --max-num-batched-tokens."),
+    preemption_mode: Optional[str] = typer.Option(None, help="recompute | swap (the policy's preemption=)."),
+    gpu_memory_utilization: Optional[float] = typer.Option(
+        None, help="Fraction of device memory (host RAM on CPU) for weights + KV; replaces --kv-budget-mb."),
     dtype: Optional[str] = typer.Option(None, help="float32 | bfloat16 (default: the checkpoint's)."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
     chat_template: Optional[Path] = typer.Option(None, help="Jinja chat template file (default: the checkpoint's)."),
@@ -59,17 +55,25 @@ def serve(
         from servelab.server.run import ServerConfig, run_server
 
         _set_threads(threads)
+        policy = policy_with_vllm_flags(policy, enable_chunked_prefill=enable_chunked_prefill,
+                                        preemption_mode=preemption_mode, max_num_batched_tokens=max_num_batched_tokens)
+        if gpu_memory_utilization is not None:
+            kv_budget_mb = engine_kv_budget_mb(model, gpu_memory_utilization, instances, dtype)
         if log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
             raise UserError(f"--log-level must be critical, error, warning, info, debug or trace, got {log_level!r}")
-        config = ServerConfig(model=model, policy=policy, router=router, num_instances=instances,
-                              engine=engine_config(kv_budget_mb, block_size, max_num_batched_tokens, max_num_seqs,
-                                                   seed),
+        from servelab.cli.engine_cmds import _engine_config
+        from servelab.engine.loader import load_checkpoint
+
+        loaded = load_checkpoint(model, dtype=dtype)
+        engine = _engine_config(loaded, kv_budget_mb, block_size, max_num_batched_tokens, max_num_seqs, seed,
+                                swap_space, max_model_len, "reject")
+        config = ServerConfig(model=model, policy=policy, router=router, num_instances=instances, engine=engine,
                               host=host, port=port, api_key=api_key, served_model_name=served_model_name,
                               dtype=dtype, chat_template=chat_template, request_log=request_log,
                               shutdown_timeout_s=shutdown_timeout, log_level=log_level)
         typer.echo(f"serving {config.model_name} on http://{host}:{port} (policy {policy}, {instances} instance(s))",
                    err=True)
-        run_server(config)
+        run_server(config, loaded)
 
 
 def bench(
@@ -121,6 +125,60 @@ def bench(
     typer.echo("wrote " + ", ".join(str(p) for p in paths))
 
 
+def serve_vs_sim(
+    model: Path = typer.Option(..., "--model", help="HF checkpoint folder (the server's and the tokenizer's)."),
+    cost_model: Path = typer.Option(..., "--cost-model", help="servelab calibrate's JSON for this model here."),
+    workload: str = typer.Option("burst:n=40,prompt=uniform(32,256),output=uniform(16,64)", "--workload", "-w",
+                                 help="Lengths and count of the requests (arrival times come from --rates)."),
+    rates: str = typer.Option("0.25,0.5,1", help="Comma-separated request rates (req/s)."),
+    policy: str = typer.Option("vllm", "--policy", "-p"),
+    instances: int = typer.Option(1, "--instances", "-n"),
+    threads: int = typer.Option(1, help="torch threads of the server."),
+    kv_budget_mb: float = typer.Option(256.0), block_size: int = typer.Option(16),
+    max_num_batched_tokens: int = typer.Option(2048), max_num_seqs: int = typer.Option(64),
+    burstiness: float = typer.Option(1.0), seed: int = typer.Option(0),
+    out: Path = typer.Option(Path("results/serve_vs_sim"), help="Folder for per-rate bench files and the JSON."),
+    doc: Optional[Path] = typer.Option(None, help="Also write the markdown report here (e.g. docs/server.md)."),
+    data_dir: Optional[Path] = typer.Option(None),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """The same workload through bench against serve (measured) and the simulator with the calibrated cost model."""
+    import shlex
+    import sys
+
+    with user_errors():
+        from servelab.bench.compare import CompareOptions, run_compare
+        from servelab.bench.compare_report import render
+        from servelab.cli.common import parse_floats
+
+        check_out_dir(out)
+        options = CompareOptions(model=model, cost_model=cost_model, workload=workload,
+                                 rates=tuple(parse_floats(rates, "--rates")), policy=policy, num_instances=instances,
+                                 threads=threads, kv_budget_mb=kv_budget_mb, block_size=block_size,
+                                 max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                                 burstiness=burstiness, seed=seed, data_dir=data_dir, progress=not json_out)
+        payload = run_compare(options, out)
+        command = "servelab " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        text = render(payload, command, _model_note(model))
+        (out / "serve_vs_sim.md").write_text(text)
+        if doc is not None:
+            doc.parent.mkdir(parents=True, exist_ok=True)
+            doc.write_text(text)
+    if json_out:
+        emit_json(payload)
+    else:
+        typer.echo(text)
+
+
+def _model_note(model: Path) -> str:
+    from servelab.engine.loader import load_config
+
+    c = load_config(model)
+    return (f"`{model.name}`, {c.num_params / 1e6:.0f}M parameters ({c.num_layers} layers, hidden {c.hidden_size}, "
+            f"{c.torch_dtype}, random weights), on CPU")
+
+
 def register(app: typer.Typer) -> None:
     app.command("serve")(serve)
     app.command("bench")(bench)
+    app.command("serve-vs-sim")(serve_vs_sim)

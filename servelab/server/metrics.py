@@ -7,11 +7,14 @@ ends, from the engine's own times (``Request.token_times_s`` on the wall clock),
 what the engine did, not what HTTP added. ``time_per_output_token_seconds`` takes every gap
 between two tokens of a request (vLLM v0's meaning); ``request_time_per_output_token_seconds``
 the per-request mean (v1's). Each server has its own registry (several run in one test).
+``servelab:engine_busy_seconds`` (wall time in steps) next to ``process_cpu_seconds_total``
+says what share of a core the steps really got (contention on a shared machine).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, disable_created_metrics,
+                               generate_latest)
 
 from servelab.core.request import Request, RequestStatus
 
@@ -32,6 +35,7 @@ def openai_finish_reason(req: Request) -> str:
 
 class ServerMetrics:
     def __init__(self, model_name: str) -> None:
+        disable_created_metrics()  # no *_created series (process-wide, as vLLM does)
         self.registry = CollectorRegistry()
         labels = ["model_name"]
         r = self.registry
@@ -62,6 +66,9 @@ class ServerMetrics:
                                    labels + ["status"], registry=r)
         self.preemptions = Counter("vllm:num_preemptions", "Preemptions (recompute or swap).", labels,
                                    registry=r).labels(model_name)
+        self.busy = Gauge("servelab:engine_busy_seconds", "Wall time the instances spent in steps (summed).",
+                          labels, registry=r).labels(model_name)
+        ProcessCollector(registry=r)  # process_cpu_seconds_total: with busy_seconds, the CPU share steps got
         self.model_name = model_name
 
     def set_queues(self, num_running: int, num_waiting: int, num_swapped: int, kv_used: int, kv_total: int) -> None:

@@ -80,8 +80,8 @@ def _uvicorn_server(app, config: ServerConfig, service):
     return server
 
 
-def run_server(config: ServerConfig) -> None:
-    app, service = build_server(config)
+def run_server(config: ServerConfig, loaded=None) -> None:
+    app, service = build_server(config, loaded)
     _check_port(config.host, config.port)
     _uvicorn_server(app, config, service).run()
 

@@ -22,6 +22,7 @@ MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 256
 MAX_SEED = 2**63 - 1
 MAX_PRIORITY = 2**31 - 1
+MAX_TEXT_CHARS = 1 << 22  # 4 Mi characters: far past any context, small enough to tokenise at once
 
 Float = Annotated[StrictFloat, Field(allow_inf_nan=False)]
 TokenId = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
@@ -70,9 +71,10 @@ class SamplingFields(_Body):
 
 
 Prompt = Union[
-    Annotated[StrictStr, Field(min_length=1)],
+    Annotated[StrictStr, Field(min_length=1, max_length=MAX_TEXT_CHARS)],
     Annotated[list[TokenId], Field(min_length=1)],
-    Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_length=1, max_length=1)],
+    Annotated[list[Annotated[StrictStr, Field(min_length=1, max_length=MAX_TEXT_CHARS)]],
+              Field(min_length=1, max_length=1)],
     Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1, max_length=1)],
 ]
 
@@ -87,12 +89,12 @@ class CompletionRequest(SamplingFields):
 
 class TextPart(_Body):
     type: Literal["text"]
-    text: StrictStr
+    text: Annotated[StrictStr, Field(max_length=MAX_TEXT_CHARS)]
 
 
 class ChatMessage(_Body):
     role: Literal["system", "user", "assistant", "developer"]
-    content: StrictStr | Annotated[list[TextPart], Field(min_length=1)]
+    content: Annotated[StrictStr, Field(max_length=MAX_TEXT_CHARS)] | Annotated[list[TextPart], Field(min_length=1)]
     name: StrictStr | None = Field(None, max_length=256)
 
     @property

@@ -172,6 +172,7 @@ class EngineService:
             stream.num_tokens_sent = req.num_generated_tokens
             stream.push(Delta(text, tokens))
         self._update_gauges()
+        self.metrics.busy.set(sum(d.busy_s for d in self.cluster.drivers))
 
     def _on_end(self, req: Request) -> None:
         stream = self.streams.pop(req.request_id, None)

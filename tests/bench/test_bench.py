@@ -1,0 +1,103 @@
+"""servelab bench: goodput and percentile arithmetic, exact-length prompts, arrivals, and a
+whole run against a live server (lengths forced, files written)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from servelab.bench.client import RequestResult
+from servelab.bench.prompts import PromptMaker, corpus_texts, load_tokenizer, plan_requests
+from servelab.bench.results import parse_goodput, summarize
+from servelab.bench.run import arrival_times
+from servelab.core.errors import UserError
+from servelab.core.request import RequestSpec
+
+
+def test_goodput_spec_like_vllm():
+    assert parse_goodput(["ttft:500", "tpot:50"]) == {"ttft": 0.5, "tpot": 0.05}
+    assert parse_goodput(["ttft:500 e2el:2000"]) == {"ttft": 0.5, "e2el": 2.0}
+    for bad in (["ttft"], ["itl:5"], ["ttft:-1"], ["ttft:x"], ["ttft:1", "ttft:2"]):
+        with pytest.raises(UserError):
+            parse_goodput(bad)
+
+
+def test_summary_fields_and_goodput():
+    def result(i, ttft, latency, n, itl):
+        return RequestResult(i, success=True, ttft_s=ttft, latency_s=latency, prompt_len=10, output_len=n, itl_s=itl)
+
+    results = [result(0, 0.1, 1.0, 10, [0.1] * 9),  # tpot 0.1
+               result(1, 0.3, 0.5, 3, [0.1, 0.1]),  # tpot 0.1
+               result(2, 0.2, 2.2, 5, [0.5] * 4),  # tpot 0.5
+               RequestResult(3, error="HTTP 400: no")]
+    s = summarize(results, 2.0, {"ttft": 0.25, "tpot": 0.2}, [50, 99])
+    assert (s["completed"], s["failed"], s["total_output_tokens"], s["total_input_tokens"]) == (3, 1, 18, 30)
+    assert s["request_throughput"] == 1.5 and s["output_throughput"] == 9.0
+    assert s["request_goodput"] == 0.5  # only request 0 meets both targets
+    assert s["median_ttft_ms"] == pytest.approx(200.0) and s["p50_tpot_ms"] == pytest.approx(100.0)
+    assert s["mean_itl_ms"] == pytest.approx(1000 * (0.9 + 0.2 + 2.0) / 15)
+    assert s["p99_e2el_ms"] == pytest.approx(np.percentile([1000, 500, 2200], 99))
+
+
+def test_prompts_have_the_planned_token_count(bench_checkpoint):
+    tokenizer = load_tokenizer(bench_checkpoint)
+    lengths = [1, 2, 7, 33, 128, 300]
+    specs = [RequestSpec(i, 0.0, n, 4) for i, n in enumerate(lengths)]
+    planned, inexact = plan_requests(specs, np.zeros(len(specs)), tokenizer=tokenizer, corpus_texts=corpus_texts())
+    counts = [len(tokenizer.encode(p.prompt).ids) for p in planned]
+    exact = sum(c == n for c, n in zip(counts, lengths))
+    assert exact == len(lengths) - inexact and inexact <= 1
+    assert all(abs(c - n) <= 2 for c, n in zip(counts, lengths))
+    ids, _ = plan_requests(specs, np.zeros(len(specs)), tokenizer=tokenizer, prompt_format="ids",
+                           corpus_texts=corpus_texts())
+    assert [len(p.prompt) for p in ids] == lengths  # token ids: always exact
+    maker = PromptMaker(tokenizer, ["x"])
+    assert maker.num_special == 1  # the BOS the checkpoint's tokenizer adds
+
+
+def test_arrivals():
+    specs = [RequestSpec(i, 5.0 + 2 * i, 4, 4) for i in range(2000)]
+    assert arrival_times(specs, request_rate=math.inf, burstiness=1, trace_timing=False, seed=0).max() == 0
+    trace = arrival_times(specs, request_rate=math.inf, burstiness=1, trace_timing=True, seed=0)
+    assert trace[0] == 0 and trace[-1] == pytest.approx(2 * 1999)
+    for burstiness in (0.25, 1.0, 4.0):
+        t = arrival_times(specs, request_rate=10.0, burstiness=burstiness, trace_timing=False, seed=1)
+        gaps = np.diff(t)
+        assert gaps.mean() == pytest.approx(0.1, rel=0.15)
+        assert gaps.std() / gaps.mean() == pytest.approx(1 / math.sqrt(burstiness), rel=0.2)
+    with pytest.raises(UserError):
+        arrival_times(specs, request_rate=0, burstiness=1, trace_timing=False, seed=0)
+
+
+def test_bench_against_a_live_server(bench_checkpoint, tmp_path):
+    from servelab.bench.session import BenchOptions, bench_session
+    from servelab.engine.cluster import EngineConfig
+    from servelab.server.run import ServerConfig, ServerThread
+
+    config = ServerConfig(model=bench_checkpoint, port=0, served_model_name="tiny",
+                          engine=EngineConfig(kv_budget_bytes=8 << 20, block_size=4))
+    with ServerThread(config) as server:
+        options = BenchOptions(base_url=server.base_url, workload="poisson:rate=50,n=12,prompt=uniform(8,64),"
+                               "output=uniform(2,20)", tokenizer=bench_checkpoint, request_rate=40.0,
+                               goodput=("ttft:60000",), progress=False)
+        summary, paths = bench_session(options, tmp_path)
+        engine_requests = list(server.service.cluster.requests)
+    from servelab.bench.session import plan
+
+    planned, _ = plan(options)
+    assert summary["completed"] == 12 and summary["failed"] == 0 and summary["model_id"] == "tiny"
+    assert summary["output_lens"] == [p.output_len for p in planned]  # max_tokens + ignore_eos force them
+    assert summary["input_lens"] == [p.prompt_len for p in planned] or summary["num_inexact_prompts"] > 0
+    assert sorted(r.num_prompt_tokens for r in engine_requests) == sorted(summary["input_lens"])
+    assert summary["request_goodput"] == pytest.approx(summary["request_throughput"])
+    assert {p.name for p in paths} == {"bench-40qps.json", "bench-40qps_requests.csv", "bench-40qps_cdf.png",
+                                      "bench-40qps_timeline.png"}
+    saved = json.loads((tmp_path / "bench-40qps.json").read_text())
+    for key in ("duration", "request_throughput", "output_throughput", "mean_ttft_ms", "p99_tpot_ms",
+                "median_itl_ms", "p90_e2el_ms", "ttfts", "itls", "errors"):
+        assert key in saved
+    rows = (tmp_path / "bench-40qps_requests.csv").read_text().splitlines()
+    assert len(rows) == 13 and rows[0].startswith("index,response_id,success")
