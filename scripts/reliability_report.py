@@ -127,6 +127,7 @@ def limits(config: ReportConfig) -> str:
             ("span of arrival times", f"{lim.MAX_DURATION_S:.0e} s"),
             ("gamma arrival cv", f"{lim.MAX_CV:g}"),
             ("integer policy parameters", f"{lim.MAX_PARAM_INT:,}"),
+            ("host KV per instance (`--swap-space`)", f"{lim.MAX_SWAP_SPACE_GB:g} GiB"),
             ("`analyze multibin --k-max`", f"{MAX_BINS}")]
     return "\n".join(["## Documented bounds", "",
                       "Work that grows with a parameter rather than the input is bounded (`servelab/core/limits.py`); "
