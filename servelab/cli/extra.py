@@ -89,6 +89,18 @@ def reproduce_bucketserve(
     _reproduce("bucketserve", out, reduced, seed, json_out, engine=engine)
 
 
+@reproduce_app.command("dynaserve")
+def reproduce_dynaserve(
+    out: Path = typer.Option(Path("results/reproduction"), help="Folder for dynaserve.md and plots."),
+    reduced: bool = typer.Option(False, help="Smaller sizes (about a minute)."),
+    seed: int = typer.Option(0),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """DynaServe: capacity, goodput, Table 1/2/4, Figs. 5/11, chunked transfer and scheduler time vs PD
+    colocation (sarathi) and 1P1D disaggregation, with the gap tests."""
+    _reproduce("dynaserve", out, reduced, seed, json_out)
+
+
 @analyze_app.command("multibin")
 def analyze_multibin(
     distribution: str = typer.Option("uniform", help="uniform | exponential"),

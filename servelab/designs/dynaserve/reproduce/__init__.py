@@ -1,0 +1,1 @@
+"""``servelab reproduce dynaserve``: the paper's tables and figures in the simulator."""

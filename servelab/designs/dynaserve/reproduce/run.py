@@ -1,0 +1,158 @@
+"""``servelab reproduce dynaserve``: DynaServe's tables and figures in the simulator.
+
+``run_reproduction(out_dir, reduced=..., seed=..., progress=...)`` runs the experiments of
+``experiments.py`` on the paper's setting (``setting.py``), measures the global scheduler,
+writes plots under ``out_dir/dynaserve/``, ``out_dir/dynaserve.json`` and the report
+``out_dir/dynaserve.md`` (the paper's number, ours, the operating point, and for each gap
+the experiment that tests its stated reason), and returns the results dict.
+
+Order matters: the 14B capacities come first, since the other experiments run at rates
+relative to DynaServe's capacity on each workload (goodput curves at 0.5-1.25x of it,
+scaled for the larger models by their prefill speed; Table 4 at it; Figure 11 above it;
+the transfer comparison at 0.4x and 0.8x of it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from servelab.designs.dynaserve.reproduce import experiments as ex
+from servelab.designs.dynaserve.reproduce import plots
+from servelab.designs.dynaserve.reproduce import setting as st
+from servelab.designs.dynaserve.reproduce.report import write_report
+from servelab.designs.dynaserve.reproduce.timing import percentiles_us, queue_benchmark
+
+FULL = ex.Sizes(goodput_rates={"fractions": (0.5, 0.75, 1.0, 1.25)})
+REDUCED = ex.Sizes(num_requests=120, min_duration_s=45.0, max_requests=300, capacity_rel_tol=0.2, capacity_hi=20.0, goodput_rates={"fractions": (0.5, 1.0, 1.5)},
+                   models=("14B",), chunks=(256, 2048), table1_requests=120,
+                   split_fractions=(-0.25, 0.0, 0.3, 0.6), split_requests=120, sigmas=(0.0, 100.0),
+                   queue_sizes=(10, 100), queue_repeats=100)
+GAP_OVERHEAD_S = 0.025
+CDF_POINTS_MS = [float(x) for x in range(0, 301, 10)]
+
+
+def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, progress: bool = False,
+                     sizes: ex.Sizes | None = None, setting: st.Setting = st.Setting()) -> dict:
+    out_dir = Path(out_dir)
+    fig_dir = out_dir / "dynaserve"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    sizes = sizes if sizes is not None else (REDUCED if reduced else FULL)
+    say = print if progress else (lambda _msg: None)
+    timings: dict[str, float] = {}
+    results: dict = {"reduced": reduced, "seed": seed, "setting": _jsonable(dataclasses.asdict(setting)),
+                     "sizes": _jsonable(dataclasses.asdict(sizes))}
+
+    def step(name, fn):
+        t0 = time.process_time()
+        value = fn()
+        timings[name] = time.process_time() - t0
+        say(f"[dynaserve] {name}: {timings[name]:.1f} s CPU")
+        return value
+
+    results["capacity"] = step("capacity (Fig. 9)", lambda: _capacities(setting, sizes, seed))
+    cap = {r["workload"]: r for r in results["capacity"] if r["system"] == "dynaserve"}
+    results["goodput"] = step("goodput (Fig. 8)", lambda: _goodput(setting, sizes, seed, cap))
+    results["hybrid"] = step("hybrid (Table 2)", lambda: _capacities(setting, sizes, seed, ("hybrid",)))
+    results["table1"] = step("Table 1", lambda: ex.table1(setting, sizes, seed))
+    results["split_sweep"] = step("split ratio (Fig. 5)", lambda: ex.split_sweep(setting, sizes, seed))
+    mini = _rate_of(cap, "mini-reasoning")
+    results["prediction_error"] = step("prediction error (Table 4)",
+                                       lambda: ex.prediction_error(mini, setting, sizes, seed))
+    burst = 1.2 * _rate_of(cap, "burstgpt")
+    results["slo_batching"] = step("SLO-aware batching (Fig. 11)",
+                                   lambda: ex.slo_batching("burstgpt", burst, setting, sizes, seed, CDF_POINTS_MS))
+    results["transfer"] = step("chunked vs bulk transfer", lambda: ex.transfer_modes(mini, setting, sizes, seed))
+    results["overhead"] = step("scheduler time", lambda: _overhead(setting, sizes, seed, cap))
+    results["gap_overhead"] = step("gap: per-step overhead",
+                                   lambda: _gap_overhead(setting, sizes, seed, results["capacity"]))
+    results["cdf_points_ms"] = CDF_POINTS_MS
+    results["timings_cpu_s"] = timings
+    results["figures"] = [f"dynaserve/{f}" for f in plots.all_figures(results, fig_dir)]
+    (out_dir / "dynaserve.json").write_text(json.dumps(_jsonable(results), indent=1))
+    write_report(results, out_dir / "dynaserve.md")
+    return results
+
+
+def _rate_of(cap: dict, workload: str) -> float:
+    row = cap.get(workload)
+    return row["capacity_rps"] if row and row["capacity_rps"] else 1.0
+
+
+def _capacities(setting: st.Setting, sizes: ex.Sizes, seed: int, workloads=None) -> list[dict]:
+    rows = []
+    for wl in workloads or sizes.capacity_workloads:
+        rows.append(_strip(ex.tuned_coloc_capacity(wl, "14B", setting, sizes, seed)))
+        rows.append(_strip(ex.capacity("disagg", wl, "14B", setting, sizes, seed)))
+        rows.append(_strip(ex.capacity("dynaserve", wl, "14B", setting, sizes, seed)))
+    return rows
+
+
+def _strip(row: dict) -> dict:
+    return {k: v for k, v in row.items() if k != "probes"} | {"probes": [
+        {k: p[k] for k in ("rate", "passes_capacity", "attainment", "delay_p99_s")} for p in row["probes"]]}
+
+
+def _goodput(setting, sizes, seed, cap) -> list[dict]:
+    rows = []
+    for model in sizes.models:
+        speed = st.model_speed(model)
+        for wl in sizes.capacity_workloads:
+            base = _rate_of(cap, wl) * speed
+            rates = [round(f * base, 3) for f in sizes.goodput_rates["fractions"]]
+            rows += ex.goodput_curve(wl, model, rates, setting, sizes, seed, tune_rate=round(base, 3))
+    return rows
+
+
+def _overhead(setting, sizes, seed, cap) -> dict:
+    """Decision CPU time in runs at each workload's DynaServe capacity, and the isolated
+    benchmark over queue sizes."""
+    runs = []
+    for wl in sizes.capacity_workloads:
+        rate = _rate_of(cap, wl)
+        specs = st.workload(wl, rate, ex._n(rate, sizes), seed, setting)
+        r = st.run("dynaserve", specs, "14B", setting, detail=True)
+        q = r["queue_at_decision"]
+        runs.append({"workload": wl, "rate": rate, "decision_us": percentiles_us(r["decision_us"]),
+                     "feedback_us_per_request": float(r["resync_us"].sum() / max(len(r["decision_us"]), 1)),
+                     "queue_median": float(np.median(q)), "queue_max": int(q.max()),
+                     "split_kinds": r["split_kinds"]})
+    bench = queue_benchmark(sizes.queue_sizes, repeats=sizes.queue_repeats, seed=seed)
+    return {"runs": runs, "benchmark": bench}
+
+
+def _gap_overhead(setting, sizes, seed, capacity: list[dict]) -> list[dict]:
+    """Gap test: the capacities again with every step ``GAP_OVERHEAD_S`` longer, for every
+    system (colocation re-tuned over its small chunks, which are the ones that survive)."""
+    slow = dataclasses.replace(setting, step_overhead_s=GAP_OVERHEAD_S)
+    small = dataclasses.replace(sizes, chunks=tuple(c for c in sizes.chunks if c <= 512) or sizes.chunks[:1])
+    workloads = ("azure-code", "burstgpt") if len(sizes.capacity_workloads) > 1 else sizes.capacity_workloads[:1]
+    by = {(r["workload"], r["system"]): r for r in capacity}
+    rows = []
+    for wl in workloads:
+        c, d = by.get((wl, "coloc"), {}), by.get((wl, "dynaserve"), {})
+        rows.append({"workload": wl, "step_overhead_s": 0.0, "coloc_rps": c.get("capacity_rps"),
+                     "coloc_chunk": c.get("chunk"), "dynaserve_rps": d.get("capacity_rps"),
+                     "ratio": ex.ratio(d.get("capacity_rps"), c.get("capacity_rps"))})
+        coloc = ex.tuned_coloc_capacity(wl, "14B", slow, small, seed)
+        dyna = ex.capacity("dynaserve", wl, "14B", slow, small, seed)
+        rows.append({"workload": wl, "step_overhead_s": GAP_OVERHEAD_S, "coloc_rps": coloc["capacity_rps"],
+                     "coloc_chunk": coloc["chunk"], "dynaserve_rps": dyna["capacity_rps"],
+                     "ratio": ex.ratio(dyna["capacity_rps"], coloc["capacity_rps"])})
+    return rows
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value

@@ -1,0 +1,232 @@
+"""DynaServe's evaluation setting (Sec. 6.1) in the simulator, and one run of one system.
+
+Hardware: servers of 4 x A100-80GB; NVLink inside a server (the catalog's A100 figure
+scaled by the efficiency fitted to the measured A100 send/recv profile), one 200 Gb/s RoCE
+NIC per GPU between servers. Models Qwen-2.5-14B / 32B / 72B at TP 1 / 2 / 4; every system
+gets two instances of that TP (2, 4 or 8 GPUs), filled into servers in order, so the 72B
+pair talks over the network and the others over NVLink.
+
+Systems:
+
+* ``coloc`` (PD colocation, vLLM chunked prefill): ``sarathi`` on both instances (DP=2),
+  token budget = the chunk, least-loaded routing (the paper's Sec. 2.4 routes round-robin;
+  least-loaded is at least as strong, so the baseline is not weakened);
+* ``disagg`` (PD disaggregation, 1P1D): the ``distserve`` router with ``vllm`` on a prefill
+  and a decode instance, KV handed over after the first token;
+* ``dynaserve``: the ``dynaserve`` router and local scheduler on both instances.
+
+Workloads: Poisson arrivals, lengths sampled from the data (``azure-code``; ``burstgpt`` is
+the Azure 2023 conversation trace standing in for BurstGPT, whose file is not in the shared
+data; ``arxiv``; ``mini-reasoning`` fixed at P219 / D1467, the shape the paper gives; and
+``hybrid``, half each of the first two). Output lengths are predicted with an additive
+N(0, ``prediction_sigma``) error (the paper's predictor is within a few tens of tokens for
+95% of requests; the sensitivity study varies it).
+
+Step times come from the simulator's roofline cost model of the A100-80GB: simulated
+numbers, not measurements. The same kernels cost the same for every system.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from servelab.cluster.config import ClusterConfig, InstanceGroup
+from servelab.cluster.links import TopologyConfig
+from servelab.core.request import RequestSpec
+from servelab.costmodel.links import LinkSpec
+from servelab.designs.dynaserve import metrics as dm
+from servelab.designs.dynaserve.reproduce.timing import TimedRouter
+from servelab.estimators.base import with_predictions
+from servelab.estimators.oracle import NoisyOracleConfig, NoisyOracleEstimator
+from servelab.metrics.request_metrics import RequestTable
+from servelab.paths import default_data_dir
+from servelab.simulator import Simulation
+from servelab.workloads.spec import parse_workload
+
+GPU = "A100-80GB"
+MODELS = {"14B": ("Qwen-2.5-14B", 1), "32B": ("Qwen-2.5-32B", 2), "72B": ("Qwen-2.5-72B", 4)}
+LENGTHS = {
+    "azure-code": "lengths=azure-code",
+    "burstgpt": "lengths=azure-conv",
+    "arxiv": "lengths=arxiv",
+    "mini-reasoning": "prompt=fixed(219),output=fixed(1467)",
+    "hybrid": "lengths=mix(azure-conv:0.5,azure-code:0.5)",
+}
+SYSTEMS = ("coloc", "disagg", "dynaserve")
+CHUNKS = (256, 512, 1024, 2048)  # the colocation chunk is tuned over these per workload
+
+
+@dataclass(frozen=True)
+class Setting:
+    gpus_per_server: int = 4
+    network_bytes_per_s: float = 200e9 / 8  # one 200 Gb/s RoCE NIC per GPU
+    network_latency_s: float = 10e-6
+    max_batch_tokens: int = 8192
+    max_num_seqs: int = 256
+    tbt_slo_s: float = 0.1
+    max_delay_s: float = 2.0  # capacity: P99 scheduling delay bound (Sarathi-Serve)
+    prediction_sigma: float = 10.0
+    step_overhead_s: float = 0.0  # added to every step of every system (the gap experiment)
+    dynaserve: dict = field(default_factory=dict)  # extra preset parameters (ablations)
+
+    def topology(self) -> TopologyConfig:
+        return TopologyConfig(gpus_per_server=self.gpus_per_server,
+                              inter_link=LinkSpec(self.network_bytes_per_s, self.network_latency_s))
+
+
+def cluster(system: str, model_key: str, setting: Setting, *, chunk: int = 2048, **dyna: Any) -> ClusterConfig:
+    model, tp = MODELS[model_key]
+    common = dict(gpu=GPU, model=model, tp=tp, max_batch_tokens=setting.max_batch_tokens,
+                  max_num_seqs=setting.max_num_seqs)
+    topo = setting.topology()
+    if system == "coloc":
+        return ClusterConfig(groups=(InstanceGroup(count=2, policy="sarathi", policy_params={"token_budget": chunk},
+                                                   **common),), router="least_loaded", topology=topo)
+    if system == "disagg":
+        return ClusterConfig(groups=(InstanceGroup(role="prefill", policy="vllm", **common),
+                                     InstanceGroup(role="decode", policy="vllm", **common)),
+                             router="distserve", topology=topo)
+    if system == "dynaserve":
+        params = {"tbt_slo_s": setting.tbt_slo_s, **setting.dynaserve, **dyna}
+        router_keys = {f.name for f in dataclasses.fields(_router_config())}
+        policy = {k: v for k, v in params.items() if k not in router_keys or k in ("tbt_slo_s", "headroom")}
+        router = {k: v for k, v in params.items() if k in router_keys}
+        return ClusterConfig(groups=(InstanceGroup(count=2, policy="dynaserve", policy_params=policy, **common),),
+                             router="dynaserve", router_params=router, topology=topo)
+    raise ValueError(f"unknown system {system!r}; expected one of {SYSTEMS}")
+
+
+class OverheadCost:
+    """The roofline of the setting's instance plus a fixed time per step (framework overhead
+    a real engine pays per iteration: scheduling, sampling, launches), for every system."""
+
+    def __init__(self, inner: Any, overhead_s: float) -> None:
+        self.inner, self.overhead_s = inner, overhead_s
+
+    def step_time_s(self, shape) -> float:
+        return self.inner.step_time_s(shape) + self.overhead_s
+
+    def decode_step_times_s(self, num_decodes: int, context_sums, context_maxes=None):
+        return self.inner.decode_step_times_s(num_decodes, context_sums, context_maxes) + self.overhead_s
+
+    def swap_time_s(self, num_blocks: int) -> float:
+        return self.inner.swap_time_s(num_blocks)
+
+    def kv_transfer_time_s(self, num_tokens: int, link) -> float:
+        return self.inner.kv_transfer_time_s(num_tokens, link)
+
+
+def overhead_cost(model_key: str, overhead_s: float) -> OverheadCost:
+    from servelab.catalog.instance import InstanceSpec
+    from servelab.costmodel.roofline import roofline_for_instance
+
+    model, tp = MODELS[model_key]
+    return OverheadCost(roofline_for_instance(InstanceSpec(GPU, model, tp=tp)), overhead_s)
+
+
+def model_speed(model_key: str) -> float:
+    """How much faster than the 14B instance this model's instance prefills (rates scale by it)."""
+    from servelab.catalog.instance import InstanceSpec
+    from servelab.core.plan import StepShape
+    from servelab.costmodel.roofline import roofline_for_instance
+
+    shape = StepShape(prefill_tokens=(2048,), prefill_context=(2048,))
+
+    def t(key: str) -> float:
+        model, tp = MODELS[key]
+        return roofline_for_instance(InstanceSpec(GPU, model, tp=tp)).step_time_s(shape)
+
+    return t("14B") / t(model_key)
+
+
+def _router_config():
+    from servelab.designs.dynaserve.router import DynaServeRouterConfig
+
+    return DynaServeRouterConfig
+
+
+def num_requests(rate: float, sizes_n: int, duration_s: float, cap: int) -> int:
+    """Requests for a run at ``rate``: at least ``sizes_n``, and enough to span ``duration_s``
+    of arrivals (long decodes need several lifetimes to reach a steady state), at most ``cap``."""
+    return int(min(max(sizes_n, round(rate * duration_s)), cap))
+
+
+def workload(name: str, rate: float, n: int, seed: int, setting: Setting, *,
+             fixed_prediction: int | None = None, output_sigma: float | None = None) -> list[RequestSpec]:
+    """Poisson arrivals at ``rate``; ``output_sigma`` draws outputs N(mean, sigma) around the
+    fixed shape and ``fixed_prediction`` makes every prediction that value (Table 4)."""
+    specs = parse_workload(f"poisson:rate={rate},n={n},{LENGTHS[name]}", default_data_dir(), seed)
+    if output_sigma:
+        rng = np.random.default_rng((seed, 4))
+        specs = [dataclasses.replace(s, num_output_tokens=max(1, int(round(s.num_output_tokens
+                                                                          + output_sigma * rng.standard_normal()))))
+                 for s in specs]
+    if fixed_prediction is not None:
+        return [dataclasses.replace(s, predicted_output_tokens=fixed_prediction) for s in specs]
+    noisy = NoisyOracleEstimator(NoisyOracleConfig("additive", setting.prediction_sigma, seed))
+    return with_predictions(specs, noisy)
+
+
+def run(system: str, specs: list[RequestSpec], model_key: str, setting: Setting, *, chunk: int = 2048,
+        detail: bool = False, saturated: bool = False, **dyna: Any) -> dict:
+    """One simulation; returns the TBT outcome and throughputs (and with ``detail``
+    utilisation, over the saturated window with ``saturated``, decisions, scheduler times
+    and transfers)."""
+    cost = overhead_cost(model_key, setting.step_overhead_s) if setting.step_overhead_s else None
+    sim = Simulation(specs, cluster(system, model_key, setting, chunk=chunk, **dyna), cost_model=cost)
+    timed = None
+    if system == "dynaserve":
+        timed = TimedRouter(sim.driver.router)
+        sim.driver.router = timed
+    t0 = time.process_time()
+    res = sim.run()
+    cpu = time.process_time() - t0
+    if not res.conserved:
+        raise RuntimeError(f"{system}: requests left unfinished: {res.unfinished[:10]}")
+    table = RequestTable.from_requests(res.requests)
+    outcome = dm.tbt_outcome(table, setting.tbt_slo_s)
+    row: dict[str, Any] = {"system": system, "model": model_key, "chunk": chunk if system == "coloc" else None,
+                           "num_requests": len(specs), "cpu_s": cpu, **outcome.to_dict(),
+                           "passes_capacity": dm.capacity_pass(outcome, max_delay_s=setting.max_delay_s)}
+    row["saturated_rps"] = dm.saturated_throughput(table)
+    row["bottleneck_rps"] = dm.bottleneck_throughput(len(specs), res.busy_s)
+    if detail:
+        window = dm.saturated_window(table) if saturated else None
+        row["instances"] = dm.instance_utilization(res.collector, sim.peak_flops, outcome.duration_s, window)
+        row["table"] = table
+        if timed is not None:
+            row.update(_dynaserve_detail(sim, timed, res))
+    return row
+
+
+def _dynaserve_detail(sim: Simulation, timed: TimedRouter, res) -> dict:
+    router = timed.inner
+    d = np.array(router.decisions, dtype=np.int64).reshape(-1, 4)
+    prompt, total, split = d[:, 1], d[:, 2], d[:, 3]
+    gaps = dm.non_overlapped_transfer_s(dm.handoff_times(res.policy_reports), router.landed_s)
+    return {"decision_us": np.array(timed.decision_s) * 1e6, "resync_us": np.array(timed.feedback_s) * 1e6,
+            "queue_at_decision": np.array(timed.queue_sizes), "split_kinds": split_kinds(prompt, total, split),
+            "decode_share_alpha": _decode_share(prompt, total, split), "non_overlapped_s": gaps,
+            "num_transfers": len(res.transfers)}
+
+
+def split_kinds(prompt: np.ndarray, total: np.ndarray, split: np.ndarray) -> dict[str, float]:
+    n = max(len(split), 1)
+    return {"whole_on_beta": float(np.sum(split == 0) / n), "whole_on_alpha": float(np.sum(split >= total) / n),
+            "inside_prefill": float(np.sum((split > 0) & (split < prompt)) / n),
+            "at_prompt_end": float(np.sum(split == prompt) / n),
+            "inside_decode": float(np.sum((split > prompt) & (split < total)) / n)}
+
+
+def _decode_share(prompt: np.ndarray, total: np.ndarray, split: np.ndarray) -> float:
+    """Mean share of the (predicted) decode tokens that alpha computes, over split requests."""
+    mask = (split > 0) & (split < total)
+    if not mask.any():
+        return float("nan")
+    share = np.clip(split[mask] - prompt[mask], 0, None) / np.maximum(total[mask] - prompt[mask], 1)
+    return float(share.mean())

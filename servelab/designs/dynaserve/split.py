@@ -1,0 +1,81 @@
+"""Algorithm 1: where to split one request between its two instances.
+
+A request of prompt ``P`` and predicted total ``N = P + D`` tokens is split at ``s`` in
+``[0, N]``: alpha computes tokens ``[0, s)`` on one instance, beta ``[s, N)`` on the other
+once alpha's KV has arrived. The search starts at ``s = P`` (classic disaggregation) and
+bisects: when alpha's instance would have more work ahead than beta's, ``s`` moves down,
+otherwise up, for at most ``max_probes`` probes or until the two are within ``tolerance``;
+the probe with the smallest gap wins.
+
+Work, not finish time: beta's finish includes waiting for alpha's part, which would make a
+prefill-bound alpha look idle; balancing the work ahead is what keeps neither instance
+idle (the paper's Insight 1). Each instance's work ahead comes from its ``Timeline`` (the
+virtual passes already laid, reused across requests) and what a part adds is linear in its
+tokens (``Timeline.segment_work``), so a probe is a few multiplications; where and when the
+chosen parts land is worked out once, when they are placed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servelab.designs.dynaserve.timeline import Segment, Timeline
+
+
+@dataclass(frozen=True, slots=True)
+class SplitChoice:
+    split_tokens: int  # s: alpha computes [0, s), beta [s, N)
+    alpha_work_s: float  # work ahead of alpha's instance with its part added
+    beta_work_s: float
+    num_probes: int
+
+
+def segments_for(split: int, prompt: int, total: int, now_s: float, beta_ready_s: float
+                 ) -> tuple[Segment | None, Segment | None]:
+    """The two micro-requests of a request split at ``split`` (None for an empty side)."""
+    alpha = Segment(now_s, min(split, prompt), max(0, split - prompt), prompt) if split > 0 else None
+    beta = None
+    if split < total:
+        beta = Segment(beta_ready_s if split > 0 else now_s, max(0, prompt - split), total - max(split, prompt),
+                       max(split, prompt))
+    return alpha, beta
+
+
+def work_after(split: int, prompt: int, total: int, alpha: Timeline, beta: Timeline) -> tuple[float, float]:
+    """Work ahead of (alpha, beta) with the request split at ``split``."""
+    a = alpha.work_s + (alpha.segment_work(min(split, prompt), max(0, split - prompt), prompt) if split > 0 else 0.0)
+    b = beta.work_s
+    if split < total:
+        b += beta.segment_work(max(0, prompt - split), total - max(split, prompt), max(split, prompt))
+    return a, b
+
+
+def choose_split(prompt: int, total: int, alpha: Timeline, beta: Timeline, *, max_probes: int = 6,
+                 tolerance: float = 0.02) -> SplitChoice:
+    """The bounded bisection of Algorithm 1 over ``s`` in [0, total], starting at ``prompt``."""
+    lo, hi = 0, total
+    split = min(prompt, total)
+    best = SplitChoice(split, float("nan"), float("nan"), 0)
+    best_gap = float("inf")
+    tried: set[int] = set()
+    n = 0
+    for n in range(1, max_probes + 1):
+        tried.add(split)
+        a, b = work_after(split, prompt, total, alpha, beta)
+        gap = a - b
+        if abs(gap) < best_gap:
+            best_gap = abs(gap)
+            best = SplitChoice(split, a, b, n)
+        if abs(gap) <= tolerance * max(a, b):
+            break
+        if gap > 0:
+            hi = split
+        else:
+            lo = split
+        nxt = (lo + hi) // 2
+        if nxt in tried:
+            nxt = nxt + 1 if gap < 0 else nxt - 1
+            if nxt in tried or not lo <= nxt <= hi:
+                break
+        split = nxt
+    return SplitChoice(best.split_tokens, best.alpha_work_s, best.beta_work_s, n)
