@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import sys
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -79,12 +80,19 @@ def check_out_file(path: Path, option: str = "--out") -> Path:
 def user_errors() -> Iterator[None]:
     """Bad input ends the command with one line naming it and exit status 2; bugs keep
     their traceback."""
-    try:
-        yield
-    except typer.BadParameter as exc:
-        _fail(exc.format_message())
-    except UserError as exc:
-        _fail(str(exc))
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            yield
+        except typer.BadParameter as exc:
+            _fail(exc.format_message())
+        except UserError as exc:
+            _fail(str(exc))
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning about the user's input (an implausible SLO, ...) is one stderr line, not a stack frame."""
+    typer.secho(f"warning: {' '.join(str(message).split())}", fg=typer.colors.YELLOW, err=True)
 
 
 def abort_record(label: str, summary: Any) -> tuple[str, int, int, str]:

@@ -51,9 +51,10 @@ class SLO:
     ttft_s: float | None = None
     tpot_s: float | None = None  # mean time per output token after the first
     tbt_s: float | None = None  # bound on every single gap between tokens
+    e2el_s: float | None = None  # end-to-end latency, arrival to last token (vLLM's e2el)
 
     def __post_init__(self) -> None:
-        for name in ("ttft_s", "tpot_s", "tbt_s"):
+        for name in ("ttft_s", "tpot_s", "tbt_s", "e2el_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"SLO.{name} must be > 0, got {value!r}")

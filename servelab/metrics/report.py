@@ -71,6 +71,8 @@ def headline(label: str, s: RunSummary) -> str:
     return line
 
 
+_NO_SLO = "no SLO given"
+
 # (label, formatter): one table row each.
 _ROWS: tuple[tuple[str, Callable[[RunSummary], str]], ...] = (
     ("arrived", lambda s: str(s.num_arrived)),
@@ -79,9 +81,9 @@ _ROWS: tuple[tuple[str, Callable[[RunSummary], str]], ...] = (
     ("aborted", lambda s: str(s.num_aborted)),
     ("top rejection reasons", lambda s: _reasons(s, "rejected")),
     ("top abort reasons", lambda s: _reasons(s, "aborted")),
-    ("SLO attainment", lambda s: _pct(s.slo_attainment)),
-    ("goodput (req/s)", lambda s: _num(s.goodput_requests_per_s)),
-    ("goodput (tok/s)", lambda s: _num(s.goodput_tokens_per_s, 1)),
+    ("SLO attainment", lambda s: _pct(s.slo_attainment) if s.has_slo else _NO_SLO),
+    ("goodput (req/s)", lambda s: _num(s.goodput_requests_per_s) if s.has_slo else _NO_SLO),
+    ("goodput (tok/s)", lambda s: _num(s.goodput_tokens_per_s, 1) if s.has_slo else _NO_SLO),
     ("throughput (req/s)", lambda s: _num(s.requests_per_s)),
     ("throughput (tok/s)", lambda s: _num(s.output_tokens_per_s, 1)),
     ("duration (s)", lambda s: _num(s.duration_s, 1)),

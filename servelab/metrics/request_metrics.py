@@ -62,6 +62,7 @@ class RequestTable:
     slo_ttft_s: np.ndarray  # float64 [n]
     slo_tpot_s: np.ndarray  # float64 [n]
     slo_tbt_s: np.ndarray  # float64 [n]
+    slo_e2el_s: np.ndarray  # float64 [n]
     token_offsets: np.ndarray  # int64 [n + 1]
     token_times_s: np.ndarray  # float64 [num_tokens]
 
@@ -69,7 +70,7 @@ class RequestTable:
         n = len(self.request_id)
         for name in ("arrival_s", "first_scheduled_s", "finish_s", "status", "finish_reason",
                      "num_prompt_tokens", "num_output_tokens", "num_preemptions", "num_swaps",
-                     "instance_id", "slo_ttft_s", "slo_tpot_s", "slo_tbt_s"):
+                     "instance_id", "slo_ttft_s", "slo_tpot_s", "slo_tbt_s", "slo_e2el_s"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"RequestTable.{name} has {len(getattr(self, name))} rows, expected {n}")
         offsets = self.token_offsets
@@ -93,7 +94,7 @@ class RequestTable:
     def from_requests(cls, requests: Sequence[Request]) -> RequestTable:
         """One pass over the requests; token times are flattened without per-token Python work."""
         n = len(requests)
-        # float64 [n, 12]; None becomes NaN, ints stay exact below 2**53
+        # float64 [n, 13]; None becomes NaN, ints stay exact below 2**53
         numeric = np.array([_row(r) for r in requests], dtype=np.float64).reshape(n, len(_ROW_FIELDS))
         col = dict(zip(_ROW_FIELDS, numeric.T))
         counts = np.fromiter((len(r.token_times_s) for r in requests), np.int64, count=n)
@@ -188,19 +189,30 @@ class RequestTable:
     def slo_met(self, slo: SLO | None = None) -> np.ndarray:
         """Boolean mask of requests meeting their SLO; ``slo`` replaces every request's own."""
         if slo is None:
-            ttft_t, tpot_t, tbt_t = self.slo_ttft_s, self.slo_tpot_s, self.slo_tbt_s
+            ttft_t, tpot_t, tbt_t, e2el_t = self.slo_ttft_s, self.slo_tpot_s, self.slo_tbt_s, self.slo_e2el_s
         else:
-            ttft_t, tpot_t, tbt_t = (_NAN if v is None else v for v in (slo.ttft_s, slo.tpot_s, slo.tbt_s))
+            ttft_t, tpot_t, tbt_t, e2el_t = (_NAN if v is None else v
+                                             for v in (slo.ttft_s, slo.tpot_s, slo.tbt_s, slo.e2el_s))
         with np.errstate(invalid="ignore"):
             met = self.status == FINISHED
             met &= np.isnan(ttft_t) | (self.ttft_s <= ttft_t)
             met &= np.isnan(tpot_t) | np.isnan(self.tpot_s) | (self.tpot_s <= tpot_t)
             met &= np.isnan(tbt_t) | np.isnan(self.max_tbt_s) | (self.max_tbt_s <= tbt_t)
+            met &= np.isnan(e2el_t) | (self.e2e_s <= e2el_t)
         return met
+
+    def has_slo(self, slo: SLO | None = None) -> bool:
+        """Whether any target applies (``slo`` given, or some request carries its own): without
+        one, "attainment" would only be the finished share."""
+        if slo is not None:
+            return any(v is not None for v in (slo.ttft_s, slo.tpot_s, slo.tbt_s, slo.e2el_s))
+        own = (self.slo_ttft_s, self.slo_tpot_s, self.slo_tbt_s, self.slo_e2el_s)
+        return bool(len(self)) and any(not np.all(np.isnan(t)) for t in own)
 
 
 _ROW_FIELDS = ("request_id", "arrival_s", "first_scheduled_s", "finish_s", "status", "num_prompt_tokens",
-               "num_preemptions", "num_swaps", "instance_id", "slo_ttft_s", "slo_tpot_s", "slo_tbt_s")
+               "num_preemptions", "num_swaps", "instance_id", "slo_ttft_s", "slo_tpot_s", "slo_tbt_s",
+               "slo_e2el_s")
 _INT_FIELDS = ("request_id", "num_prompt_tokens", "num_preemptions", "num_swaps", "instance_id")
 
 
@@ -209,10 +221,10 @@ def _row(r: Request) -> tuple:
     code = (FINISHED if st is RequestStatus.FINISHED else REJECTED if st is RequestStatus.REJECTED
             else ABORTED if st is RequestStatus.ABORTED else UNFINISHED)
     slo = spec.slo
-    ttft, tpot, tbt = (None, None, None) if slo is None else (slo.ttft_s, slo.tpot_s, slo.tbt_s)
+    targets = (None,) * 4 if slo is None else (slo.ttft_s, slo.tpot_s, slo.tbt_s, slo.e2el_s)
     return (spec.request_id, spec.arrival_time_s, r.first_scheduled_time_s, r.finish_time_s, code,
             spec.num_prompt_tokens, r.num_preemptions, r.num_swaps,
-            -1 if r.instance_id is None else r.instance_id, ttft, tpot, tbt)
+            -1 if r.instance_id is None else r.instance_id, *targets)
 
 
 def _preview(ids: np.ndarray, limit: int = 10) -> str:

@@ -84,7 +84,8 @@ class RunSummary:
     num_slo_met: int
     goodput_requests_per_s: float
     goodput_tokens_per_s: float
-    slo_attainment: float  # SLO-meeting requests / arrived requests
+    slo_attainment: float  # SLO-meeting requests / arrived requests; NaN (None in JSON) without an SLO
+    has_slo: bool  # whether any target applied; without one there is no attainment or goodput
     num_preemptions_recompute: int
     num_preemptions_swap: int
     padding_waste: float  # padded tokens computed / all tokens computed
@@ -122,6 +123,7 @@ def summarize(table: RequestTable, collector: MetricsCollector, *, duration_s: f
     check_conservation(table, collector)
     finished = table.status == FINISHED
     met = table.slo_met(slo)
+    has_slo = table.has_slo(slo)
     duration = duration_s if duration_s is not None else _makespan_s(table)
     num_out = int(table.num_output_tokens.sum())
     num_arrived = len(table)
@@ -144,9 +146,10 @@ def summarize(table: RequestTable, collector: MetricsCollector, *, duration_s: f
         output_tokens_per_s=_rate(num_out, duration),
         requests_per_s=_rate(int(finished.sum()), duration),
         num_slo_met=int(met.sum()),
-        goodput_requests_per_s=_rate(int(met.sum()), duration),
-        goodput_tokens_per_s=_rate(int(table.num_output_tokens[met].sum()), duration),
-        slo_attainment=float(met.sum() / num_arrived) if num_arrived else _NAN,
+        goodput_requests_per_s=_rate(int(met.sum()), duration) if has_slo else _NAN,
+        goodput_tokens_per_s=_rate(int(table.num_output_tokens[met].sum()), duration) if has_slo else _NAN,
+        slo_attainment=float(met.sum() / num_arrived) if num_arrived and has_slo else _NAN,
+        has_slo=has_slo,
         num_preemptions_recompute=collector.num_preemptions("recompute"),
         num_preemptions_swap=collector.num_preemptions("swap"),
         padding_waste=_padding_waste(collector),

@@ -159,8 +159,10 @@ def test_goodput_never_exceeds_throughput(specs):
     s = summarize(RequestTable.from_requests(reqs), _collector_for(reqs))
     assert s.num_arrived == s.num_completed + s.num_rejected + s.num_aborted == len(reqs)
     assert s.num_slo_met <= s.num_completed
-    if reqs:
+    if reqs and s.has_slo:
         assert 0.0 <= s.slo_attainment <= 1.0
-    if s.duration_s > 0:
+    if not s.has_slo:  # no target anywhere: attainment and goodput are undefined, not the finished share
+        assert math.isnan(s.slo_attainment) and math.isnan(s.goodput_requests_per_s)
+    elif s.duration_s > 0:
         assert s.goodput_requests_per_s <= s.requests_per_s
         assert s.goodput_tokens_per_s <= s.output_tokens_per_s

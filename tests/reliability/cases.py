@@ -98,17 +98,23 @@ def judge(call: Callable[[], Any], names_input: Callable[[str], bool], verify: C
 
 # ---------------------------------------------------------------- SLO strings
 def _expected_slo(text: str) -> dict[str, float] | None:
-    """The SLO rules read independently: names once each, finite seconds > 0, not empty."""
+    """The SLO rules read independently: names once each, finite durations > 0 (a bare number is
+    seconds, or a number then s / ms), not empty."""
     if not text.strip() or text.strip().lower() == "none":
         return None
     values: dict[str, float] = {}
     for item in text.split(","):
         name, colon, value = item.partition(":")
         name = name.strip().lower()
-        if not colon or name not in ("ttft", "tpot", "tbt") or f"{name}_s" in values:
+        if not colon or name not in ("ttft", "tpot", "tbt", "e2el") or f"{name}_s" in values:
             return None
+        value, scale = value.strip(), 1.0
+        for unit, factor in (("ms", 1e-3), ("s", 1.0)):
+            if value.lower().endswith(unit) and not value.lower().endswith(("ns", "us")) and value[:-len(unit)]:
+                value, scale = value[:-len(unit)], factor
+                break
         try:
-            seconds = float(value)
+            seconds = float(value) * scale
         except ValueError:
             return None
         if not 0 < seconds < math.inf:
@@ -123,7 +129,7 @@ def run_slo(text: str) -> Outcome:
     expected = _expected_slo(text)
 
     def verify(slo) -> str | None:
-        got = {k: getattr(slo, k) for k in ("ttft_s", "tpot_s", "tbt_s") if getattr(slo, k) is not None}
+        got = {k: getattr(slo, k) for k in ("ttft_s", "tpot_s", "tbt_s", "e2el_s") if getattr(slo, k) is not None}
         return None if got == expected else f"{got} != {expected}"
 
     return judge(lambda: parse_slo(text, "--slo"), lambda m: "--slo" in m, verify, expected is not None)

@@ -75,7 +75,7 @@ def test_dataset_specs(data_dir):
     ("poisson:rate=2,n=10,lengths=sharegpt", r"unknown length source 'sharegpt'; valid: \['alpaca'"),
     ("poisson:rate=-1,n=10,lengths=alpaca", "rate must be > 0"),
     ("burst:n=ten,lengths=alpaca", "n must be an integer"),
-    ("burst:n=5,lengths=alpaca,slo=ttft:2,latency:3", "slo= .*expected ttft:S,tpot:S,tbt:S"),
+    ("burst:n=5,lengths=alpaca,slo=ttft:2,latency:3", "slo= .*expected ttft:V,tpot:V,tbt:V,e2el:V"),
     ("azure-conv:rate=2,scale=3", "give rate= or scale=, not both"),
     ("azure-conv:window=600", "window= expects START-END"),
     ("azure-conv:n=5,n=6", "key 'n' given twice"),
