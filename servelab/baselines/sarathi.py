@@ -33,10 +33,13 @@ class SarathiPolicy(ContinuousBatchingPolicy):
         budget = min(self.config.token_budget, state.max_batch_tokens)
         rejects = self._rejections(state)
         rejected = {rid for rid, _ in rejects}
-        b = PlanBuilder(state, token_budget=max(budget, len(state.running)))
+        b = PlanBuilder(state, token_budget=max(budget, state.num_running))
         b.reject = rejects
-        running = sorted_by(state.running, self._key)
-        b.add_decodes(running, swap=self.config.preemption == "swap")
+        if b.add_group_decodes():  # every decode fits: the rest of the running are the non-members
+            running = state.running_others
+        else:
+            running = sorted_by(state.running, self._key)
+            b.add_decodes(running, swap=self.config.preemption == "swap")
         b.token_budget = max(budget, b.num_tokens)
         for req in running:
             if not is_decode(req) and req.request_id not in b.evicted and b.tokens_left > 0:
@@ -46,7 +49,7 @@ class SarathiPolicy(ContinuousBatchingPolicy):
                 continue
             if b.tokens_left < 1 or not b.try_add(req, min(req.num_pending_tokens, b.tokens_left), new_request=True):
                 break
-        if not b.ids and state.swapped and not b.preempt:
+        if not b.ids and not b.group_ids and state.swapped and not b.preempt:
             return self._swap_in_one(state, b)
         plan = b.build()
         return plan if not plan.is_empty else EMPTY_PLAN

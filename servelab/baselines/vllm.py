@@ -47,6 +47,7 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
     Config: type[PreemptionConfig] = ContinuousConfig
     fixed_order: str | None = None
     stable_under_decode = True
+    uses_decode_group = True  # reads running requests one by one only when decodes do not all fit
 
     def __init__(self, config: PreemptionConfig | None = None) -> None:
         self.config = config if config is not None else self.Config()
@@ -83,7 +84,6 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
         budget = max(state.max_batch_tokens, waiting[0].num_pending_tokens if waiting else 0)
         b = PlanBuilder(state, token_budget=budget)
         b.reject = rejects
-        running = sorted_by(state.running, self._key)
         admitted_prefill = False
         for req in waiting:
             if not b.try_add(req, req.num_pending_tokens, new_request=True):
@@ -93,9 +93,9 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
             self._run_held_kv(state, waiting, b)
         if admitted_prefill:
             return b.build()
-        swap = self.config.preemption == "swap"
-        b.add_decodes(running, swap=swap)
-        if not b.ids and state.swapped and not b.preempt:
+        if not b.add_group_decodes():  # the common case costs O(1); shortages take the full path
+            b.add_decodes(sorted_by(state.running, self._key), swap=self.config.preemption == "swap")
+        if not b.ids and not b.group_ids and state.swapped and not b.preempt:
             return self._swap_in_one(state, b)
         plan = b.build()
         return plan if not plan.is_empty else EMPTY_PLAN
@@ -106,11 +106,16 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
         waiting here with its KV (requests handed off to this instance, queued behind a
         preempted one that must recompute), run those; otherwise no step would ever free a
         block and the queue would be stranded (found by tests/reliability/test_conservation.py:
-        distserve on a tiny KV cache)."""
-        for req in waiting:
-            if state.blocks.is_on_gpu(req.request_id) and not b.try_add(req, req.num_pending_tokens,
-                                                                         new_request=True):
-                break
+        distserve on a tiny KV cache). When even those cannot grow (every block is theirs), the
+        last of them gives its KV up (recompute), as vLLM preempts its lowest-priority request."""
+        held = [r for r in waiting if state.blocks.is_on_gpu(r.request_id)]
+        while held:
+            for req in held:
+                if not b.try_add(req, req.num_pending_tokens, new_request=True):
+                    break
+            if b.ids:
+                return
+            b.evict_waiting(held.pop())
 
     def _swap_in_one(self, state: InstanceState, b: PlanBuilder) -> StepPlan:
         req = min(state.swapped, key=self._key)

@@ -96,6 +96,10 @@ class InstanceView:
         return self._driver.runtime.is_idle  # a run never empties an instance before it ends
 
     @property
+    def num_running(self) -> int:
+        return self._driver.runtime.num_running
+
+    @property
     def is_busy(self) -> bool:
         return self._driver.busy
 

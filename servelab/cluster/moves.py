@@ -492,6 +492,8 @@ class Mover:
                 src.release_detached(req.request_id)
             if self._blocked.get(t.source):
                 self._retry(t.source)
+            # the freed blocks may let the source admit what waited on memory
+            c.kick(t.source)
         # the destination takes it
         if t.destination == POOL:
             req.status = RequestStatus.HELD

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from servelab.core.fast_forward import MIN_JUMP_STEPS, DecodeRun, is_full_decode, steps_until_exit, steps_within_memory
+from servelab.core.fast_forward import MIN_JUMP_STEPS, DecodeRun, is_full_decode, steps_within_memory
 from servelab.core.instance import AppliedStep, InstanceRuntime, StepOutcome
 from servelab.core.plan import StepPlan, StepResult, StepShape
 from servelab.core.policy import SchedulingPolicy
@@ -65,6 +65,8 @@ class InstanceDriver:
         self.busy_s = 0.0
         self.listener: Any = None  # optional: on_step(driver, applied, outcome, now_s) (the server streams)
         self._can_jump = (fast_forward and policy.stable_under_decode and hasattr(executor, "decode_run_ends"))
+        if getattr(executor, "reads_requests", True) is False and getattr(policy, "uses_decode_group", False):
+            runtime.enable_decode_group()
         self._abort_after_step: list[tuple[int, str]] = []
         self.paused = False  # set while a reconfiguration waits for this instance to drain its step
 
@@ -197,7 +199,7 @@ class InstanceDriver:
         reaches this instance earlier truncates it at the step then in flight."""
         rt, applied = self.runtime, self.applied
         batch = applied.batch
-        horizon = min(steps_until_exit(batch), steps_within_memory(rt, len(batch)) + 1)
+        horizon = min(rt.decode_horizon(batch), steps_within_memory(rt, len(batch)) + 1)
         if horizon < MIN_JUMP_STEPS:
             return None
         ends = self.executor.decode_run_ends(applied.shape, horizon, now_s)

@@ -15,6 +15,8 @@ above it never knows which one it talks to:
   for hand-offs, migration, the cluster pool and swaps. The simulator moves no bytes and
   returns ``None``; time is charged by the cluster's links, not here.
 
+An executor that declares ``reads_requests = False`` times steps from their shape alone, so the
+runtime may keep steady decoders in a ``DecodeGroup`` (their counters advance in O(1)).
 An executor may also offer ``decode_run_ends(shape, num_steps, now_s)`` (the simulator's does):
 the end times of ``num_steps`` identical decode steps, which lets the driver fast-forward
 steady decode stretches in one jump. Executors without it are stepped one step at a time.
@@ -67,6 +69,7 @@ class CostModelExecutor:
     """The simulator's executor: a step takes as long as the cost model says; no bytes move."""
 
     __slots__ = ("cost", "step_time_s")
+    reads_requests = False  # needs no per-request state: the runtime may advance decoders as a group
 
     def __init__(self, cost_model: Any) -> None:
         self.cost = cost_model

@@ -12,6 +12,7 @@ and a request placed on it cuts the run short at the step then in flight.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -51,7 +52,7 @@ def is_full_decode(plan: StepPlan, shape: StepShape, instance: InstanceRuntime) 
     """Every running request decodes one token and nothing else happens (a padded decode
     batch qualifies: its rows stay fixed and only the padded context grows)."""
     return (
-        shape.num_decodes == len(instance.running) == len(plan.request_ids)
+        shape.num_decodes == instance.num_running == len(plan.request_ids)
         and not shape.prefill_tokens
         and (plan.padding is None or plan.padding.row_tokens == 1)
         and not (plan.preempt_ids or plan.swap_out_ids or plan.swap_in_ids or plan.reject)
@@ -86,9 +87,13 @@ class DecodeRun:
     num_waiting: int
     final_step: int
     num_applied: int = 0
+    ends_list: list[float] | None = None  # ``ends`` as floats, for bisection without numpy overhead
 
     def num_ended_by(self, now_s: float) -> int:
-        return int(np.searchsorted(self.ends, now_s, side="right"))
+        ends = self.ends_list
+        if ends is None:
+            ends = self.ends_list = self.ends.tolist()
+        return bisect_right(ends, now_s)
 
     def step_start(self, index: int) -> float:
         return self.start_s if index == 0 else float(self.ends[index - 1])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from servelab.core.decode_group import DecodeGroup
 from servelab.core.kv_blocks import BlockManager, KVCacheConfig
 from servelab.core.plan import StepPlan, StepResult, StepShape
 from servelab.core.request import Request, RequestStatus
@@ -48,6 +49,7 @@ class AppliedStep:
     rejected: list[Request]  # refused by the plan; already ended
     swap_copies: SwapCopies = field(default_factory=list)  # KV copies a real executor makes first, in order
     plan: StepPlan | None = None
+    group_rows: int = 0  # the first rows are the decode group's members (one token each)
 
 
 class InstanceRuntime:
@@ -72,7 +74,9 @@ class InstanceRuntime:
         self.cost_model = cost_model
         self.spec = spec
         self.waiting: list[Request] = []
-        self.running: list[Request] = []
+        self._running: list[Request] = []
+        self._others: dict[int, Request] = {}  # running requests outside the decode group
+        self.group: DecodeGroup | None = None  # steady decoders advanced in O(1) (simulator only)
         self.swapped: list[Request] = []
         self.reserved: dict[int, Request] = {}
         self._reserved_owed: dict[int, int] = {}  # the work a reservation added to the load
@@ -81,8 +85,30 @@ class InstanceRuntime:
         self.num_preemptions = 0
         self.num_swaps = 0
         self._outstanding = 0
+        self._inflight_group = 0  # rows of the step in flight that are decode-group members
+
+    def enable_decode_group(self) -> None:
+        """Advance steady decoders as one group (for executors that read no per-request state)."""
+        if self.group is None:
+            self.group = DecodeGroup(self.blocks)
 
     # ---- read-only views (InstanceState) ----
+    @property
+    def running(self) -> list[Request]:
+        """Requests holding GPU KV and taking steps (their counters brought up to date)."""
+        if self.group is not None:
+            self.group.sync_all()
+        return self._running
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def running_others(self) -> list[Request]:
+        """Running requests outside the decode group (all of them when there is none), in order."""
+        return list(self._others.values())
+
     @property
     def num_outstanding_tokens(self) -> int:
         """Work still owed here: sum over requests of prompt + expected output - computed tokens.
@@ -148,11 +174,13 @@ class InstanceRuntime:
         req = self.get(request_id)
         if req.status is RequestStatus.SWAPPED:
             raise PlanError(f"request {request_id} is swapped out; swap it in before moving it")
+        self._leave_group(request_id)
         self._outstanding -= _owed(req)
         del self._by_id[request_id]
-        for queue in (self.waiting, self.running):
-            if req in queue:
-                queue.remove(req)
+        if req in self.waiting:
+            self.waiting.remove(req)
+        elif req in self._running:
+            self._run_remove(req)
         self.detached[request_id] = req
         return req
 
@@ -187,11 +215,19 @@ class InstanceRuntime:
         for rid in plan.swap_in_ids:
             copies.append(("in", self._swap_in(self.get(rid))))
         swap_blocks = sum(len(pairs) for _, pairs in copies)
-        if len(plan.request_ids) > self.max_num_seqs:
-            raise PlanError(f"instance {self.instance_id}: {len(plan.request_ids)} rows > max_num_seqs {self.max_num_seqs}")
+        row_ids, row_tokens = plan.request_ids, plan.num_tokens
+        if len(row_ids) > self.max_num_seqs:
+            raise PlanError(f"instance {self.instance_id}: {len(row_ids)} rows > max_num_seqs {self.max_num_seqs}")
+        group, group_rows = self.group, 0
+        if group is not None and group.n:
+            if row_ids[:group.n] == group.ids:  # the group decodes as one: its rows cost O(1)
+                group_rows = group.n
+                row_ids, row_tokens = row_ids[group_rows:], row_tokens[group_rows:]
+            elif not group.members.keys().isdisjoint(row_ids):  # members scheduled one by one
+                self._dissolve_group()
         by_id = self._by_id
         try:
-            batch = [by_id[rid] for rid in plan.request_ids]
+            batch = [by_id[rid] for rid in row_ids]
         except KeyError as exc:
             raise PlanError(f"instance {self.instance_id}: request {exc.args[0]} is not here") from None
         prefill_tokens: list[int] = []
@@ -201,7 +237,7 @@ class InstanceRuntime:
         decode_ids: list[int] = []  # decode rows: their KV slots are reserved in one call below
         decode_context: list[int] = []
         decoding = RequestStatus.DECODING
-        for req, n in zip(batch, plan.num_tokens):
+        for req, n in zip(batch, row_tokens):
             status = req.status
             computed = req.num_computed_tokens
             if n == 1 and status is decoding and computed + 1 == req.num_prompt_tokens + req.num_generated_tokens:
@@ -230,11 +266,21 @@ class InstanceRuntime:
             num_decodes += len(decode_ids)
             ctx_sum += sum(decode_context)
             ctx_max = max(ctx_max, max(decode_context))
+        if group_rows:
+            try:
+                group.reserve_step()
+            except MemoryError as exc:
+                raise PlanError(f"instance {self.instance_id}: {exc}") from None
+            num_decodes += group_rows
+            ctx_sum += group.context_sum_next()
+            ctx_max = max(ctx_max, group.context_max_next())
+            batch = group.requests + batch
+        self._inflight_group = group_rows
         if admitted:
             self._admit(admitted)
         shape = StepShape(tuple(prefill_tokens), tuple(prefill_context), num_decodes, ctx_sum, ctx_max,
                           plan.padding, swap_blocks)
-        return AppliedStep(shape, batch, rejected, copies, plan)
+        return AppliedStep(shape, batch, rejected, copies, plan, group_rows)
 
     def _reserve(self, req: Request, n: int) -> None:
         if req.status.is_terminal or req.status is RequestStatus.SWAPPED:
@@ -257,28 +303,60 @@ class InstanceRuntime:
         else:
             gone = {id(r) for r in admitted}
             self.waiting = [r for r in waiting if id(r) not in gone]
-        self.running.extend(admitted)
+        self._running.extend(admitted)
+        others = self._others
+        for req in admitted:
+            others[req.request_id] = req
+
+    def _run_remove(self, req: Request) -> None:
+        self._running.remove(req)
+        self._others.pop(req.request_id, None)
+
+    def _dissolve_group(self) -> None:
+        for rid in list(self.group.members):
+            self._leave_group(rid)
+
+    def _leave_group(self, request_id: int) -> None:
+        """A member is touched one by one (preempted, swapped, moved, ended): out of the group."""
+        group = self.group
+        if group is not None and request_id in group.members:
+            self._others[request_id] = group.leave(request_id)
 
     def _preempt(self, req: Request) -> None:
+        if req.status is RequestStatus.TRANSFERRING and self.blocks.is_on_gpu(req.request_id):
+            self._preempt_waiting(req)
+            return
         if req.status not in _RUNNING:
-            raise PlanError(f"request {req.request_id} is {req.status.value}; only running requests are preempted")
+            raise PlanError(f"request {req.request_id} is {req.status.value}; only running requests and "
+                            "handed-off requests queued with their KV are preempted")
+        self._leave_group(req.request_id)
         self.blocks.free(req.request_id)
         self._outstanding += req.num_computed_tokens
         req.reset_for_recompute()
         self.num_preemptions += 1
-        self.running.remove(req)
+        self._run_remove(req)
         self.waiting.insert(0, req)
+
+    def _preempt_waiting(self, req: Request) -> None:
+        """A request handed off here waits with its KV (queued behind one that must recompute):
+        dropping that KV is the only way to free memory when nothing else can run."""
+        self._outstanding -= _owed(req)
+        self.blocks.free(req.request_id)
+        req.reset_for_recompute()
+        self._outstanding += _owed(req)
+        self.num_preemptions += 1
 
     def _swap_out(self, req: Request) -> list[tuple[int, int]]:
         if req.status not in _RUNNING:
             raise PlanError(f"request {req.request_id} is {req.status.value}; only running requests swap out")
         if not self.blocks.can_swap_out(req.request_id):
             raise PlanError(f"request {req.request_id}: host KV pool is full")
+        self._leave_group(req.request_id)
         moved = self.blocks.swap_out(req.request_id)
         req.status = RequestStatus.SWAPPED
         req.num_swaps += 1
         self.num_swaps += 1
-        self.running.remove(req)
+        self._run_remove(req)
         self.swapped.append(req)
         return moved
 
@@ -290,7 +368,8 @@ class InstanceRuntime:
         moved = self.blocks.swap_in(req.request_id)
         req.status = RequestStatus.DECODING if not req.is_prefill else RequestStatus.PREFILLING
         self.swapped.remove(req)
-        self.running.append(req)
+        self._running.append(req)
+        self._others[req.request_id] = req
         return moved
 
     def _reject(self, request_id: int, reason: str, now_s: float) -> Request:
@@ -306,12 +385,16 @@ class InstanceRuntime:
         return req
 
     def _remove(self, req: Request) -> None:
+        self._leave_group(req.request_id)
         self._outstanding -= _owed(req)
         self.blocks.free(req.request_id)
         del self._by_id[req.request_id]
-        for queue in (self.waiting, self.running, self.swapped):
-            if req in queue:
-                queue.remove(req)
+        if req.request_id in self._others:
+            self._run_remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        elif req in self.swapped:
+            self.swapped.remove(req)
 
     # ---- step completion ----
     def complete(self, plan: StepPlan, batch: list[Request], result: StepResult, now_s: float) -> StepOutcome:
@@ -321,7 +404,13 @@ class InstanceRuntime:
         stopped = dict(result.stopped_ids) if result.stopped_ids else None
         sampled = result.sampled_token_ids
         decoding = RequestStatus.DECODING
-        for req, n in zip(batch, plan.num_tokens):
+        group_rows, self._inflight_group = self._inflight_group, 0
+        rows = zip(batch, plan.num_tokens)
+        if group_rows:
+            self._group_exits(self.group.advance(1, [now_s]), out, now_s)
+            rows = zip(batch[group_rows:], plan.num_tokens[group_rows:])
+        joiners = []
+        for req, n in rows:
             computed = req.num_computed_tokens + n
             req.num_computed_tokens = computed
             if computed == req.num_prompt_tokens + req.num_generated_tokens:
@@ -338,8 +427,35 @@ class InstanceRuntime:
                     continue
             if req.handoff_at_tokens is not None and computed >= req.handoff_at_tokens:
                 _leave(out, req, now_s, None)
+            elif req.status is decoding and computed + 1 == req.num_prompt_tokens + req.num_generated_tokens:
+                joiners.append(req)
         self._remove_leavers(out)
+        group = self.group
+        if group is not None and joiners:
+            others = self._others
+            for req in joiners:
+                if req.request_id in others:  # still running here (not preempted by its own plan)
+                    del others[req.request_id]
+                    group.join(req)
         return out
+
+    def _group_exits(self, exits: list[Request], out: StepOutcome, now_s: float) -> None:
+        """Members that reached their length or hand-off point leave like any other row."""
+        for req in exits:
+            self._others[req.request_id] = req
+            if req.num_generated_tokens >= req.max_output_tokens:
+                _leave(out, req, now_s, "length")
+            else:
+                _leave(out, req, now_s, None)
+
+    def decode_horizon(self, batch: list[Request]) -> int:
+        """Steps until the first request of a full-decode ``batch`` finishes or hands off."""
+        from servelab.core.fast_forward import steps_until_exit
+
+        group_rows = self._inflight_group
+        if not group_rows:
+            return steps_until_exit(batch)
+        return min(self.group.steps_until_exit(), steps_until_exit(batch[group_rows:]))
 
     def fast_forward_decodes(self, batch: list[Request], num_steps: int, step_end_times_s: list[float], *,
                              final: bool = False) -> StepOutcome:
@@ -353,6 +469,15 @@ class InstanceRuntime:
         out = StepOutcome()
         allocate, reserved = self.blocks.allocate, self.blocks.num_reserved_tokens
         now_s = step_end_times_s[-1]
+        group_rows = self._inflight_group
+        if group_rows:
+            exits = self.group.advance(num_steps, step_end_times_s)
+            if final:
+                self._inflight_group = 0
+                self._group_exits(exits, out, now_s)
+            elif exits:
+                raise PlanError(f"instance {self.instance_id}: a decode run passed a request's last step")
+            batch = batch[group_rows:]
         for req in batch:
             extra = num_steps - reserved(req.request_id) + req.num_computed_tokens
             if extra > 0:
@@ -375,14 +500,28 @@ class InstanceRuntime:
         for req in out.handed_off:  # keeps its KV until the cluster has copied it out
             self._outstanding -= _owed(req)
             del self._by_id[req.request_id]
-            self.running.remove(req)
+            self._run_remove(req)
             self.detached[req.request_id] = req
 
     def reserve_decode_slots(self, batch: list[Request]) -> None:
         """KV slots for one more decode token of each request (a step in flight, simulator only)."""
+        group_rows = self._inflight_group
+        if group_rows:
+            self.group.reserve_step()
+            batch = batch[group_rows:]
         self.blocks.ensure_decode_slots([r.request_id for r in batch], [r.num_computed_tokens + 1 for r in batch])
 
     def check_invariants(self) -> None:
+        if self.group is not None:
+            self.group.sync_all()
+            members = self.group.members
+            assert all(r.request_id in members or r.request_id in self._others for r in self._running), \
+                "a running request is neither in the decode group nor outside it"
+            assert not (members.keys() & self._others.keys()), "a request is in and outside the decode group"
+            assert len(members) + len(self._others) == len(self._running), "running bookkeeping drifted"
+            for rid, req in members.items():
+                assert req.status is RequestStatus.DECODING and req.num_pending_tokens == 1, \
+                    f"decode group member {rid} is not a steady decoder"
         self.blocks.check_invariants()
         for req in self._by_id.values():
             assert 0 <= req.num_computed_tokens <= req.num_tokens, f"request {req.request_id}: bad token counts"

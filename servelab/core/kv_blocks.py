@@ -165,6 +165,25 @@ class BlockManager:
             else:
                 self.ensure_slots(rid, n)
 
+    def append_block(self, request_id: int) -> None:
+        """One more block at the end of a request's table, leaving its slot count to the caller
+        (the decode group keeps that count itself and sets it with ``set_reserved_tokens``)."""
+        free = self._free_gpu
+        if not free:
+            raise MemoryError(f"request {request_id}: needs 1 KV block, 0 free")
+        self._gpu_tables[request_id].append(free.pop())
+
+    def append_blocks(self, request_id: int, count: int) -> None:
+        free = self._free_gpu
+        if count > len(free):
+            raise MemoryError(f"request {request_id}: needs {count} KV blocks, {len(free)} free")
+        self._gpu_tables[request_id].extend(free[-count:])
+        del free[-count:]
+
+    def set_reserved_tokens(self, request_id: int, num_tokens: int) -> None:
+        """Record the slots a request holds after ``append_block`` calls (its table must fit them)."""
+        self._num_tokens[request_id] = num_tokens
+
     def free(self, request_id: int) -> None:
         """Release every block the request holds, on GPU or host. Unknown ids are a no-op."""
         self._free_gpu.extend(self._gpu_tables.pop(request_id, ()))

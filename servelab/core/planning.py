@@ -64,10 +64,11 @@ class PlanBuilder:
         self.swap_out: list[int] = []
         self.reject: list[tuple[int, str]] = []
         self.evicted: set[int] = set()  # preempted or swapped out by this plan
+        self.group_ids: tuple[int, ...] = ()  # the instance's decode group, decoding as one (plan prefix)
 
     @property
     def rows_left(self) -> int:
-        return self.state.max_num_seqs - len(self.ids)
+        return self.state.max_num_seqs - len(self.ids) - len(self.group_ids)
 
     @property
     def tokens_left(self) -> int:
@@ -116,6 +117,29 @@ class PlanBuilder:
                 if victim is req:
                     break
 
+    def add_group_decodes(self) -> bool:
+        """Every decode at once when the instance keeps a decode group and they all fit: O(1) for
+        the group's members, a scan of the few running requests outside it. False (nothing
+        added) when there is no group or something does not fit; use ``add_decodes`` then."""
+        state = self.state
+        group = getattr(state, "group", None)
+        if group is None or self.group_ids:
+            return False
+        bs = self.blocks.block_size
+        decodes = [r for r in state.running_others if r.num_generated_tokens and r.num_computed_tokens + 1 == r.num_tokens]
+        n = group.n + len(decodes)
+        if n > self.rows_left or n > self.tokens_left:
+            return False
+        need = group.blocks_needed_next() + sum(1 for r in decodes if r.num_computed_tokens % bs == 0)
+        if need > self.free_blocks:
+            return False
+        self.free_blocks -= need
+        self.num_tokens += n
+        self.group_ids = group.ids
+        self.ids.extend(r.request_id for r in decodes)
+        self.counts.extend([1] * len(decodes))
+        return True
+
     def _add_all_decodes(self, running: list[Request]) -> bool:
         """Fast path: every decode fits (rows, tokens, blocks), so schedule them in one sweep."""
         bs = self.blocks.block_size
@@ -132,6 +156,10 @@ class PlanBuilder:
         self.counts.extend([1] * n)
         return True
 
+    def evict_waiting(self, victim: Request) -> None:
+        """Preempt (recompute) a request queued here with its KV, freeing its blocks for this plan."""
+        self._evict(victim, False)
+
     def _evict(self, victim: Request, swap: bool) -> None:
         held = len(self.blocks.block_table(victim.request_id))
         if swap and self.blocks.num_free_cpu_blocks - sum(
@@ -143,8 +171,12 @@ class PlanBuilder:
         self.evicted.add(victim.request_id)
 
     def build(self, **extra) -> StepPlan:
-        return StepPlan(tuple(self.ids), tuple(self.counts), preempt_ids=tuple(self.preempt),
-                        swap_out_ids=tuple(self.swap_out), reject=tuple(self.reject), **extra)
+        ids, counts = tuple(self.ids), tuple(self.counts)
+        if self.group_ids:  # the group's rows first: the runtime recognises them in O(1)
+            ids = self.group_ids + ids
+            counts = (1,) * len(self.group_ids) + counts
+        return StepPlan(ids, counts, preempt_ids=tuple(self.preempt), swap_out_ids=tuple(self.swap_out),
+                        reject=tuple(self.reject), **extra)
 
 
 def sorted_by(requests: Sequence[Request], key: OrderKey) -> Sequence[Request]:

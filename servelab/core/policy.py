@@ -53,6 +53,9 @@ class InstanceState(Protocol):
     def num_outstanding_tokens(self) -> int: ...
 
     @property
+    def num_running(self) -> int: ...
+
+    @property
     def is_idle(self) -> bool: ...
 
 
@@ -68,6 +71,11 @@ class SchedulingPolicy(ABC):
 
     name: ClassVar[str] = "?"
     stable_under_decode: ClassVar[bool] = False
+    # Opt in to the runtime's decode group (servelab.core.decode_group): steady decoders then
+    # advance as one, and a request's counters are current only when read through
+    # ``state.running`` / ``state.waiting`` (or after it leaves); references a policy keeps
+    # from its hooks may lag. ``PlanBuilder.add_group_decodes`` plans the group in O(1).
+    uses_decode_group: ClassVar[bool] = False
 
     def on_arrival(self, now_s: float, request: Request) -> None:
         """A request joined this instance's waiting queue (new, transferred in, or requeued)."""

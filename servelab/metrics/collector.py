@@ -182,5 +182,5 @@ def record_step(collector: MetricsCollector, runtime, start_s: float, duration_s
     num_padding = (pad.num_rows * pad.row_tokens - shape.num_tokens) * num_steps if pad is not None else 0
     blocks = runtime.blocks
     collector.on_step(runtime.instance_id, start_s, duration_s, num_tokens, num_rows, max(num_padding, 0),
-                      blocks.num_used_gpu_blocks, blocks.num_gpu_blocks, num_waiting, len(runtime.running),
+                      blocks.num_used_gpu_blocks, blocks.num_gpu_blocks, num_waiting, runtime.num_running,
                       flops_per_token * num_tokens)

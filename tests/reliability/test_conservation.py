@@ -114,11 +114,18 @@ def test_handed_off_requests_are_not_stranded_behind_a_preempted_one():
     assert _outcomes("distserve x2", [(0.0, 60, 150)] * 6) == {"finished": 6}
 
 
-@pytest.mark.xfail(strict=True, reason="servelab/cluster/moves.py Mover._finish frees the source's copy of a "
-                   "handed-off request but does not kick the source instance: an idle prefill instance whose "
-                   "blocks were all held by outgoing KV never runs its queue again (lead's file; kicking "
-                   "t.source after the release fixes it)")
 def test_a_finished_transfer_wakes_its_source():
+    """An idle prefill instance whose blocks were all held by outgoing KV runs its queue again
+    once the transfer frees them."""
     rows = [(0.0004, 46, 172), (0.0004, 97, 175), (0.00046, 97, 176), (0.00209, 82, 161), (0.00313, 84, 159),
             (0.00362, 99, 166), (0.00362, 95, 168)]
     assert _outcomes("distserve x2", rows) == {"finished": 7}
+
+
+def test_handed_off_requests_that_cannot_grow_give_up_their_kv():
+    """Every block on the decode instance held by handed-off requests queued behind a preempted
+    one, none able to take its next block: the last gives its KV up (recompute) and the rest run.
+    Before, eight of nine requests were stranded (found on BucketServe's Mixed workload)."""
+    rows = [(0.00091, 31, 28), (0.00204, 47, 121), (0.00248, 96, 95), (0.00298, 48, 22), (0.00299, 63, 190),
+            (0.00376, 15, 107), (0.00637, 80, 15), (0.00926, 95, 109), (0.00962, 48, 113)]
+    assert _outcomes("distserve x2", rows) == {"finished": 9}
