@@ -1,0 +1,57 @@
+"""AlignedServe's router parameters (frozen, validated; built from ``name:key=value`` specs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servelab.core.errors import UserError
+
+
+@dataclass(frozen=True)
+class AlignedServeConfig:
+    """Defaults are the paper's (Section 4.1) where it gives them.
+
+    block_fraction: a batch's KV blocks stay under this share of the decode GPU's blocks
+        (Algorithm 1's block threshold, 40%).
+    min_batch: Algorithm 1's minimum batch (36 requests).
+    max_len / leaf_width: the quad-tree's range of prefix lengths and its leaf width.
+    max_wait_s: starvation bound: a request parked this long in the pool is scheduled
+        regardless of batching (0 disables, as the paper's Figure 15 does).
+    prefetch: GPU-prefetch-for-GPU (candidate batches prefetched over PCIe into the prefill
+        GPU, sent over NVLink at schedule time); off, or without NVLink, batches go from the
+        pool to the decode GPU over PCIe when scheduled.
+    prefix_aware: Density First Search; off, batches are cut from the pool in FCFS order
+        (the ablation "w/o B").
+    growth_tokens: tokens of growth per running request kept free when requests join a
+        decode instance (so a joined request does not force an eviction at once).
+    evict_lookahead: decode steps of growth that must fit after an iteration; below that
+        the longest request is evicted (case 3).
+    requests_buffer: how many pool requests matching the running batch's prefix range may
+        wait in the Candidate Requests Buffer (dynamic scheduling).
+    idle_force: a decode instance with nothing to run takes the best batch the pool has even
+        if it holds fewer than ``min_batch`` requests.
+    """
+
+    block_fraction: float = 0.4
+    min_batch: int = 36
+    max_len: int = 65536
+    leaf_width: int = 16
+    max_wait_s: float = 10.0
+    prefetch: bool = True
+    prefix_aware: bool = True
+    growth_tokens: int = 32
+    evict_lookahead: int = 4
+    requests_buffer: int = 16
+    idle_force: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.block_fraction <= 1:
+            raise UserError(f"alignedserve: block_fraction must be in (0, 1], got {self.block_fraction}")
+        for name in ("min_batch", "max_len", "leaf_width"):
+            if getattr(self, name) < 1:
+                raise UserError(f"alignedserve: {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("growth_tokens", "evict_lookahead", "requests_buffer"):
+            if getattr(self, name) < 0:
+                raise UserError(f"alignedserve: {name} must be >= 0, got {getattr(self, name)}")
+        if not self.max_wait_s >= 0:
+            raise UserError(f"alignedserve: max_wait_s must be >= 0, got {self.max_wait_s}")

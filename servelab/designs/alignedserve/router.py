@@ -1,0 +1,381 @@
+"""The ``alignedserve`` router: prefill -> host KV pool -> prefix-aligned batches -> decode.
+
+Arrivals go to the prefill instance with the least outstanding work; at the end of its
+prompt each request is handed off to the cluster's host KV pool (``POOL``) and enters the
+quad-tree. For each decode instance the router keeps, in the HBM of a prefill instance (its
+*buffer*, reserved with ``Move(hold=True)``):
+
+- the Candidate Batch Buffer: the next batch, cut by Density First Search and prefetched
+  from the pool over PCIe ahead of time (GPU-prefetch-for-GPU);
+- the Candidate Requests Buffer: requests evicted from the running batch, and pool
+  requests whose prefix matches the running batch's (dynamic scheduling).
+
+After every decode iteration (Algorithm 2): case 3 first, evict the longest request (of the
+old batch during a switch) to the requests buffer over NVLink while the next steps'
+growth would not fit; case 1, requests from the requests buffer join as blocks allow;
+case 2, when that buffer is empty, requests of the candidate batch join (a batch switch);
+once the candidate batch has all joined, the next one is cut and prefetched. A request
+parked longer than ``max_wait_s`` is scheduled regardless (starvation bound). Without
+prefetch (or without NVLink) batches go from the pool straight to the decode GPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from servelab.cluster.links import LinkKind
+from servelab.core.policy import POOL, ROUTERS, ClusterState, InstanceState, Move, Placement, Router
+from servelab.core.request import Request
+from servelab.designs.alignedserve.config import AlignedServeConfig
+from servelab.designs.alignedserve.quadtree import Batch, QuadTree
+from servelab.designs.alignedserve.stats import AlignedStats
+
+
+@dataclass
+class _Slot:
+    """One decode instance's running batch and its two buffers (on ``buffer_iid``)."""
+
+    iid: int
+    buffer_iid: int
+    batch_id: int = -1  # the newest batch that has joined the running batch
+    candidate: deque = field(default_factory=deque)  # Candidate Batch Buffer (Requests)
+    candidate_id: int = -1
+    requests: deque = field(default_factory=deque)  # Candidate Requests Buffer
+    ready: set = field(default_factory=set)  # request ids whose KV is where it can be released from
+    incoming: dict = field(default_factory=dict)  # request id -> time the release was decided
+    evicting: set = field(default_factory=set)
+
+
+@ROUTERS.register("alignedserve")
+class AlignedServeRouter(Router):
+    Config = AlignedServeConfig
+
+    def __init__(self, config: AlignedServeConfig = AlignedServeConfig()) -> None:
+        self.config = config
+        self.tree = QuadTree(config.max_len, config.leaf_width)
+        self.stats = AlignedStats()
+        self._slots: dict[int, _Slot] = {}
+        self._pooled: dict[int, Request] = {}  # in the pool and in the tree
+        self._since: dict[int, float] = {}  # request id -> time it entered the pool
+        self._tag: dict[int, int] = {}  # request id -> batch id
+        self._owner: dict[int, int] = {}  # request id -> decode instance whose buffers hold it
+        self._next_batch_id = 0
+        self._arrivals_done = False
+
+    # ---- placement and hand-off ----
+    def on_arrival(self, now_s: float, request: Request, cluster: ClusterState) -> list[Placement]:
+        prefill = cluster.instances_with_role("prefill")
+        if not prefill or not cluster.instances_with_role("decode"):
+            return [Placement(request, None, "alignedserve router needs prefill and decode instances")]
+        target = min(prefill, key=lambda inst: (inst.num_outstanding_tokens, inst.instance_id))
+        return [Placement(request, target.instance_id)]
+
+    def handoff_point(self, request: Request, instance: InstanceState) -> int | None:
+        return request.num_prompt_tokens if instance.role == "prefill" else None
+
+    def handoff_target(self, now_s: float, request: Request, source_id: int, cluster: ClusterState) -> int:
+        if cluster.pool is None:  # no host pool (an engine cluster built without one): P/D as DistServe
+            decode = cluster.instances_with_role("decode")
+            return max(decode, key=lambda i: (i.blocks.num_free_gpu_blocks, -i.instance_id)).instance_id
+        return POOL
+
+    # ---- events ----
+    def on_moved(self, now_s: float, request: Request, destination: int, cluster: ClusterState) -> list:
+        self._ensure_slots(cluster)
+        rid = request.request_id
+        if destination == POOL:
+            self._pool_in(request, now_s, cluster)
+            return self._tick(now_s, cluster)
+        slot = self._slots.get(self._owner.get(rid, -2))
+        if slot is None:
+            return []
+        if destination == slot.iid:
+            t0 = slot.incoming.pop(rid, None)
+            if t0 is not None:
+                self.stats.release_s.append(now_s - t0)
+            self._owner.pop(rid, None)
+            return []
+        if destination == slot.buffer_iid:  # landed in a buffer (prefetched or evicted)
+            slot.evicting.discard(rid)
+            slot.ready.add(rid)
+            return self._schedule(slot, now_s, cluster)
+        return []
+
+    def on_step_done(self, now_s: float, instance_id: int, shape, finished: Sequence[Request],
+                     cluster: ClusterState) -> list:
+        self._ensure_slots(cluster)
+        slot = self._slots.get(instance_id)
+        if slot is None or shape.num_decodes == 0:
+            return []
+        t0 = time.thread_time()
+        inst = cluster.instance(instance_id)
+        self.stats.num_iterations += 1
+        tags = {self._tag.get(r.request_id, -1) for r in inst.running}
+        if len(tags) > 1:
+            self.stats.num_switch_iterations += 1
+        self.stats.step_contexts.append((shape.num_decodes, shape.decode_context_sum, shape.decode_context_max))
+        if inst.cost_model is not None:
+            self.stats.step_s.append(inst.cost_model.step_time_s(shape))
+        actions = self._schedule(slot, now_s, cluster)
+        self.stats.schedule_s.append(time.thread_time() - t0)
+        return actions
+
+    def on_instance_idle(self, now_s: float, instance_id: int, cluster: ClusterState) -> list:
+        self._ensure_slots(cluster)
+        return self._tick(now_s, cluster)
+
+    def on_timer(self, now_s: float, cluster: ClusterState) -> list:
+        self._ensure_slots(cluster)
+        return self._tick(now_s, cluster)
+
+    def on_arrivals_done(self, now_s: float, cluster: ClusterState) -> list:
+        self._arrivals_done = True
+        self._ensure_slots(cluster)
+        return self._tick(now_s, cluster)
+
+    def next_wakeup_s(self, now_s: float) -> float | None:
+        if not self._since or self.config.max_wait_s <= 0:
+            return None
+        return min(self._since.values()) + self.config.max_wait_s
+
+    def report(self) -> dict:
+        return self.stats.summary()
+
+    # ---- the pool and batches ----
+    def _ensure_slots(self, cluster: ClusterState) -> None:
+        if self._slots:
+            return
+        prefill = [i.instance_id for i in cluster.instances_with_role("prefill")]
+        topo = getattr(cluster, "topology", None)
+        for k, inst in enumerate(cluster.instances_with_role("decode")):
+            near = [p for p in prefill if topo is None or topo.server_of[p] == topo.server_of[inst.instance_id]]
+            pick = near or prefill
+            buf = pick[k % len(pick)] if pick else inst.instance_id
+            self._slots[inst.instance_id] = _Slot(inst.instance_id, buf)
+
+    def _pool_in(self, request: Request, now_s: float, cluster: ClusterState) -> None:
+        rid = request.request_id
+        if request.status.is_terminal or rid in self.tree:
+            return
+        self._owner.pop(rid, None)
+        for slot in self._slots.values():
+            slot.evicting.discard(rid)
+        bs = self._block_size(cluster)
+        self.tree.insert(rid, request.num_computed_tokens, -(-request.num_computed_tokens // bs))
+        self._pooled[rid] = request
+        self._since.setdefault(rid, now_s)
+        if cluster.pool is not None:
+            self.stats.sample_pool(now_s, cluster.pool.used_bytes)
+
+    def _take(self, rid: int) -> Request:
+        self.tree.remove(rid)
+        self._since.pop(rid, None)
+        return self._pooled.pop(rid)
+
+    def _tick(self, now_s: float, cluster: ClusterState) -> list:
+        actions = self._starved(now_s, cluster)
+        for slot in self._slots.values():
+            actions += self._schedule(slot, now_s, cluster)
+        return actions
+
+    def _starved(self, now_s: float, cluster: ClusterState) -> list:
+        """Requests parked past ``max_wait_s``: a batch grown around the oldest one goes to the
+        least-loaded decode instance's requests buffer (they join before any candidate batch)."""
+        cfg = self.config
+        if cfg.max_wait_s <= 0 or not self._since:
+            return []
+        actions: list = []
+        while self._since:
+            rid = min(self._since, key=self._since.get)
+            if now_s - self._since[rid] < cfg.max_wait_s:
+                break
+            slot = min(self._slots.values(), key=lambda s: (len(s.requests) + len(s.candidate), s.iid))
+            batch = self.tree.around(self.tree.length_of(rid), self._max_blocks(slot, cluster))
+            ids = [r for r in batch.request_ids] if batch else [rid]
+            if rid not in ids:
+                ids.append(rid)
+            self.stats.num_starved += len(ids)
+            for r in ids:
+                actions += self._to_buffer(slot, self._take(r), slot.requests, cluster)
+        return actions
+
+    def _cut_batch(self, slot: _Slot, now_s: float, cluster: ClusterState) -> list:
+        """Density First Search (or FCFS for the ablation) for the slot's next candidate batch."""
+        if not self._pooled:
+            return []
+        cfg = self.config
+        max_blocks = self._max_blocks(slot, cluster)
+        inst = cluster.instance(slot.iid)
+        idle = not inst.running and not inst.waiting and not slot.requests and not slot.incoming
+        drained = self._arrivals_done and all(p.num_outstanding_tokens == 0 and not p.waiting
+                                              for p in cluster.instances_with_role("prefill"))
+        force = drained or (cfg.idle_force and idle)
+        t0 = time.thread_time()
+        if cfg.prefix_aware:
+            batch = self.tree.search(max_blocks, cfg.min_batch, force=force)
+        else:
+            batch = self._fcfs(max_blocks, cfg.min_batch, force)
+        self.stats.batch_gen_s.append(time.thread_time() - t0)
+        if batch is None:
+            return []
+        self.stats.batch_sizes.append(len(batch.request_ids))
+        self.stats.batch_cases.append(batch.case)
+        self.stats.batch_spans.append(batch.max_len - batch.min_len)
+        self.stats.num_forced_batches += batch.forced
+        slot.candidate_id = self._next_batch_id
+        self._next_batch_id += 1
+        actions: list = []
+        for rid in sorted(batch.request_ids, key=lambda r: self.tree.length_of(r)):
+            req = self._take(rid)
+            self._tag[rid] = slot.candidate_id
+            actions += self._to_buffer(slot, req, slot.candidate, cluster)
+        if cluster.pool is not None:
+            self.stats.sample_pool(now_s, cluster.pool.used_bytes)
+        return actions
+
+    def _fcfs(self, max_blocks: int, min_requests: int, force: bool) -> Batch | None:
+        ids, blocks = [], 0
+        for rid in sorted(self._since, key=lambda r: (self._since[r], r)):
+            b = self.tree.blocks_of(rid)
+            if blocks + b > max_blocks and ids:
+                break
+            ids.append(rid)
+            blocks += b
+        if not ids or (len(ids) < min_requests and not force and blocks <= max_blocks):
+            return None
+        lengths = [self.tree.length_of(r) for r in ids]
+        return Batch(tuple(ids), blocks, min(lengths), max(lengths), 0, len(ids) < min_requests)
+
+    def _to_buffer(self, slot: _Slot, req: Request, queue: deque, cluster: ClusterState) -> list:
+        """Queue ``req`` in one of the slot's buffers; prefetch its KV to the buffer GPU when
+        GPU-prefetch-for-GPU is on, else it stays in the pool until it is released."""
+        rid = req.request_id
+        self._owner[rid] = slot.iid
+        queue.append(req)
+        if self._prefetching(slot, cluster):
+            return [Move(req, slot.buffer_iid, hold=True, reason="alignedserve prefetch")]
+        slot.ready.add(rid)  # released from the pool directly
+        return []
+
+    def _prefetching(self, slot: _Slot, cluster: ClusterState) -> bool:
+        if not self.config.prefetch or slot.buffer_iid == slot.iid:
+            return False
+        topo = getattr(cluster, "topology", None)
+        if topo is None:  # the engine: copies are measured, the buffer is another instance's memory
+            return True
+        return topo.kind(slot.buffer_iid, slot.iid) is LinkKind.NVLINK
+
+    # ---- Algorithm 2 ----
+    def _schedule(self, slot: _Slot, now_s: float, cluster: ClusterState) -> list:
+        inst = cluster.instance(slot.iid)
+        actions = self._evict(slot, inst, cluster)
+        if actions:
+            return actions
+        actions += self._dynamic(slot, inst, cluster)
+        actions += self._release(slot, slot.requests, inst, now_s)  # case 1
+        if not slot.requests:
+            before = len(slot.candidate)
+            actions += self._release(slot, slot.candidate, inst, now_s)  # case 2 (a batch switch)
+            if len(slot.candidate) < before:
+                slot.batch_id = slot.candidate_id
+        if not slot.candidate:
+            actions += self._cut_batch(slot, now_s, cluster)
+            if not slot.requests:
+                actions += self._release(slot, slot.candidate, inst, now_s)
+                if slot.candidate_id != slot.batch_id and not inst.running:
+                    slot.batch_id = slot.candidate_id
+        return actions
+
+    def _release(self, slot: _Slot, queue: deque, inst: InstanceState, now_s: float) -> list:
+        """Requests at the head of ``queue`` whose KV is ready join the decode instance while
+        its free blocks cover them and the running batch's growth."""
+        actions = []
+        bs = inst.blocks.block_size
+        free = inst.blocks.num_free_gpu_blocks
+        num_seqs = inst.num_running + len(inst.waiting) + len(slot.incoming)
+        headroom = -(-(num_seqs * self.config.growth_tokens) // bs) + 1
+        while queue:
+            req = queue[0]
+            rid = req.request_id
+            if req.status.is_terminal:
+                queue.popleft()
+                continue
+            if rid not in slot.ready:
+                break
+            need = -(-(req.num_computed_tokens + 1) // bs)
+            empty = num_seqs == 0
+            if not empty and (need + headroom > free or num_seqs >= inst.max_num_seqs):
+                break
+            queue.popleft()
+            slot.ready.discard(rid)
+            slot.incoming[rid] = now_s
+            free -= need
+            num_seqs += 1
+            headroom = -(-(num_seqs * self.config.growth_tokens) // bs) + 1
+            actions.append(Move(req, slot.iid, reason="alignedserve schedule"))
+        return actions
+
+    def _evict(self, slot: _Slot, inst: InstanceState, cluster: ClusterState) -> list:
+        """Case 3: while the next ``evict_lookahead`` steps' growth would not fit, evict the
+        longest running request (of the old batch during a switch) to the requests buffer."""
+        bs = inst.blocks.block_size
+        running = [r for r in inst.running if r.request_id not in slot.evicting]
+        if len(running) <= 1:
+            return []
+        la = self.config.evict_lookahead
+        need = sum(1 for r in running if (r.num_computed_tokens % bs) + la >= bs)
+        free = inst.blocks.num_free_gpu_blocks
+        if free >= need:
+            return []
+        old = [r for r in running if self._tag.get(r.request_id, -1) != slot.batch_id]
+        victims = sorted(old or running, key=lambda r: (-r.num_computed_tokens, r.request_id))
+        actions = []
+        buf = cluster.instance(slot.buffer_iid) if slot.buffer_iid != slot.iid else None
+        for victim in victims:
+            if free >= need or len(running) - len(actions) <= 1:
+                break
+            blocks = -(-victim.num_computed_tokens // bs)
+            rid = victim.request_id
+            slot.evicting.add(rid)
+            self.stats.num_evictions += 1
+            if buf is not None and buf.blocks.num_free_gpu_blocks >= blocks + 1 and self._prefetching(slot, cluster):
+                self._owner[rid] = slot.iid
+                slot.requests.appendleft(victim)
+                actions.append(Move(victim, slot.buffer_iid, hold=True, reason="alignedserve evict"))
+            else:
+                self.stats.num_evictions_to_pool += 1
+                actions.append(Move(victim, POOL, reason="alignedserve evict"))
+            free += blocks
+            need -= 1 if (victim.num_computed_tokens % bs) + la >= bs else 0
+        return actions
+
+    def _dynamic(self, slot: _Slot, inst: InstanceState, cluster: ClusterState) -> list:
+        """Pool requests whose prefix lies in the running batch's range wait in the requests
+        buffer, so they join this batch rather than a later one."""
+        room = self.config.requests_buffer - len(slot.requests)
+        if room <= 0 or not self._pooled or not self.config.prefix_aware:
+            return []
+        lengths = [r.num_computed_tokens for r in inst.running if self._tag.get(r.request_id) == slot.batch_id]
+        if not lengths:
+            return []
+        picks = self.tree.in_range(min(lengths), max(lengths), room)
+        actions: list = []
+        for rid in picks:
+            req = self._take(rid)
+            self._tag[rid] = slot.batch_id
+            self.stats.num_dynamic += 1
+            actions += self._to_buffer(slot, req, slot.requests, cluster)
+        return actions
+
+    # ---- helpers ----
+    def _max_blocks(self, slot: _Slot, cluster: ClusterState) -> int:
+        return max(1, int(self.config.block_fraction * cluster.instance(slot.iid).blocks.num_gpu_blocks))
+
+    def _block_size(self, cluster: ClusterState) -> int:
+        slot = next(iter(self._slots.values()), None)
+        if slot is None:
+            return self.config.leaf_width
+        return cluster.instance(slot.iid).blocks.block_size
