@@ -19,7 +19,7 @@ from servelab.core.limits import MAX_INSTANCES, MAX_PARAM_INT, MAX_SWAP_SPACE_GB
 from servelab.core.request import SLO, RequestSpec
 from servelab.costmodel.links import LinkSpec
 from servelab.metrics import RequestTable, RunSummary, capacity_search, summarize
-from servelab.metrics.capacity import CapacityResult
+from servelab.metrics.capacity import DEFAULT_HI, DEFAULT_LO, DEFAULT_MAX_EXPANSIONS, CapacityResult
 from servelab.metrics.report import top_reasons
 from servelab.paths import default_data_dir
 from servelab.simulator import SimResult, simulate
@@ -122,8 +122,9 @@ def run_simulation(workload: Sequence[RequestSpec], policy: str, hardware: Hardw
     cpu0 = time.process_time()
     result = simulate(workload, cluster, cost_model=cost_model, progress=progress)
     cpu_s = time.process_time() - cpu0
+    peak = _peak_flops(cluster) if cost_model is None else measured_hardware(cost_model)[1]
     summary = summarize(RequestTable.from_requests(result.requests), result.collector, slo=slo,
-                        peak_flops_per_instance=_peak_flops(cluster))
+                        peak_flops_per_instance=peak)
     return SimulationOutput(policy, summary, result, result.wall_s, cpu_s)
 
 
@@ -144,6 +145,21 @@ def check_policy(policy: str, hardware: HardwareChoice) -> ClusterConfig:
             raise
         raise RegistryError(f"preset {name!r}: {err}") from None  # a preset passes its parameters on
     return cluster
+
+
+def measured_hardware(cost_model: Any) -> tuple[str, float | None]:
+    """(name, peak FLOP/s or None) of the machine a calibrated cost model was measured on.
+
+    MFU against the catalog GPU's peak would be meaningless for timings taken elsewhere, so
+    a calibrated model's MFU uses the peak it recorded, or is left out when it recorded none.
+    """
+    meta = getattr(cost_model, "meta", None) or {}
+    name = meta.get("hardware") or meta.get("processor") or meta.get("machine") or "the calibration machine"
+    try:
+        peak = float(meta.get("peak_flops", ""))
+    except ValueError:
+        peak = None
+    return name, peak if peak is not None and 0 < peak < float("inf") else None
 
 
 def _peak_flops(cluster: ClusterConfig) -> float | None:
@@ -184,23 +200,28 @@ def sweep(workload: Sequence[RequestSpec], policies: Sequence[str], rates: Seque
 
 
 def capacity(workload: Sequence[RequestSpec], policy: str, slo: SLO, hardware: HardwareChoice = HardwareChoice(), *,
-             target_attainment: float = 0.9, lo: float = 0.1, hi: float = 100.0, rel_tol: float = 0.05,
+             target_attainment: float = 0.9, lo: float = DEFAULT_LO, hi: float = DEFAULT_HI, rel_tol: float = 0.05,
+             max_expansions: int = DEFAULT_MAX_EXPANSIONS,
              on_probe: Callable[[float, float], None] | None = None) -> CapacityResult:
     """Highest mean request rate whose SLO attainment stays >= ``target_attainment`` (bisection).
 
+    The search brackets the answer itself: when ``lo`` misses the target it tries 4x lower,
+    when ``hi`` meets it 4x higher, up to ``max_expansions`` times each (``result.expansions``
+    says what it did). Each probe keeps its aborted count (``result.num_aborted``).
     Needs an SLO with at least one target: without one every rate "passes" and the search
     would report its upper bound as the capacity.
     """
     from servelab.workloads.workload import scale_to_rate
 
-    if slo is None or (slo.ttft_s is None and slo.tpot_s is None and slo.tbt_s is None):
-        raise UserError("capacity needs an SLO with at least one target (e.g. ttft:2,tpot:0.1)")
+    if slo is None or all(v is None for v in (slo.ttft_s, slo.tpot_s, slo.tbt_s, slo.e2el_s)):
+        raise UserError("capacity needs an SLO with at least one target (e.g. ttft:2s,tpot:100ms)")
     check_policy(policy, hardware)  # a bad spec fails here, before the first probe
 
-    def attainment_at(rate: float) -> float:
+    def attainment_at(rate: float) -> tuple[float, int]:
         out = run_simulation(scale_to_rate(workload, rate), policy, hardware, slo=slo)
         if on_probe is not None:
             on_probe(rate, out.summary.slo_attainment)
-        return out.summary.slo_attainment
+        return out.summary.slo_attainment, out.summary.num_aborted
 
-    return capacity_search(attainment_at, lo=lo, hi=hi, target_attainment=target_attainment, rel_tol=rel_tol)
+    return capacity_search(attainment_at, lo=lo, hi=hi, target_attainment=target_attainment, rel_tol=rel_tol,
+                           max_expansions=max_expansions)

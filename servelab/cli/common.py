@@ -158,3 +158,18 @@ def progress_bar(description: str, enabled: bool):
                   TimeElapsedColumn(), transient=True) as bar:
         task = bar.add_task(description, total=1.0)
         yield lambda fraction: bar.update(task, completed=fraction)
+
+
+@contextmanager
+def progress_log(description: str, enabled: bool):
+    """A spinner with elapsed time for work of unknown length (capacity probes); yields
+    ``log(line)``, which prints a line above the spinner (or nothing when disabled)."""
+    if not enabled:
+        yield lambda line: None
+        return
+    from rich.progress import Progress, SpinnerColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), "[progress.description]{task.description}", TimeElapsedColumn(),
+                  transient=True) as bar:
+        bar.add_task(description, total=None)
+        yield bar.console.print

@@ -29,7 +29,11 @@ def run_demo(data_dir: Path | None, out: Path, json_out: bool) -> None:
         payload.append(res.to_dict())
         if not json_out:
             typer.echo(f"{policy:>10}: {res.result.num_output_tokens:,} tokens simulated in {res.cpu_s:.1f} CPU-s")
-    write_json(out / "demo.json", payload)
+    from servelab.cli.outputs import run_context
+
+    context = run_context(workload="azure-conv", seed=0, slo=parse_slo(DEMO_SLO), hardware=hw,
+                          policies={p: api.check_policy(p, hw) for p in DEMO_POLICIES})
+    write_json(out / "demo.json", {"context": context, "runs": payload})
     (out / "demo.md").write_text(render_markdown(summaries))
     if json_out:
         emit_json(payload)

@@ -7,8 +7,9 @@ from typing import Optional
 
 import typer
 
-from servelab.cli.common import (abort_record, check_out_dir, emit_json, exit_if_aborted, parse_floats,
-                                 parse_slo, progress_bar, user_errors, write_json, write_timeseries)
+from servelab.cli.common import (EXIT_ABORTED, abort_record, emit_json, exit_if_aborted,
+                                 parse_floats, parse_slo, progress_bar, progress_log, user_errors, write_json, write_timeseries)
+from servelab.cli.outputs import hardware_title, probe_table, resolve_out, run_context, sweep_table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="servelab: LLM-serving policies in a calibrated simulator and a real engine.")
@@ -17,6 +18,11 @@ WORKLOAD_HELP = "Workload spec, e.g. azure-conv, 'azure-conv:rate=2,window=0-600
 POLICY_HELP = "Policy name with optional params: vllm, sarathi:token_budget=512, static:batch_size=8, distserve, sjf, ljf, priority, multibin, bucketserve."
 SWAP_HELP = "Host (CPU) memory per instance for swapped-out KV, in GiB (vLLM's --swap-space); needed by preemption=swap."
 MAX_MODEL_LEN_HELP = "Context limit applied at admission: prompt + max tokens (default: the model's context)."
+INSTANCES_HELP = ("Number of instances (-n is kept as a short alias; a workload spec's n= counts requests, "
+                  "not instances).")
+SLO_HELP = ("ttft:V,tpot:V,tbt:V,e2el:V with units (2s, 500ms; a bare number is seconds, unlike vLLM's "
+            "--goodput in ms); 'none' for no SLO.")
+OUT_HELP = "Folder for {files} (default: a new results/{cmd}/<UTC time>/ per run, printed at the end)."
 OVERFLOW_HELP = "A request over the context: reject it (vLLM) or truncate its prompt, keeping head and tail (LongBench)."
 
 
@@ -53,7 +59,7 @@ def _cost_model(path: Optional[Path]):
 def simulate(
     workload: str = typer.Option("azure-conv", "--workload", "-w", help=WORKLOAD_HELP),
     policy: str = typer.Option("vllm", "--policy", "-p", help=POLICY_HELP),
-    instances: int = typer.Option(1, "--instances", "-n"),
+    instances: int = typer.Option(1, "--instances", "-n", help=INSTANCES_HELP),
     gpu: str = typer.Option("A100-80GB"),
     model: str = typer.Option("Llama-2-7B"),
     tp: int = typer.Option(1),
@@ -70,12 +76,12 @@ def simulate(
     swap_space: float = _swap_option(),
     max_model_len: Optional[int] = _max_model_len_option(),
     on_overflow: str = _overflow_option(),
-    slo: Optional[str] = typer.Option("ttft:2,tpot:0.1", help="SLO for attainment/goodput: ttft:S,tpot:S,tbt:S "
-                                                              "('none' for no SLO)."),
+    slo: Optional[str] = typer.Option("ttft:2s,tpot:100ms", help=SLO_HELP),
     cost_model: Optional[Path] = typer.Option(None, help="A calibrated cost model JSON (servelab calibrate)."),
     seed: int = typer.Option(0),
     data_dir: Path = typer.Option(None, help="Folder with traces/ and datasets/ (default ../shared/data)."),
-    out: Path = typer.Option(Path("results/simulate"), help="Output folder for summary.json."),
+    out: Optional[Path] = typer.Option(None, help=OUT_HELP.format(cmd="simulate", files="summary.json and "
+                                                                                          "timeseries.csv")),
     json_out: bool = typer.Option(False, "--json", help="Print machine-readable results."),
 ) -> None:
     """Simulate one policy on one workload and print its summary.
@@ -87,7 +93,7 @@ def simulate(
     from servelab.metrics.report import render_rich
 
     with user_errors():
-        check_out_dir(out)
+        out = resolve_out(out, "simulate")
         target = parse_slo(slo)
         from servelab.cli.vocab import check_utilization, policy_with_vllm_flags
 
@@ -98,11 +104,13 @@ def simulate(
                        max_batch_tokens=max_num_batched_tokens, block_size=block_size,
                        gpu_memory_utilization=gpu_memory_utilization)
         costs = _cost_model(cost_model)
-        api.check_policy(policy, hw)
+        cluster = api.check_policy(policy, hw)
         wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
         with progress_bar(f"simulating {policy}", not json_out) as cb:
             res = api.run_simulation(wl, policy, hw, slo=target, cost_model=costs, progress=cb)
-    payload = {"workload": workload, "gpu": gpu, "model": model, **res.to_dict()}
+    context = run_context(workload=workload, seed=seed, slo=target, hardware=hw, policies={policy: cluster},
+                          cost_model_path=cost_model, cost=costs)
+    payload = {"context": context, **res.to_dict()}
     write_json(out / "summary.json", payload)
     write_timeseries(out / "timeseries.csv", res.result.collector)
     if json_out:
@@ -111,9 +119,10 @@ def simulate(
         from rich.console import Console
 
         Console().print(render_rich({policy: res.summary},
-                                    title=f"{workload} on {instances} x {gpu} / {model} (simulated)"))
+                                    title=f"{workload} on {hardware_title(instances, gpu, model, costs)}"))
         typer.echo(f"simulated {res.result.num_output_tokens:,} output tokens in {res.cpu_s:.2f} CPU-s "
-                   f"({res.simulated_tokens_per_cpu_s:,.0f} tokens/CPU-s); results in {out}/summary.json")
+                   f"({res.simulated_tokens_per_cpu_s:,.0f} tokens/CPU-s); results in {out}/ "
+                   f"(summary.json, timeseries.csv)")
     exit_if_aborted([abort_record(policy, res.summary)])
 
 
@@ -122,7 +131,7 @@ def sweep(
     workload: str = typer.Option("azure-conv", "--workload", "-w", help=WORKLOAD_HELP),
     policies: str = typer.Option("vllm,sarathi", help="Comma-separated policy specs (use ';' inside a spec's params)."),
     rates: str = typer.Option("1,2,4", help="Mean arrival rates (req/s); the trace pattern is kept."),
-    instances: int = typer.Option(1, "--instances", "-n"),
+    instances: int = typer.Option(1, "--instances", "-n", help=INSTANCES_HELP),
     gpu: str = typer.Option("A100-80GB"),
     model: str = typer.Option("Llama-2-7B"),
     tp: int = typer.Option(1),
@@ -131,10 +140,10 @@ def sweep(
     swap_space: float = _swap_option(),
     max_model_len: Optional[int] = _max_model_len_option(),
     on_overflow: str = _overflow_option(),
-    slo: Optional[str] = typer.Option("ttft:2,tpot:0.1", help="ttft:S,tpot:S,tbt:S ('none' for no SLO)."),
+    slo: Optional[str] = typer.Option("ttft:2s,tpot:100ms", help=SLO_HELP),
     seed: int = typer.Option(0),
     data_dir: Path = typer.Option(None),
-    out: Path = typer.Option(Path("results/sweep")),
+    out: Optional[Path] = typer.Option(None, help=OUT_HELP.format(cmd="sweep", files="sweep.json and plots")),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Policies x rates -> a table, sweep.json and plots of attainment / latency / throughput.
@@ -146,25 +155,30 @@ def sweep(
     from servelab.metrics.report import plot_sweep
 
     with user_errors():
-        check_out_dir(out)
+        out = resolve_out(out, "sweep")
         names = [p.strip().replace(";", ",") for p in policies.split(",") if p.strip()]
         rate_values = parse_floats(rates, "--rates")
         target = parse_slo(slo)
         hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs, swap_space, max_model_len, on_overflow)
+        clusters = {name: api.check_policy(name, hw) for name in names}
         wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
-        rows = api.sweep(wl, names, rate_values, hw, slo=target,
-                         on_point=None if json_out else lambda r: typer.echo(
-                             f"  {r['policy']:<24} rate {r['rate']:>7.2f}  attainment {r['slo_attainment']:.3f}  "
-                             f"ttft p99 {r['ttft_p99_s']:.3f}s  tpot p50 {r['tpot_p50_s']:.4f}s  "
-                             f"throughput {r['throughput_tok_s']:.0f} tok/s  rejected {r['rejected']}  "
-                             f"aborted {r['aborted']}"))
-    write_json(out / "sweep.json", rows)
-    caption = f"simulated: {workload}, {instances} x {gpu}, {model}, roofline cost model"
+        total = max(len(names) * len(rate_values), 1)
+        with progress_bar(f"sweeping {len(names)} policies x {len(rate_values)} rates", not json_out) as cb:
+            done: list[dict] = []
+            rows = api.sweep(wl, names, rate_values, hw, slo=target,
+                             on_point=None if cb is None else lambda r: (done.append(r), cb(len(done) / total)))
+    context = run_context(workload=workload, seed=seed, slo=target, hardware=hw, policies=clusters,
+                          rates=rate_values)
+    write_json(out / "sweep.json", {"context": context, "rows": rows})
+    title = f"{workload} on {hardware_title(instances, gpu, model, None)}"
     for y in ("slo_attainment", "ttft_p99_s", "tpot_p50_s", "throughput_tok_s"):
-        plot_sweep(rows, "rate", y, out / f"{y}.png", caption=caption)
+        plot_sweep(rows, "rate", y, out / f"{y}.png", caption=f"simulated: {title}")
     if json_out:
-        emit_json(rows)
+        emit_json({"context": context, "rows": rows})
     else:
+        from rich.console import Console
+
+        Console().print(sweep_table(rows, title))
         typer.echo(f"wrote {out}/sweep.json and plots")
     exit_if_aborted([(f"{r['policy']} at rate {r['rate']:g}", r["aborted"], r["arrived"], r["top_abort_reason"])
                      for r in rows])
@@ -174,43 +188,90 @@ def sweep(
 def capacity(
     workload: str = typer.Option("azure-conv", "--workload", "-w", help=WORKLOAD_HELP),
     policy: str = typer.Option("vllm", "--policy", "-p", help=POLICY_HELP),
-    slo: str = typer.Option("ttft:2,tpot:0.1", help="The SLO whose attainment is kept: ttft:S,tpot:S,tbt:S."),
+    slo: str = typer.Option("ttft:2s,tpot:100ms", help="The SLO whose attainment is kept: " + SLO_HELP),
     target: float = typer.Option(0.9, help="SLO attainment to keep."),
-    lo: float = typer.Option(0.5), hi: float = typer.Option(64.0),
-    instances: int = typer.Option(1, "--instances", "-n"),
+    lo: Optional[float] = typer.Option(None, help="Start of the search range in req/s (default: the API's, 0.5); "
+                                                  "lowered 4x at a time while it misses the target."),
+    hi: Optional[float] = typer.Option(None, help="End of the search range in req/s (default: the API's, 64); "
+                                                  "raised 4x at a time while it still meets the target."),
+    max_expansions: Optional[int] = typer.Option(None, help="How many 4x steps each way the bracketing may take "
+                                                            "(default: the API's, 6; 0: search [lo, hi] only)."),
+    instances: int = typer.Option(1, "--instances", "-n", help=INSTANCES_HELP),
     gpu: str = typer.Option("A100-80GB"),
     model: str = typer.Option("Llama-2-7B"),
     tp: int = typer.Option(1), pp: int = typer.Option(1),
+    max_num_seqs: int = typer.Option(256),
     swap_space: float = _swap_option(),
     max_model_len: Optional[int] = _max_model_len_option(),
     on_overflow: str = _overflow_option(),
     seed: int = typer.Option(0),
     data_dir: Path = typer.Option(None),
+    out: Optional[Path] = typer.Option(None, help=OUT_HELP.format(cmd="capacity", files="capacity.json")),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Highest request rate that keeps the SLO attainment (bisection, one simulation per probe)."""
-    from servelab import api
+    """Highest request rate that keeps the SLO attainment: brackets the answer (4x steps down or
+    up from --lo/--hi), then bisects, one simulation per probe.
 
+    Exit status: 0 when found, 3 when some probe aborted a request (capacity.json is written
+    first: an attainment measured while requests were lost is suspect), 2 for bad input.
+    """
+    from servelab import api
+    from servelab.metrics.capacity import DEFAULT_HI, DEFAULT_LO, DEFAULT_MAX_EXPANSIONS
+
+    lo = DEFAULT_LO if lo is None else lo
+    hi = DEFAULT_HI if hi is None else hi
+    max_expansions = DEFAULT_MAX_EXPANSIONS if max_expansions is None else max_expansions
     with user_errors():
+        out = resolve_out(out, "capacity")
         target_slo = parse_slo(slo)
-        hw = _hardware(instances, gpu, model, tp, pp, 256, swap_space, max_model_len, on_overflow)
+        hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs, swap_space, max_model_len, on_overflow)
+        cluster = api.check_policy(policy, hw)
         wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
-        res = api.capacity(wl, policy, target_slo, hw,
-                           target_attainment=target, lo=lo, hi=hi,
-                           on_probe=None if json_out else lambda r, a: typer.echo(f"  rate {r:8.3f} -> attainment {a:.3f}"))
-    payload = {"policy": policy, "workload": workload, "status": res.status, "capacity_rate": res.capacity_rate,
+        with progress_log(f"capacity of {policy}: probing rates", not json_out) as log:
+            res = api.capacity(wl, policy, target_slo, hw, target_attainment=target, lo=lo, hi=hi,
+                               max_expansions=max_expansions,
+                               on_probe=lambda r, a: log(f"  rate {r:8.4g} req/s -> attainment {a:.3f}"))
+    context = run_context(workload=workload, seed=seed, slo=target_slo, hardware=hw, policies={policy: cluster},
+                          target_attainment=target, lo=lo, hi=hi, max_expansions=max_expansions)
+    payload = {"context": context, "policy": policy, "status": res.status, "capacity_rate": res.capacity_rate,
                "lowest_failing_rate": res.lowest_failing_rate, "target_attainment": res.target_attainment,
-               "probes": [(p.rate, p.attainment) for p in res.probes]}
+               "bracketing": list(res.expansions), "num_aborted": res.num_aborted,
+               "probes": [{"rate": p.rate, "attainment": p.attainment, "passed": p.passed, "aborted": p.num_aborted}
+                          for p in res.probes]}
+    write_json(out / "capacity.json", payload)
     if json_out:
         emit_json(payload)
     else:
-        typer.echo(f"{policy}: capacity {res.capacity_rate} req/s ({res.status}) at attainment >= {target}")
+        from rich.console import Console
+
+        Console().print(probe_table(res, f"capacity probes: {policy} on {workload}"))
+        for note in res.expansions:
+            typer.echo(f"bracketing: {note}")
+        typer.echo(_capacity_line(policy, res, target) + f"; results in {out}/capacity.json")
+    if res.num_aborted:
+        bad = [f"{p.rate:.4g} req/s: {p.num_aborted}" for p in res.probes if p.num_aborted]
+        typer.secho(f"aborted requests in capacity probes (exit status {EXIT_ABORTED}): {', '.join(bad)}",
+                    fg=typer.colors.RED, err=True)
+        raise typer.Exit(EXIT_ABORTED)
+
+
+def _capacity_line(policy: str, res, target: float) -> str:
+    if res.status == "found":
+        return (f"{policy}: capacity {res.capacity_rate:.4g} req/s at attainment >= {target} "
+                f"(fails at {res.lowest_failing_rate:.4g}; {res.num_probes} probes)")
+    if res.status == "lo_fails" and res.expansions and res.expansions[-1].startswith("attainment stopped"):
+        return f"{policy}: no capacity: attainment >= {target} is out of reach at any rate tried"
+    if res.status == "lo_fails":
+        return (f"{policy}: capacity below {res.lowest_failing_rate:.4g} req/s, the lowest rate tried "
+                f"(attainment < {target} there; lower --lo or raise --max-expansions)")
+    return (f"{policy}: capacity at least {res.capacity_rate:.4g} req/s, the highest rate tried "
+            f"(raise --hi or --max-expansions)")
 
 
 @app.command()
 def demo(
     data_dir: Path = typer.Option(None),
-    out: Path = typer.Option(Path("results/demo")),
+    out: Optional[Path] = typer.Option(None, help=OUT_HELP.format(cmd="demo", files="demo.json and demo.md")),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """The Azure 2023 conversation trace (19,366 requests) on 2 simulated A100-80GB / Llama-2-7B
@@ -218,8 +279,7 @@ def demo(
     from servelab.cli.demo import run_demo
 
     with user_errors():
-        check_out_dir(out)
-        run_demo(data_dir, out, json_out)
+        run_demo(data_dir, resolve_out(out, "demo"), json_out)
 
 
 def _register_optional_commands() -> None:

@@ -19,6 +19,7 @@ import os
 import platform
 import statistics
 import time
+from pathlib import Path
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -139,10 +140,32 @@ def time_swap_per_block(cache, num_blocks: int, repeats: int) -> float:
     return (time.perf_counter() - t0) / (2 * repeats * num_blocks)
 
 
+def device_identity() -> tuple[str, str]:
+    """(hardware name, peak FLOP/s or "" when unknown) of the device steps run on. A CUDA GPU
+    in the catalog gives its dense BF16 peak; a CPU's peak is not known, so MFU is left out."""
+    import torch
+
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        from servelab.catalog.gpus import GPUS
+
+        key = name.upper().replace("NVIDIA ", "")
+        match = [spec for gpu, spec in GPUS.items() if gpu.split("-")[0] in key.split()]
+        return name, str(match[0].peak_flops) if len(match) == 1 else ""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+        name = next(line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        name = platform.processor() or platform.machine()
+    return f"CPU: {name} ({os.cpu_count()} cores)", ""
+
+
 def machine_meta() -> dict[str, str]:
     import torch
 
-    return {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+    hardware, peak_flops = device_identity()
+    return {"hardware": hardware, "peak_flops": peak_flops,
+            "machine": platform.machine(), "processor": platform.processor() or platform.machine(),
             "cpu_count": str(os.cpu_count()), "torch_threads": str(torch.get_num_threads()),
             "torch": torch.__version__, "date": datetime.date.today().isoformat()}
 

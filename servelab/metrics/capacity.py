@@ -5,11 +5,19 @@ the rate rises. Midpoints are geometric, so the stopping rule ``hi / lo <= 1 + r
 is reached in the fewest probes whatever the scale. Every probe is recorded, so a
 non-monotone (noisy) curve is visible in the result rather than hidden by it.
 
+Bracketing: with ``max_expansions > 0`` the search finds its own bracket first. When ``lo``
+misses the target it tries ``lo / expand_factor`` (and again, up to ``max_expansions`` times);
+when ``hi`` still meets it, ``hi * expand_factor``. The result says what it did
+(``expansions``), so a start range that was wrong is visible, not silently fixed.
+
 Outcomes (``CapacityResult.status``):
-    "found"      lo passes, hi fails; capacity is the highest passing rate probed,
-                 within ``rel_tol`` of the threshold (or after ``max_iters`` bisections).
-    "lo_fails"   even ``lo`` misses the target; capacity is None (it is below ``lo``).
-    "hi_passes"  ``hi`` still meets the target; capacity is ``hi``, a lower bound only.
+    "found"      a passing rate below a failing one; capacity is the highest passing rate
+                 probed, within ``rel_tol`` of the threshold (or after ``max_iters`` bisections).
+    "lo_fails"   even the lowest rate tried misses the target; capacity is None (it is below).
+    "hi_passes"  the highest rate tried still meets it; capacity is that rate, a lower bound only.
+
+A probe may report aborted requests (``run_at_rate`` returns ``(attainment, num_aborted)``);
+they are kept per probe, because an attainment measured while requests were lost is suspect.
 """
 
 from __future__ import annotations
@@ -21,11 +29,18 @@ from typing import Callable
 from servelab.core.errors import UserError
 
 
+# One start range and bracketing rule for the CLI and the API.
+DEFAULT_LO = 0.5  # req/s
+DEFAULT_HI = 64.0  # req/s
+DEFAULT_MAX_EXPANSIONS = 6  # each side: 4**6 = 4096x beyond the start range
+
+
 @dataclass(frozen=True, slots=True)
 class CapacityProbe:
     rate: float
     attainment: float
     passed: bool
+    num_aborted: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,24 +50,37 @@ class CapacityResult:
     lowest_failing_rate: float | None  # the bracket's upper end; None when hi passes
     target_attainment: float
     probes: tuple[CapacityProbe, ...]  # in the order they were run
+    expansions: tuple[str, ...] = ()  # what the bracketing did, e.g. "lo 0.5 failed: tried 0.125"
 
     @property
     def num_probes(self) -> int:
         return len(self.probes)
 
+    @property
+    def num_aborted(self) -> int:
+        """Requests aborted over every probe (0 for a clean search)."""
+        return sum(p.num_aborted for p in self.probes)
 
-def capacity_search(run_at_rate: Callable[[float], float], *, lo: float, hi: float,
+
+def capacity_search(run_at_rate: Callable[[float], float | tuple[float, int]], *, lo: float, hi: float,
                     target_attainment: float = 0.9, rel_tol: float = 0.02,
-                    max_iters: int = 20) -> CapacityResult:
-    """Bisect on rate in ``[lo, hi]``; ``run_at_rate(rate)`` returns SLO attainment in [0, 1].
+                    max_iters: int = 20, max_expansions: int = 0, expand_factor: float = 4.0) -> CapacityResult:
+    """Bisect on rate in ``[lo, hi]``; ``run_at_rate(rate)`` returns SLO attainment in [0, 1]
+    (or ``(attainment, num_aborted)``).
 
-    ``max_iters`` bounds the bisection probes (the two endpoint probes come on top).
+    ``max_iters`` bounds the bisection probes (the endpoint probes come on top);
+    ``max_expansions`` bounds the bracketing probes on each side (0: the range is taken as given).
     """
     _validate(lo, hi, target_attainment, rel_tol, max_iters)
+    if max_expansions < 0 or not expand_factor > 1:
+        raise UserError(f"capacity: max_expansions must be >= 0 and expand_factor > 1, got {max_expansions!r} "
+                        f"and {expand_factor!r}")
     probes: list[CapacityProbe] = []
+    notes: list[str] = []
 
     def probe(rate: float) -> bool:
         returned = run_at_rate(rate)
+        returned, aborted = returned if isinstance(returned, tuple) else (returned, 0)
         try:
             attainment = float(returned)
         except (TypeError, ValueError):
@@ -60,14 +88,50 @@ def capacity_search(run_at_rate: Callable[[float], float], *, lo: float, hi: flo
         if not 0.0 <= attainment <= 1.0:
             raise ValueError(f"run_at_rate({rate}) returned {returned!r}; expected an attainment in [0, 1]")
         passed = attainment >= target_attainment
-        probes.append(CapacityProbe(rate, attainment, passed))
+        probes.append(CapacityProbe(rate, attainment, passed, int(aborted)))
         return passed
 
+    def result(status: str, good: float | None, bad: float | None) -> CapacityResult:
+        return CapacityResult(status, good, bad, target_attainment, tuple(probes), tuple(notes))
+
     if not probe(lo):
-        return CapacityResult("lo_fails", None, lo, target_attainment, tuple(probes))
+        bad = lo
+        for _ in range(max_expansions):
+            lower = bad / expand_factor
+            notes.append(f"{bad:g} req/s missed the target: tried {lower:g}")
+            if probe(lower):
+                return _bisect(probe, lower, bad, rel_tol, max_iters, result)
+            bad = lower
+            if _plateau(probes):
+                a, b = probes[-2], probes[-1]
+                notes.append(f"attainment stopped rising as the load fell ({a.attainment:.3f} at {a.rate:g}, "
+                             f"{b.attainment:.3f} at {b.rate:g} req/s): the target is out of reach at any rate "
+                             f"(requests miss the SLO even on an idle instance)")
+                break
+        return result("lo_fails", None, bad)
     if probe(hi):
-        return CapacityResult("hi_passes", hi, None, target_attainment, tuple(probes))
-    good, bad = lo, hi
+        good = hi
+        for _ in range(max_expansions):
+            higher = good * expand_factor
+            notes.append(f"{good:g} req/s still met the target: tried {higher:g}")
+            if not probe(higher):
+                return _bisect(probe, good, higher, rel_tol, max_iters, result)
+            good = higher
+        return result("hi_passes", good, None)
+    return _bisect(probe, lo, hi, rel_tol, max_iters, result)
+
+
+def _plateau(probes: list[CapacityProbe], tol: float = 0.005) -> bool:
+    """Two downward expansions in a row that did not raise attainment: lower rates will not either."""
+    if len(probes) < 3:
+        return False
+    a, b, c = probes[-3:]
+    return b.attainment <= a.attainment + tol and c.attainment <= b.attainment + tol
+
+
+def _bisect(probe: Callable[[float], bool], good: float, bad: float, rel_tol: float, max_iters: int,
+            result: Callable[[str, float | None, float | None], CapacityResult]) -> CapacityResult:
+    """Geometric bisection between a passing ``good`` and a failing ``bad`` rate."""
     for _ in range(max_iters):
         if bad / good <= 1.0 + rel_tol:
             break
@@ -76,7 +140,7 @@ def capacity_search(run_at_rate: Callable[[float], float], *, lo: float, hi: flo
             good = mid
         else:
             bad = mid
-    return CapacityResult("found", good, bad, target_attainment, tuple(probes))
+    return result("found", good, bad)
 
 
 def _validate(lo: float, hi: float, target: float, rel_tol: float, max_iters: int) -> None:

@@ -25,7 +25,11 @@ def test_sweep_writes_table_and_plots(tmp_path):
     res = runner.invoke(app, ["sweep", "-w", SMALL, "--policies", "vllm,static:batch_size=4", "--rates", "5,20",
                               "--out", str(tmp_path), "--json"])
     assert res.exit_code == 0, res.output
-    rows = json.loads(res.output)
+    payload = json.loads(res.output)
+    rows = payload["rows"]
+    assert payload["context"]["rates"] == [5.0, 20.0] and set(payload["context"]["policies"]) == {
+        "vllm", "static:batch_size=4"}
+    assert json.loads((tmp_path / "sweep.json").read_text())["rows"] == rows
     assert {(r["policy"], r["rate"]) for r in rows} == {(p, r) for p in ("vllm", "static:batch_size=4")
                                                         for r in (5.0, 20.0)}
     assert (tmp_path / "slo_attainment.png").stat().st_size > 0
@@ -49,7 +53,7 @@ def test_bad_trace_row_names_file_and_line(tmp_path):
 def test_bad_slo_is_rejected():
     res = runner.invoke(app, ["simulate", "-w", SMALL, "--slo", "ttft:-1"])
     assert res.exit_code == 2
-    assert res.stderr.strip() == "error: --slo 'ttft:-1': ttft must be a finite number of seconds > 0, got '-1'"
+    assert res.stderr.strip() == "error: --slo 'ttft:-1': ttft must be a finite duration > 0, got '-1'"
 
 
 def test_simulate_json_keeps_the_instance_count(tmp_path):

@@ -51,7 +51,7 @@ def test_sweep_exits_3_naming_the_run_that_aborted(tmp_path):
     res = runner.invoke(app, ["sweep", "-w", SMALL, "--policies", "vllm,test_never_runs", "--rates", "10",
                               "--out", str(tmp_path), "--json"])
     assert res.exit_code == 3, res.output
-    rows = {r["policy"]: r for r in json.loads(res.stdout)}
+    rows = {r["policy"]: r for r in json.loads(res.stdout)["rows"]}
     assert (rows["vllm"]["aborted"], rows["test_never_runs"]["aborted"]) == (0, 12)
     assert "test_never_runs at rate 10: 12 of 12" in res.stderr and "vllm at" not in res.stderr
 
@@ -102,3 +102,12 @@ def test_bad_vllm_options_are_one_line(tmp_path):
         for command in (["simulate", "--out", str(tmp_path)], ["capacity"], ["sweep", "--out", str(tmp_path)]):
             res = runner.invoke(app, [*command, "-w", SMALL, *args])
             assert res.exit_code == 2 and res.stderr.strip() == f"error: {message}", (command, args, res.output)
+
+
+def test_capacity_exits_3_when_a_probe_aborted(tmp_path):
+    res = runner.invoke(app, ["capacity", "-w", SMALL, "-p", "test_never_runs", "--slo", "ttft:2s",
+                              "--max-expansions", "0", "--out", str(tmp_path)])
+    assert res.exit_code == 3, res.output
+    assert res.stderr.startswith("aborted requests in capacity probes (exit status 3): 0.5 req/s: 12")
+    written = json.loads((tmp_path / "capacity.json").read_text())
+    assert written["num_aborted"] == 12 and written["probes"][0]["aborted"] == 12

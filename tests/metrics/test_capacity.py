@@ -60,3 +60,28 @@ def test_bad_arguments(kwargs, match):
 def test_bad_attainment_names_the_rate():
     with pytest.raises(ValueError, match=r"run_at_rate\(2.0\) returned nan"):
         capacity_search(lambda r: math.nan, lo=2.0, hi=4.0)
+
+
+def test_brackets_down_when_lo_fails_and_says_so():
+    res = capacity_search(_attainment_curve(0.2), lo=1.0, hi=10.0, rel_tol=0.02, max_expansions=4)
+    assert res.status == "found" and 0.2 / 1.02 <= res.capacity_rate <= 0.2
+    assert res.expansions[0] == "1 req/s missed the target: tried 0.25" and len(res.expansions) == 2
+
+
+def test_brackets_up_when_hi_passes():
+    res = capacity_search(_attainment_curve(300.0), lo=1.0, hi=10.0, rel_tol=0.02, max_expansions=4)
+    assert res.status == "found" and 300 / 1.02 <= res.capacity_rate <= 300
+    assert [p.rate for p in res.probes[:5]] == [1.0, 10.0, 40.0, 160.0, 640.0]
+
+
+def test_bracketing_is_bounded_and_stops_on_a_plateau():
+    bounded = capacity_search(_attainment_curve(1e-9), lo=1.0, hi=10.0, max_expansions=2)
+    assert bounded.status == "lo_fails" and bounded.lowest_failing_rate == 1.0 / 16 and bounded.num_probes == 3
+    flat = capacity_search(lambda r: 0.8 if r < 0.5 else 0.5, lo=1.0, hi=10.0, max_expansions=6)
+    assert flat.status == "lo_fails" and flat.num_probes == 4  # 1, 0.25, 0.0625: no rise, stop
+    assert flat.expansions[-1].startswith("attainment stopped rising")
+
+
+def test_aborted_requests_are_kept_per_probe():
+    res = capacity_search(lambda r: (1.0, 3) if r < 5 else (0.0, 0), lo=1.0, hi=10.0)
+    assert res.num_aborted == sum(p.num_aborted for p in res.probes) > 0 and res.probes[0].num_aborted == 3
