@@ -130,3 +130,42 @@ def test_shutdown_ends_every_request_in_flight_with_a_reason(start_server, kv_in
     assert all(r.num_generated_tokens == 240 for r in requests if r.status is RequestStatus.FINISHED)
     assert kv_in_use(service) == 0
     assert len(outcomes) == 5
+
+
+def _stream_all(base_url: str, n: int, max_tokens: int) -> list[tuple[int, str]]:
+    client = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+    async def one(i: int) -> tuple[int, str]:
+        stream = await client.completions.create(model="tiny", prompt=f"Problem {i}: a train leaves", stream=True,
+                                                 max_tokens=max_tokens, temperature=0, extra_body={"ignore_eos": True})
+        tokens, reason = 0, None
+        async for chunk in stream:
+            tokens += 1
+            reason = chunk.choices[0].finish_reason or reason
+        return tokens, reason
+
+    async def main():
+        return await asyncio.gather(*(one(i) for i in range(n)))
+
+    return asyncio.run(main())
+
+
+def test_full_kv_preempts_and_loses_nothing(start_server, kv_in_use):
+    from servelab.engine.cluster import EngineConfig
+
+    # 32 blocks of 4 tokens: one request (about 10 + 40 tokens) fits, eight at once do not
+    server = start_server(engine=EngineConfig(kv_budget_bytes=64 << 10, block_size=4))
+    results = _stream_all(server.base_url, 8, 40)
+    assert results == [(40, "length")] * 8
+    m = scrape(server.base_url)
+    assert m["vllm:num_preemptions_total"] > 0
+    assert m["vllm:request_success_total{finished_reason=length}"] == 8
+    assert kv_in_use(server.service) == 0
+
+
+def test_cluster_of_two_with_handoffs_streams_every_token(start_server, kv_in_use):
+    server = start_server(policy="distserve", num_instances=2)  # prefill instance hands off to decode
+    assert _stream_all(server.base_url, 6, 12) == [(12, "length")] * 6
+    requests = server.service.cluster.requests
+    assert all(r.num_transfers >= 1 for r in requests)  # each moved from the prefill to the decode instance
+    assert kv_in_use(server.service) == 0
