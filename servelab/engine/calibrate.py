@@ -150,8 +150,8 @@ def device_identity() -> tuple[str, str]:
         from servelab.catalog.gpus import GPUS
 
         key = name.upper().replace("NVIDIA ", "")
-        match = [spec for gpu, spec in GPUS.items() if gpu.split("-")[0] in key.split()]
-        return name, str(match[0].peak_flops) if len(match) == 1 else ""
+        peaks = {spec.peak_flops for gpu, spec in GPUS.items() if gpu.split("-")[0] in key.split()}
+        return name, str(peaks.pop()) if len(peaks) == 1 else ""
     try:
         cpuinfo = Path("/proc/cpuinfo").read_text()
         name = next(line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name"))

@@ -63,3 +63,28 @@ def test_an_implausible_slo_warns_in_one_line(tmp_path):
     assert res.exit_code == 0
     assert res.stderr.startswith("warning: --slo: ttft 2000 (a bare number is seconds)")
     assert "write ttft:2000ms" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def _cost_file(tmp_path, name, meta):
+    from servelab.costmodel.linear import LinearCostModel
+
+    path = tmp_path / f"{name}.json"
+    LinearCostModel(c_step=1e-3, c_token=1e-5, c_decode_ctx=1e-8, c_prefill_attn=1e-10, c_row=1e-5,
+                    meta=meta).save(path)
+    return path
+
+
+def test_calibrated_cost_model_names_its_machine_and_its_mfu_uses_that_peak(tmp_path):
+    """MFU against the catalog GPU would change with --gpu for identical timings: a calibrated
+    model's MFU uses the peak it recorded, or is left out."""
+    base = ["simulate", "-w", SMALL, "--json", "--out", str(tmp_path)]
+    cpu = _cost_file(tmp_path, "cpu", {"hardware": "CPU: test (2 cores)", "peak_flops": ""})
+    runs = [json.loads(runner.invoke(app, base + ["--cost-model", str(cpu), "--gpu", g]).stdout) for g in
+            ("A100-80GB", "H100-80GB")]
+    assert all(i["mfu"] is None for r in runs for i in r["per_instance"])
+    assert runs[0]["context"]["cost_model"]["measured_on"] == "CPU: test (2 cores)"
+    gpu = _cost_file(tmp_path, "gpu", {"hardware": "NVIDIA X", "peak_flops": "1e12"})
+    with_peak = json.loads(runner.invoke(app, base + ["--cost-model", str(gpu)]).stdout)
+    assert with_peak["per_instance"][0]["mfu"] > 0
+    table = runner.invoke(app, ["simulate", "-w", SMALL, "--cost-model", str(cpu), "--out", str(tmp_path)]).stdout
+    assert "CPU: test (2 cores)" in table and "A100" not in table
