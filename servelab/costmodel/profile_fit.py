@@ -197,9 +197,12 @@ def fit_profile(paths: str | Path | Sequence[str | Path], gpu: str) -> FitReport
     return FitReport(spec.name, tuple(str(p) for p in paths), ops, _fit("gemm", _concat(gemms), spec, defaults.gemm))
 
 
-def fitted_params(gpu: str, data_dir: str | Path | None = None) -> RooflineParams:
+def fitted_params(gpu: str, data_dir: str | Path | None = None, *, use_cache: bool = False) -> RooflineParams:
     """RooflineParams fitted to every MLP profile of the GPU's family, plus NVLink
-    efficiency and latency from its send/recv profile. Raises if there is no profile."""
+    efficiency and latency from its send/recv profile. Raises if there is no profile.
+
+    ``use_cache``: take the fit from the user cache when the profile files and the fitting
+    code are unchanged (``fit_cache``); the result is the same either way."""
     name = get_gpu(gpu).name
     if name not in PROFILE_FAMILIES:
         raise KeyError(f"no profiles for {name}; profiled families: {sorted(set(PROFILE_FAMILIES.values()))}")
@@ -208,8 +211,17 @@ def fitted_params(gpu: str, data_dir: str | Path | None = None) -> RooflineParam
     files = sorted((root / "profiling" / family).glob("*_mlp.csv"))
     if not files:
         raise FileNotFoundError(f"no *_mlp.csv profiles in {root / 'profiling' / family}")
-    params = fit_profile(files, profiled_gpu).params()
     send_recv = root / "profiling" / f"{family}_dgx_send_recv.csv"
+    if use_cache:
+        from servelab.costmodel.fit_cache import load_or_fit
+
+        inputs = [*files, send_recv] if send_recv.exists() else files
+        return load_or_fit(inputs, family, lambda: _fit_family(files, profiled_gpu, send_recv))
+    return _fit_family(files, profiled_gpu, send_recv)
+
+
+def _fit_family(files: list[Path], profiled_gpu: str, send_recv: Path) -> RooflineParams:
+    params = fit_profile(files, profiled_gpu).params()
     if send_recv.exists():
         link = fit_send_recv(send_recv)["nvlink"].link
         nvlink_bw = get_gpu(profiled_gpu).nvlink_bandwidth_bytes_per_s
@@ -222,7 +234,7 @@ def fitted_params(gpu: str, data_dir: str | Path | None = None) -> RooflineParam
 @functools.lru_cache(maxsize=None)
 def _cached_params(gpu: str, data_dir: str) -> RooflineParams:
     try:
-        return fitted_params(gpu, data_dir)
+        return fitted_params(gpu, data_dir, use_cache=True)
     except (KeyError, FileNotFoundError):
         return RooflineParams()
 
