@@ -471,8 +471,13 @@ class ClusterDriver:
                     d.wakeup_s = max(t, self.now_s)
                     self.events.push(d.wakeup_s, EventKind.WAKEUP, d.instance_id)
             return
-        if end is ASYNC:
-            raise NotImplementedError("asynchronous executors need the polling clock of the Ray backend")
+        if end is ASYNC:  # the step runs elsewhere: a clock that can wait on it reports its end
+            watch = getattr(self.clock, "watch_pending", None)
+            if watch is None:
+                raise NotImplementedError("asynchronous executors need a clock with watch_pending "
+                                          "(engine.ray_backend.clock.PollingWallClock)")
+            watch(self, d)
+            return
         self.events.push(end, EventKind.STEP_DONE, (d.instance_id, d.version))
 
     def _on_step_done(self, d: InstanceDriver) -> None:

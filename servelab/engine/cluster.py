@@ -38,6 +38,9 @@ from servelab.engine.sampling import SamplingParams
 from servelab.metrics import MetricsCollector, RequestTable, RunSummary, summarize
 
 
+BACKENDS = ("inprocess", "ray")  # where instances run: this process, or one Ray actor each
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """Engine sizes and the context rule; a bad value is a ``UserError`` naming the field.
@@ -105,8 +108,15 @@ class EngineCluster:
 
     def __init__(self, model: str | Path | Any, policy_spec: str = "vllm", config: EngineConfig = EngineConfig(), *,
                  num_instances: int = 1, router: str | None = None, dtype: str | None = None, device: str = "cpu",
-                 kv_pool_bytes: int = 0) -> None:
+                 kv_pool_bytes: int = 0, backend: str = "inprocess", ray_config: Any = None,
+                 ray_workers: Any = None) -> None:
         from servelab.cluster.presets import cluster_for
+
+        if backend not in BACKENDS:
+            raise UserError(f"unknown engine backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        self.backend = backend
+        self.ray_config = ray_config  # a ray_backend.RayConfig; None: its defaults
+        self._ray_workers = ray_workers  # the actors: made at the first run (or another cluster's), reused
         from servelab.engine.kv_cache import num_blocks_for_budget
         from servelab.engine.loader import load_checkpoint
 
@@ -181,11 +191,18 @@ class EngineCluster:
         states = RequestStates(tokenizer=loaded.tokenizer, eos_token_ids=loaded.generation.eos_token_ids)
         sampler = Sampler(cfg.seed, device=device)
         collector = collector if collector is not None else MetricsCollector()
+        clock, executors = WallClock(), None
+        if self.backend == "ray":
+            clock, executors = self._ray_executors(states)
         drivers = []
         for iid, group in enumerate(self.groups):
-            cache = PagedKVCache(c.num_layers, self.kv_config.num_gpu_blocks, cfg.block_size, c.num_kv_heads,
-                                 c.head_dim, dtype=self.kv_dtype, device=device, num_host_blocks=cfg.num_host_blocks)
-            executor = Executor(ModelRunner(loaded.model, cache, sampler), states)
+            if executors is not None:
+                executor = executors[iid]
+            else:
+                cache = PagedKVCache(c.num_layers, self.kv_config.num_gpu_blocks, cfg.block_size, c.num_kv_heads,
+                                     c.head_dim, dtype=self.kv_dtype, device=device,
+                                     num_host_blocks=cfg.num_host_blocks)
+                executor = Executor(ModelRunner(loaded.model, cache, sampler), states)
             runtime = InstanceRuntime(iid, self.kv_config, InstanceLimits(cfg.max_batch_tokens, cfg.max_num_seqs),
                                       group.role)
             drivers.append(InstanceDriver(runtime, POLICIES.create(group.policy, dict(group.policy_params)), executor,
@@ -200,11 +217,37 @@ class EngineCluster:
 
         pool = ClusterKVPool(self.kv_pool_bytes) if self.kv_pool_bytes else None
         cluster = ClusterDriver(drivers, ROUTERS.create(self.router_name, dict(self.router_params)),
-                                clock=WallClock(), collector=collector,
+                                clock=clock, collector=collector,
                                 admission=AdmissionConfig(self.max_model_len, cfg.on_overflow), pool=pool,
                                 measured_transfers=True, max_output_tokens=lambda s: params_for(s).max_tokens,
                                 on_arrival=on_arrival)
         return cluster, states
+
+    def _ray_executors(self, states) -> tuple[Any, list]:
+        """The Ray backend: actors made once (reset for each run), a clock that polls them."""
+        from servelab.engine.ray_backend import RayConfig
+        from servelab.engine.ray_backend.clock import PollingWallClock
+        from servelab.engine.ray_backend.launch import RayWorkers
+
+        cfg = self.ray_config or RayConfig()
+        if self._ray_workers is None:
+            self._ray_workers = RayWorkers(self, cfg)
+        self._ray_workers.check_fits(self)
+        self._ray_workers.reset(self.config.seed)
+        clock = PollingWallClock(cfg.poll_s)
+        return clock, self._ray_workers.executors(states, clock.fail, cfg.kv_transport)
+
+    @property
+    def ray_workers(self) -> Any:
+        """The Ray actors (None before the first run, or in process); another EngineCluster of
+        the same checkpoint, KV sizes and instance count may take them (``ray_workers=``)."""
+        return self._ray_workers
+
+    def close(self) -> None:
+        """Stop the Ray actors, if any (the in-process backend holds nothing to stop)."""
+        if self._ray_workers is not None:
+            self._ray_workers.shutdown()
+            self._ray_workers = None
 
     def result_of(self, cluster: ClusterDriver, states, wall_s: float, transfers=None, links=None) -> EngineResult:
         collector = cluster.collector

@@ -1,0 +1,178 @@
+"""The driver's side of one instance actor: ``core.executor.StepExecutor`` over Ray calls.
+
+``launch`` builds the step's chunks from the driver's ``RequestStates`` (prompt ids, outputs
+so far), sends them with the batch's sampling parameters and returns a ``RemoteStep`` at
+once; the polling clock finishes it when the actor answers. Stop checks and detokenizing run
+here on the returned token ids, exactly as the in-process ``Executor`` does (this class
+reuses its ``_chunk`` and ``_stops``), so both backends give the same tokens and texts.
+
+KV payloads are ``RemoteKV`` handles with the blocks' ``shape`` (the mover counts blocks from
+it). With the object store, ``export_kv`` reads the blocks into the store and waits for the
+read, so the source may free them at once. With gloo the read is deferred to the matching
+``import_kv`` (one send/recv between the two actors); a handle not yet imported (a copy into
+the driver's KV pool) is read into the store before this actor runs another step or takes
+more KV, the only things that could overwrite its blocks.
+
+An actor that died surfaces as ``RayActorError`` on any call: ``on_dead(instance_id, reason)``
+then turns it into ``FailInstance`` (requests recomputed elsewhere, or aborted with the reason).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+from servelab.core.plan import StepResult
+from servelab.engine.executor import Executor, RequestStates
+
+
+@dataclass(eq=False, slots=True)
+class RemoteKV:
+    shape: tuple[int, ...]  # [L, 2, n, block_size, kv_heads, head_dim]
+    source: RayExecutor
+    block_ids: list[int]
+    ref: Any = None  # ObjectRef of the bytes in the object store; None: still on the source (gloo)
+
+
+@dataclass(eq=False, slots=True)
+class RemoteStep:
+    """A step in flight on an actor (a ``core.executor.PendingStep``)."""
+
+    executor: RayExecutor
+    ref: Any
+    batch: list
+    launched_at: float  # perf_counter at launch: the step's time includes the actor boundary
+    done_at: float | None = None
+    _result: StepResult | None = field(default=None)
+
+    def done(self) -> bool:
+        return bool(ray.wait([self.ref], timeout=0, fetch_local=False)[0])
+
+    def collect(self) -> str | None:
+        """Fetch the actor's answer (once): None when the step ran, else why it did not."""
+        if self._result is not None:
+            return None
+        if self.done_at is None:
+            self.done_at = time.perf_counter()
+        try:
+            sampled, _ = ray.get(self.ref)
+        except RayActorError as e:
+            return f"instance actor died ({type(e).__name__})"
+        stopped = self.executor._stops(self.batch, sampled)
+        self._result = StepResult(duration_s=self.done_at - self.launched_at, sampled_token_ids=sampled,
+                                  stopped_ids=stopped)
+        return None
+
+    def result(self) -> StepResult:
+        why = self.collect()
+        if why is not None:
+            raise RuntimeError(why)
+        return self._result
+
+
+class RayExecutor(Executor):
+    """One instance actor seen from the driver; ``instance_id`` for ``on_dead``."""
+
+    def __init__(self, worker: Any, states: RequestStates, instance_id: int, *, transport: str,
+                 rank: int, kv_shape: tuple[int, ...], on_dead: Callable[[int, str], None]) -> None:
+        self.runner = None  # the model runs in the actor
+        self.states = states
+        self.eos_token_ids = states.eos_token_ids
+        self.worker = worker
+        self.instance_id = instance_id
+        self.transport = transport
+        self.rank = rank  # in the gloo group
+        self.on_dead = on_dead
+        self.dead = False
+        self.kv_shape = kv_shape  # the cache's [L, 2, num_blocks, block_size, kv_heads, head_dim]
+        self._unread: list[RemoteKV] = []  # gloo handles not imported yet
+
+    def _died(self, why: str) -> None:
+        if not self.dead:
+            self.dead = True
+            self.on_dead(self.instance_id, why)
+
+    # ---- steps ----
+    def launch(self, applied, blocks) -> RemoteStep:
+        self._read_unread()
+        batch = list(applied.batch)
+        chunks = [self._chunk(req, n, blocks) for req, n in zip(batch, applied.plan.num_tokens)]
+        sampling = {c.request_id: self.states.sampling[c.request_id] for c in chunks if c.sample}
+        pad = applied.plan.padding
+        padding = None if pad is None else (pad.num_rows, pad.row_tokens, pad.context_tokens)
+        t0 = time.perf_counter()
+        ref = self.worker.step.remote(chunks, sampling, list(applied.swap_copies), padding)
+        return RemoteStep(self, ref, batch, t0)
+
+    def release(self, request_id: int, ended: bool = True) -> str:
+        if not ended:
+            return ""
+        if not self.dead:
+            self.worker.release.remote(request_id)  # forgets a seeded generator; nothing to wait for
+        return self.states.end(request_id)
+
+    # ---- KV ----
+    def export_kv(self, block_ids: list[int]) -> RemoteKV | None:
+        shape = (*self.kv_shape[:2], len(block_ids), *self.kv_shape[3:])
+        handle = RemoteKV(shape, self, list(block_ids))
+        if self.transport == "gloo" and not self.dead:
+            self._unread.append(handle)
+            return handle
+        return handle if self._read(handle) else None
+
+    def import_kv(self, block_ids: list[int], payload: Any) -> None:
+        if self.dead:
+            return
+        self._read_unread()
+        if isinstance(payload, RemoteKV) and payload.ref is None:
+            self._receive(block_ids, payload)
+            return
+        data = payload.ref if isinstance(payload, RemoteKV) else payload
+        try:
+            ray.get(self.worker.write_blocks.remote(list(block_ids), data))
+        except RayActorError as e:
+            source = payload.source if isinstance(payload, RemoteKV) else None
+            for ex in (self, source):  # the source's read or this write: whoever is gone
+                if ex is not None and not ex.alive():
+                    ex._died(f"instance actor died during a KV copy ({type(e).__name__})")
+
+    def alive(self) -> bool:
+        if self.dead:
+            return False
+        try:
+            ray.get(self.worker.address.remote(), timeout=30)
+        except RayActorError:
+            return False
+        return True
+
+    def _read(self, handle: RemoteKV) -> bool:
+        """Put the handle's blocks in the object store and wait for the read to end."""
+        if self.dead:
+            return False
+        handle.ref = self.worker.read_blocks.remote(handle.block_ids)
+        ray.wait([handle.ref], fetch_local=False)  # read (or failed: the writer finds out) before the blocks change
+        return True
+
+    def _read_unread(self) -> None:
+        unread, self._unread = self._unread, []
+        for handle in unread:
+            self._read(handle)
+
+    def _receive(self, block_ids: list[int], handle: RemoteKV) -> None:
+        src = handle.source
+        if handle in src._unread:
+            src._unread.remove(handle)
+        if src.dead:
+            return
+        send = src.worker.send_blocks.remote(handle.block_ids, self.rank)
+        recv = self.worker.recv_blocks.remote(list(block_ids), src.rank)
+        for ex, ref in ((src, send), (self, recv)):
+            try:
+                ray.get(ref)
+            except RayActorError as e:
+                ex._died(f"instance actor died during a KV transfer ({type(e).__name__})")

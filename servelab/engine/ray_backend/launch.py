@@ -1,0 +1,132 @@
+"""Starting Ray and placing one actor per engine instance.
+
+``start_ray`` starts Ray on this machine (``num_cpus`` of it) or joins the cluster at
+``address``; it leaves a Ray already running in this process alone (a test fixture, a
+caller's own cluster). ``RayWorkers`` makes the actors of one ``EngineCluster`` once and
+resets them for every run. Placement follows what Ray sees: with at least one GPU per
+instance each actor asks for one GPU and runs on ``cuda``; otherwise the cluster's CPUs are
+shared out evenly and each actor runs that many torch threads (1 each for 2 instances on 2
+cores). On a multi-node cluster the checkpoint folder must exist at the same path on every
+node and servelab must be installed there.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from servelab.core.errors import UserError
+from servelab.engine.ray_backend.config import RayConfig
+
+
+def start_ray(cfg: RayConfig) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
+    try:
+        if cfg.address is None:
+            ray.init(num_cpus=cfg.num_cpus, **kwargs)
+        else:
+            ray.init(address=cfg.address, **kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        where = "on this machine" if cfg.address is None else f"at {cfg.address!r}"
+        raise UserError(f"cannot start or join Ray {where}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                        ) from None
+
+
+def placement(num_instances: int) -> dict[str, Any]:
+    """Resources per actor (as Ray sees the cluster now) and the device it runs on."""
+    import ray
+
+    resources = ray.cluster_resources()
+    if resources.get("GPU", 0) >= num_instances:
+        return {"num_gpus": 1, "num_cpus": 1, "device": "cuda", "threads": 1}
+    cpus = max(resources.get("CPU", 1.0), 1.0)
+    share = cpus / num_instances
+    num_cpus = int(share) if share >= 1 else share
+    return {"num_gpus": 0, "num_cpus": num_cpus, "device": "cpu", "threads": max(1, int(share))}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+class RayWorkers:
+    """The actors of one engine cluster (a model replica and KV cache each)."""
+
+    def __init__(self, engine: Any, cfg: RayConfig) -> None:
+        import ray
+
+        from servelab.engine.loader import DTYPES
+        from servelab.engine.ray_backend.worker import KV_GROUP, InstanceWorker
+
+        start_ray(cfg)
+        self.cfg = cfg
+        n = engine.num_instances
+        place = placement(n)
+        self.device = place["device"]
+        threads = cfg.torch_threads or place["threads"]
+        dtype = next(name for name, dt in DTYPES.items() if dt == engine.kv_dtype)
+        cls = ray.remote(concurrency_groups={KV_GROUP: 1})(InstanceWorker)
+        kv = engine.kv_config
+        self.actors = [cls.options(num_cpus=place["num_cpus"], num_gpus=place["num_gpus"], max_restarts=0,
+                                   name=None).remote(str(engine.loaded.path), dtype, self.device,
+                                                     kv.num_gpu_blocks, kv.block_size, engine.config.num_host_blocks,
+                                                     engine.config.seed, threads)
+                       for _ in range(n)]
+        self.info = ray.get([a.ready.remote() for a in self.actors])
+        self.placement = {**place, "threads": threads}
+        self.kv_shape = self._kv_shape(engine)
+        self.num_host_blocks = engine.config.num_host_blocks
+        self.model = (str(engine.loaded.path), dtype)
+        self._gloo = False
+
+    @staticmethod
+    def _kv_shape(engine: Any) -> tuple[int, ...]:
+        c, kv = engine.loaded.config, engine.kv_config
+        return (c.num_layers, 2, kv.num_gpu_blocks, kv.block_size, c.num_kv_heads, c.head_dim)
+
+    def check_fits(self, engine: Any) -> None:
+        if not self.actors:
+            raise UserError("these Ray workers were shut down")
+        if (str(engine.loaded.path), self.model[1]) != self.model:
+            raise UserError(f"Ray workers hold {self.model[0]}, not {engine.loaded.path}")
+        if len(self.actors) != engine.num_instances or self._kv_shape(engine) != self.kv_shape \
+                or engine.config.num_host_blocks != self.num_host_blocks:
+            raise UserError(f"Ray workers made for {len(self.actors)} instances with KV cache {self.kv_shape} "
+                            f"cannot serve {engine.num_instances} instances with {self._kv_shape(engine)}")
+
+    def _init_gloo(self) -> None:
+        import ray
+
+        if self._gloo:
+            return
+        self._gloo = True
+        master = self.info[0]["node"]
+        port = _free_port() if self.cfg.address is None else ray.get(self.actors[0].free_port.remote())
+        n = len(self.actors)
+        ray.get([a.init_gloo.remote(master, port, rank, n) for rank, a in enumerate(self.actors)])
+
+    def reset(self, seed: int) -> None:
+        import ray
+
+        ray.get([a.reset.remote(seed) for a in self.actors])
+
+    def executors(self, states: Any, on_dead, transport: str) -> list:
+        from servelab.engine.ray_backend.executor import RayExecutor
+
+        if transport == "gloo":
+            self._init_gloo()
+        return [RayExecutor(a, states, i, transport=transport, rank=i, kv_shape=self.kv_shape, on_dead=on_dead)
+                for i, a in enumerate(self.actors)]
+
+    def shutdown(self) -> None:
+        import ray
+
+        for a in self.actors:
+            ray.kill(a, no_restart=True)
+        self.actors = []

@@ -1,0 +1,137 @@
+"""The engine cluster on Ray: each instance an actor, KV copied between actors for real.
+
+P/D hand-offs (distserve), DynaServe splits inside the prefill and inside the decode (over
+Ray's object store and over gloo) give the greedy tokens of one instance running each request
+alone; an actor killed mid-run has its requests recomputed on the other instance, none lost.
+One Ray session and one pair of actors serve the whole module (actors take ~10 s to start).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from servelab.core.request import RequestSpec, RequestStatus  # noqa: E402
+from servelab.engine.cluster import EngineCluster, EngineConfig  # noqa: E402
+from servelab.engine.loader import load_checkpoint  # noqa: E402
+from servelab.engine.ray_backend import RayConfig  # noqa: E402
+from servelab.engine.sampling import SamplingParams  # noqa: E402
+
+MAX_TOKENS = 8
+GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+FIXED = "dynaserve:split=fixed,pairing=fixed,min_segment_tokens=0,margin_tokens=0,stream_decode_splits=true"
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def loaded(make_checkpoint):
+    return load_checkpoint(make_checkpoint())
+
+
+def _config(loaded, num_blocks=128, block_size=4):
+    c = loaded.config
+    return EngineConfig(kv_budget_bytes=num_blocks * 2 * c.num_layers * block_size * c.num_kv_heads * c.head_dim * 4,
+                        block_size=block_size, max_batch_tokens=64, max_num_seqs=8)
+
+
+@pytest.fixture(scope="module")
+def specs(prompts):
+    return [RequestSpec(i, 0.001 * i, len(p) + 8, MAX_TOKENS, prompt_token_ids=tuple(prompts[-1][:8]) + tuple(p))
+            for i, p in enumerate(prompts[:8])]
+
+
+@pytest.fixture(scope="module")
+def alone(loaded, specs):
+    engine = EngineCluster(loaded, "vllm", _config(loaded))
+    return {s.request_id: engine.run([s], GREEDY).requests[0].output_token_ids for s in specs}
+
+
+@pytest.fixture(scope="module")
+def on_ray(ray_session, loaded):
+    """on_ray(policy, router=None, transport=...) -> an EngineCluster over the module's two actors."""
+    workers = []
+
+    def make(policy: str, router: str | None = None, transport: str = "object_store") -> EngineCluster:
+        engine = EngineCluster(loaded, policy, _config(loaded), num_instances=2, router=router, backend="ray",
+                               ray_config=RayConfig(kv_transport=transport),
+                               ray_workers=workers[0] if workers else None)
+        return engine
+
+    yield make, workers
+    if workers:
+        workers[0].shutdown()
+
+
+def _run(make_workers, specs, policy, router=None, transport="object_store"):
+    make, workers = make_workers
+    engine = make(policy, router, transport)
+    res = engine.run(specs, GREEDY)
+    if not workers:
+        workers.append(engine.ray_workers)
+    return engine, res
+
+
+def _same_as_alone(res, alone):
+    assert all(r.status is RequestStatus.FINISHED for r in res.requests), [r.finish_reason for r in res.requests]
+    assert res.outputs() == alone
+    assert res.num_used_blocks_after == 0
+
+
+def test_distserve_on_actors_gives_the_tokens_of_running_alone(on_ray, specs, alone):
+    engine, res = _run(on_ray, specs, "distserve")
+    _same_as_alone(res, alone)
+    assert len(res.transfers) == len(specs) and all(s == 0 and d == 1 and b > 0 for s, d, _, _, b in res.transfers)
+    pids = {info["pid"] for info in engine.ray_workers.info}
+    assert len(pids) == 2 and os.getpid() not in pids  # two processes apart from this one
+
+
+@pytest.mark.parametrize("fraction, stream, transport", [(-0.5, 4, "object_store"), (0.5, 0, "object_store"),
+                                                        (-0.5, 4, "gloo"), (0.5, 0, "gloo")],
+                         ids=["in-prefill-streamed-store", "in-decode-bulk-store", "in-prefill-streamed-gloo",
+                              "in-decode-bulk-gloo"])
+def test_a_dynaserve_split_on_actors_gives_the_tokens_of_running_alone(on_ray, specs, alone, fraction, stream,
+                                                                       transport):
+    router = f"{FIXED},decode_fraction={fraction},stream_kv_tokens={stream}"
+    _, res = _run(on_ray, specs, "dynaserve:fallback_budget=8", router, transport)
+    _same_as_alone(res, alone)
+    assert {r.num_transfers for r in res.requests} == {1}
+    chunks = sum(link["jobs"] for link in res.links.values())
+    assert chunks > len(specs) if stream else chunks == len(specs)
+
+
+def test_an_actor_killed_mid_run_has_its_requests_recomputed_elsewhere(on_ray, specs, alone):
+    """Last in the module: it kills one of the shared actors."""
+    make, workers = on_ray
+    engine = make("vllm")
+    if workers:
+        engine.ray_workers.reset(0)
+    cluster, states = engine.build(lambda spec: GREEDY)
+    victim = cluster.drivers[1].executor
+    launches = []
+    launch = victim.launch
+
+    def launch_then_die(applied, blocks):
+        launches.append(len(applied.batch))
+        if len(launches) == 2:  # after one step ran there: its requests hold KV on the actor
+            ray.kill(victim.worker, no_restart=True)
+        return launch(applied, blocks)
+
+    victim.launch = launch_then_die
+    result = cluster.run(specs)
+    res = engine.result_of(cluster, states, result.wall_s)
+    assert result.conserved and 1 not in cluster.active
+    assert [kind for _, kind, _ in cluster.reconfig.events_log] == ["fail"]
+    moved = [r for r in res.requests if r.num_preemptions]  # re-queued: recomputed on instance 0
+    assert moved and all(r.instance_id == 0 for r in moved)
+    _same_as_alone(res, alone)
+    if not workers:
+        workers.append(engine.ray_workers)
