@@ -43,3 +43,21 @@ def test_stop_string_spanning_tokens(tokenizer):
     stop = "fé 😀 数"
     detok, deltas = _stream(tokenizer, ids, stop=(stop,))
     assert detok.text == TEXT[:TEXT.index(stop)] and "".join(deltas) == detok.text
+
+
+def test_random_ids_after_a_prompt_stream_exactly_the_decode_of_the_output(tokenizer):
+    """Any id sequence (partial UTF-8 included) streams to what decoding the prompt and output
+    together gives past the prompt, except an unfinished character at the very end, which is
+    never emitted (its bytes may still complete)."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    prompt = tokenizer.encode("Natalia sold", add_special_tokens=False).ids
+    for _ in range(20):
+        ids = rng.integers(0, tokenizer.get_vocab_size(), int(rng.integers(1, 60))).tolist()
+        detok, deltas = _stream(tokenizer, ids)
+        assert "".join(deltas) == detok.text == tokenizer.decode(ids).rstrip("\ufffd")
+        with_prompt = IncrementalDetokenizer(tokenizer, prompt)
+        out = "".join(with_prompt.add(t) for t in ids) + with_prompt.finish()
+        assert tokenizer.decode(prompt + ids).startswith(tokenizer.decode(prompt))
+        assert out == tokenizer.decode(prompt + ids)[len(tokenizer.decode(prompt)):].rstrip("\ufffd")
