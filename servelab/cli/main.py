@@ -284,9 +284,10 @@ def demo(
 
 def _register_optional_commands() -> None:
     """Design and engine commands live in their own modules; the engine ones import torch lazily."""
-    from servelab.cli import extra
+    from servelab.cli import extra, perf
 
     extra.register(app)
+    perf.register(app)
 
 
 _register_optional_commands()

@@ -1,6 +1,6 @@
 """Decode-step microbenchmark: time per step vs the bytes a step must read.
 
-``python -m servelab.engine.bench --batch 1 8 32 --context 256`` builds a random-weight model
+``servelab perf engine-steps --batch 1,8,32 --context 256`` builds a random-weight model
 (``tiny_model.BENCH_200M`` unless ``--checkpoint`` is given), fills a paged cache with random
 K/V (a decode step's cost does not depend on the values, and skipping prefill keeps the run
 short on CPU), and times ragged decode steps through ``ModelRunner``. Per step it reports the
@@ -11,7 +11,6 @@ tensor-sum read bandwidth on this machine as the roofline reference.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
@@ -81,15 +80,13 @@ def read_bandwidth_bytes_per_s(num_bytes: int = 1 << 29, repeats: int = 5) -> fl
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--checkpoint", help="HF folder; default: random BENCH_200M weights")
-    ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
-    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32])
-    ap.add_argument("--context", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--stream", action="store_true", help="also measure plain read bandwidth")
-    args = ap.parse_args()
+    from servelab.cli.perf import run_module
+
+    run_module("engine-steps", "servelab.engine.bench")
+
+
+def run(args) -> None:
+    """The benchmark; ``args`` carries the ``servelab perf engine-steps`` options."""
     torch.set_num_threads(args.threads)
     dtype = DTYPES[args.dtype]
     model = load_checkpoint(args.checkpoint, dtype=dtype).model if args.checkpoint else random_model(dtype)

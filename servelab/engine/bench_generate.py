@@ -1,6 +1,6 @@
 """End-to-end decode throughput: the servelab engine vs HF transformers ``generate``.
 
-``python -m servelab.engine.bench_generate --model DIR --batch 1 8 32 --new-tokens 64``
+``servelab perf engine-generate --model DIR --batch 1,8,32 --new-tokens 64``
 builds, for each batch size, that many prompts of GSM8K text whose token lengths are spread
 geometrically over ``[--min-len, --max-len]``, and generates ``--new-tokens`` tokens greedily
 (EOS ignored) for all of them at once: through ``EngineInstance`` (vLLM policy, paged KV)
@@ -14,7 +14,6 @@ reports how many greedy tokens agree between the two (fp32: expected all or near
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
@@ -99,15 +98,13 @@ def run_engine(loaded, prompts: list[list[int]], new_tokens: int) -> tuple[float
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="HF checkpoint folder (servelab make-tiny-model --preset bench-200m)")
-    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32])
-    ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--min-len", type=int, default=32)
-    ap.add_argument("--max-len", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+    from servelab.cli.perf import run_module
+
+    run_module("engine-generate", "servelab.engine.bench_generate")
+
+
+def run(args) -> None:
+    """The benchmark; ``args`` carries the ``servelab perf engine-generate`` options."""
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM
 

@@ -1,6 +1,6 @@
 """Policies on the real engine vs the simulator's prediction for the same machine.
 
-``python -m servelab.engine.bench_policies --model DIR --cost-model FILE.json --workload gsm8k:n=64``
+``servelab perf engine-policies --model DIR --cost-model FILE.json --workload gsm8k:n=64``
 tokenises the workload's prompt text with the checkpoint's tokenizer, then runs every policy
 twice on identical requests: on the real engine (measured wall clock; each request generates
 exactly its dataset output length, EOS ignored, so the work matches the simulator's), and in
@@ -15,7 +15,6 @@ max_batch_tokens, block size) are the same in both.
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -68,25 +67,17 @@ def run_sim(policy: str, specs: list[RequestSpec], cost, args) -> dict:
 
 
 def main() -> None:
+    from servelab.cli.perf import run_module
+
+    run_module("engine-policies", "servelab.engine.bench_policies")
+
+
+def run(args) -> None:
+    """The benchmark; ``args`` carries the ``servelab perf engine-policies`` options."""
     from servelab.api import DEFAULT_DATA_DIR
     from servelab.costmodel.linear import LinearCostModel
     from servelab.engine.loader import load_checkpoint
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--cost-model", required=True, help="servelab calibrate output for this model and machine")
-    ap.add_argument("--workload", default="gsm8k:n=64")
-    ap.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES))
-    ap.add_argument("--max-output", type=int, default=None, help="cap output lengths (shorter runs)")
-    ap.add_argument("--kv-budget-mb", type=float, default=512)
-    ap.add_argument("--max-num-seqs", type=int, default=64)
-    ap.add_argument("--max-batch-tokens", type=int, default=4096)
-    ap.add_argument("--sim-gpu", default="A100-80GB")
-    ap.add_argument("--sim-model", default="Llama-2-7B")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
     torch.set_num_threads(args.threads)
     loaded = load_checkpoint(args.model, dtype="float32")
     cost = LinearCostModel.load(args.cost_model)

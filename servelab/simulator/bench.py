@@ -1,4 +1,4 @@
-"""Simulator speed benchmark: ``python -m servelab.simulator.bench [--repeats 3]``.
+"""Simulator speed benchmark: ``servelab perf simulator [--repeats 3]`` (or ``python -m servelab.simulator.bench``).
 
 Replays the whole Azure 2023 conversation trace (19,366 requests) on simulated A100-80GB
 instances (one by default) serving Llama-2-7B under ``vllm`` and reports CPU seconds and simulated
@@ -8,33 +8,27 @@ the timed region, as a long sweep would reuse it; trace loading is timed separat
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 
 from servelab.cluster.presets import cluster_for
 from servelab.costmodel.roofline import roofline_for
-from servelab.paths import default_data_dir
 from servelab.simulator import Simulation
 from servelab.workloads.spec import parse_workload
 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workload", default="azure-conv")
-    parser.add_argument("--policy", default="vllm")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--instances", type=int, default=1)
-    parser.add_argument("--no-fast-forward", action="store_true")
-    parser.add_argument("--time-decisions", action="store_true",
-                        help="also time every policy.schedule call (adds a little overhead to the run)")
-    parser.add_argument("--data-dir", type=Path, default=default_data_dir())
-    args = parser.parse_args()
+    from servelab.cli.perf import run_module
+
+    run_module("simulator", "servelab.simulator.bench")
+
+
+def run(args) -> None:
+    """The benchmark; ``args`` carries the ``servelab perf simulator`` options."""
     t0 = time.process_time()
     workload = parse_workload(args.workload, args.data_dir, 0)
     load_s = time.process_time() - t0
