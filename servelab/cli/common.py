@@ -173,3 +173,21 @@ def progress_log(description: str, enabled: bool):
                   transient=True) as bar:
         bar.add_task(description, total=None)
         yield bar.console.print
+
+
+def print_markdown(text: str) -> None:
+    """Markdown rendered by rich on a terminal (tables, headings); the plain text when piped,
+    so a redirect still gives a file that renders as markdown elsewhere."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        typer.echo(text)
+        return
+    from rich.markdown import Markdown
+
+    lines = text.split("\n")  # a line break in the text stays one (markdown would join the lines)
+    hard = [line + "  " if line.strip() and not line.lstrip().startswith("|") and k + 1 < len(lines)
+            and lines[k + 1].strip() and not lines[k + 1].lstrip().startswith("|") else line
+            for k, line in enumerate(lines)]
+    console.print(Markdown("\n".join(hard)))

@@ -230,8 +230,11 @@ def calibrate_cmd(
         _set_threads(threads)
         loaded = load_checkpoint(model, dtype=dtype)
         chosen = REDUCED_GRID if grid == "reduced" else CalibrationGrid()
-        progress = None if json_out else (lambda k, n: typer.echo(f"  timed {k}/{n} shapes", err=True))
-        cost, error, samples = calibrate(loaded, chosen, block_size=block_size, progress=progress)
+        from servelab.cli.common import progress_bar
+
+        with progress_bar("timing engine steps over the grid", not json_out) as bar:
+            progress = None if bar is None else (lambda k, n: bar(k / n))
+            cost, error, samples = calibrate(loaded, chosen, block_size=block_size, progress=progress)
         out.parent.mkdir(parents=True, exist_ok=True)
         cost.save(out)
     payload = {"out": str(out), "fit": {"num_samples": error.num_samples, "median_rel_error": error.median_rel_error,

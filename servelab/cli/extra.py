@@ -119,7 +119,9 @@ def analyze_multibin(
     if json_out:
         emit_json(result)
     else:
-        typer.echo(format_analysis(result))
+        from servelab.cli.common import print_markdown
+
+        print_markdown(format_analysis(result))
 
 
 def register(app: typer.Typer) -> None:

@@ -88,3 +88,19 @@ def test_calibrated_cost_model_names_its_machine_and_its_mfu_uses_that_peak(tmp_
     assert with_peak["per_instance"][0]["mfu"] > 0
     table = runner.invoke(app, ["simulate", "-w", SMALL, "--cost-model", str(cpu), "--out", str(tmp_path)]).stdout
     assert "CPU: test (2 cores)" in table and "A100" not in table
+
+
+def test_markdown_is_rendered_on_a_terminal_and_plain_when_piped(monkeypatch, capsys):
+    import rich.console
+
+    from servelab.cli.common import print_markdown
+
+    text = "| k | x |\n|---|---|\n| 1 | 2 |\n\nc_max = 1\nsmallest k: 2"
+    print_markdown(text)  # captured stdout is not a terminal
+    assert capsys.readouterr().out == text + "\n"
+    real = rich.console.Console
+    monkeypatch.setattr(rich.console, "Console", lambda: real(force_terminal=True, width=60, color_system=None))
+    print_markdown(text)
+    shown = capsys.readouterr().out
+    assert "|---|" not in shown
+    assert [line.strip() for line in shown.splitlines() if line.strip()][-2:] == ["c_max = 1", "smallest k: 2"]
