@@ -113,6 +113,12 @@ def generate(
     threads: Optional[int] = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
     data_dir: Optional[Path] = typer.Option(None),
     json_out: bool = typer.Option(False, "--json"),
+    instances: int = typer.Option(1, "--instances", "-n", help="Engine instances (P/D presets such as distserve "
+                                  "need 2 or more)."),
+    router: Optional[str] = typer.Option(None, help="Router spec (default: the policy preset's)."),
+    backend: str = typer.Option("inprocess", "--backend", help="inprocess | ray (each instance a Ray actor)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Join this Ray cluster (default: start "
+                                              "Ray on this machine); with --backend ray."),
 ) -> None:
     """Serve prompts on the real engine under one policy; print outputs and the run summary (measured).
 
@@ -134,9 +140,14 @@ def generate(
         params = _sampling(specs, temperature, top_p, top_k, seed, stop or (), ignore_eos)
         config = _engine_config(loaded, kv_budget_mb, block_size, max_batch_tokens, max_num_seqs, seed, swap_space,
                                 max_model_len, on_overflow)
-        from servelab.engine.serve_loop import EngineInstance
+        from servelab.engine.cluster import EngineCluster
 
-        result = EngineInstance(loaded, policy, config).run(specs, params)
+        engine = EngineCluster(loaded, policy, config, num_instances=instances, router=router, backend=backend,
+                               ray_config=ray_config_for(backend, ray_address))
+        try:
+            result = engine.run(specs, params)
+        finally:
+            engine.close()
     outputs = [{"request_id": r.request_id, "status": r.status.value, "finish_reason": r.finish_reason,
                 "num_prompt_tokens": r.num_prompt_tokens, "num_output_tokens": r.num_generated_tokens,
                 "text": result.texts.get(r.request_id, "")} for r in sorted(result.requests, key=lambda r: r.request_id)]
@@ -154,6 +165,17 @@ def generate(
         Console().print(render_rich({policy: result.summary},
                                     title=f"{model.name} on this machine (measured, engine)"))
     exit_if_aborted([abort_record(policy, result.summary)])
+
+
+def ray_config_for(backend: str, ray_address: Optional[str]):
+    """The Ray backend's settings from ``--backend`` / ``--ray-address`` (None in process)."""
+    if ray_address is not None and backend != "ray":
+        raise UserError("--ray-address needs --backend ray")
+    if backend != "ray":
+        return None
+    from servelab.engine.ray_backend import RayConfig
+
+    return RayConfig(address=ray_address)
 
 
 def _set_threads(threads: Optional[int]) -> None:

@@ -21,7 +21,10 @@ def serve(
     model: Path = typer.Option(..., "--model", help="HF checkpoint folder (e.g. from make-tiny-model)."),
     policy: str = typer.Option("vllm", "--policy", "-p", help="Policy spec or preset (vllm, sarathi, distserve, ...)."),
     router: Optional[str] = typer.Option(None, help="Router spec (default: the policy preset's)."),
-    instances: int = typer.Option(1, "--instances", "-n", help="Engine instances in this process."),
+    instances: int = typer.Option(1, "--instances", "-n", help="Engine instances (in this process, or Ray actors)."),
+    backend: str = typer.Option("inprocess", "--backend", help="inprocess | ray (each instance a Ray actor)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Join this Ray cluster (default: start "
+                                              "Ray on this machine); with --backend ray."),
     host: str = typer.Option("127.0.0.1", help="Listen address (loopback unless told otherwise)."),
     port: int = typer.Option(8000),
     api_key: Optional[str] = typer.Option(None, envvar="SERVELAB_API_KEY",
@@ -61,7 +64,7 @@ def serve(
             kv_budget_mb = engine_kv_budget_mb(model, gpu_memory_utilization, instances, dtype)
         if log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
             raise UserError(f"--log-level must be critical, error, warning, info, debug or trace, got {log_level!r}")
-        from servelab.cli.engine_cmds import _engine_config
+        from servelab.cli.engine_cmds import _engine_config, ray_config_for
         from servelab.engine.loader import load_checkpoint
 
         loaded = load_checkpoint(model, dtype=dtype)
@@ -70,7 +73,8 @@ def serve(
         config = ServerConfig(model=model, policy=policy, router=router, num_instances=instances, engine=engine,
                               host=host, port=port, api_key=api_key, served_model_name=served_model_name,
                               dtype=dtype, chat_template=chat_template, request_log=request_log,
-                              shutdown_timeout_s=shutdown_timeout, log_level=log_level)
+                              shutdown_timeout_s=shutdown_timeout, log_level=log_level, backend=backend,
+                              ray_config=ray_config_for(backend, ray_address))
         typer.echo(f"serving {config.model_name} on http://{host}:{port} (policy {policy}, {instances} instance(s))",
                    err=True)
         run_server(config, loaded)

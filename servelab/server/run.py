@@ -9,6 +9,8 @@ this process, for tests and for commands that start and stop a server themselves
 
 from __future__ import annotations
 
+from typing import Any
+
 import socket
 import threading
 import time
@@ -35,6 +37,8 @@ class ServerConfig:
     request_log: Path | None = None
     shutdown_timeout_s: float = 5.0
     log_level: str = "warning"
+    backend: str = "inprocess"  # or "ray": each instance in a Ray actor
+    ray_config: Any = None  # engine.ray_backend.RayConfig when backend is "ray"
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -60,7 +64,8 @@ def build_server(config: ServerConfig, loaded=None):
     model = loaded if loaded is not None else config.model
     try:
         engine = EngineCluster(model, config.policy, config.engine, num_instances=config.num_instances,
-                               router=config.router, dtype=config.dtype)
+                               router=config.router, dtype=config.dtype, backend=config.backend,
+                               ray_config=config.ray_config)
     except ValueError as e:  # EngineConfig / KV budget problems are the user's options
         raise UserError(f"engine options: {e}") from None
     template = load_chat_template(engine.loaded.path, config.chat_template)

@@ -24,6 +24,8 @@ def start_ray(cfg: RayConfig) -> None:
 
     if ray.is_initialized():
         return
+    if cfg.address is not None:
+        _check_reachable(cfg.address)
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
     try:
         if cfg.address is None:
@@ -34,6 +36,19 @@ def start_ray(cfg: RayConfig) -> None:
         where = "on this machine" if cfg.address is None else f"at {cfg.address!r}"
         raise UserError(f"cannot start or join Ray {where}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
                         ) from None
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds, with one line, on a host:port nobody answers (Ray itself retries for
+    minutes); ``auto`` and addresses without a port are left to Ray."""
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise UserError(f"cannot reach the Ray cluster at {address!r}: {e.strerror or type(e).__name__}") from None
 
 
 def placement(num_instances: int) -> dict[str, Any]:

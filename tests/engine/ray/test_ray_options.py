@@ -1,0 +1,41 @@
+"""The Ray backend's options fail with one line naming the option, before Ray starts."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from servelab.cli.main import app
+from servelab.core.errors import UserError
+from servelab.engine.cluster import EngineCluster
+from servelab.engine.ray_backend import RayConfig
+from servelab.engine.ray_backend.launch import start_ray
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ray-address", "auto"], "--ray-address needs --backend ray"),
+    (["--backend", "mpi"], "unknown engine backend 'mpi'"),
+])
+def test_bad_backend_options_are_one_line(make_checkpoint, args, message):
+    res = runner.invoke(app, ["generate", "--model", str(make_checkpoint()), "-w", "gsm8k:n=1", *args])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("kwargs, field", [({"kv_transport": "nccl"}, "kv_transport"), ({"num_cpus": 0}, "num_cpus"),
+                                           ({"poll_s": 0}, "poll_s"), ({"torch_threads": 0}, "torch_threads"),
+                                           ({"address": " "}, "address")])
+def test_ray_config_names_the_bad_field(kwargs, field):
+    with pytest.raises(UserError, match=field):
+        RayConfig(**kwargs)
+
+
+def test_an_unreachable_cluster_is_refused_in_seconds():
+    with pytest.raises(UserError, match="cannot reach the Ray cluster at '127.0.0.1:1'"):
+        start_ray(RayConfig(address="127.0.0.1:1"))
+
+
+def test_engine_cluster_rejects_an_unknown_backend(make_checkpoint):
+    with pytest.raises(UserError, match="inprocess, ray"):
+        EngineCluster(make_checkpoint(), "vllm", backend="threads")
