@@ -9,6 +9,7 @@ import typer
 
 from servelab.cli.common import (EXIT_ABORTED, abort_record, emit_json, exit_if_aborted,
                                  parse_floats, parse_slo, progress_bar, progress_log, user_errors, write_json, write_timeseries)
+from servelab.cli.config_file import config_option
 from servelab.cli.outputs import hardware_title, probe_table, resolve_out, run_context, sweep_table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -83,6 +84,7 @@ def simulate(
     out: Optional[Path] = typer.Option(None, help=OUT_HELP.format(cmd="simulate", files="summary.json and "
                                                                                           "timeseries.csv")),
     json_out: bool = typer.Option(False, "--json", help="Print machine-readable results."),
+    config: Optional[Path] = config_option(),
 ) -> None:
     """Simulate one policy on one workload and print its summary.
 
@@ -145,6 +147,7 @@ def sweep(
     data_dir: Path = typer.Option(None),
     out: Optional[Path] = typer.Option(None, help=OUT_HELP.format(cmd="sweep", files="sweep.json and plots")),
     json_out: bool = typer.Option(False, "--json"),
+    config: Optional[Path] = config_option(),
 ) -> None:
     """Policies x rates -> a table, sweep.json and plots of attainment / latency / throughput.
 
@@ -208,6 +211,7 @@ def capacity(
     data_dir: Path = typer.Option(None),
     out: Optional[Path] = typer.Option(None, help=OUT_HELP.format(cmd="capacity", files="capacity.json")),
     json_out: bool = typer.Option(False, "--json"),
+    config: Optional[Path] = config_option(),
 ) -> None:
     """Highest request rate that keeps the SLO attainment: brackets the answer (4x steps down or
     up from --lo/--hi), then bisects, one simulation per probe.
