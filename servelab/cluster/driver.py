@@ -189,6 +189,11 @@ class ClusterView:
     def link(self, source: int, destination: int) -> Link:
         return self._cluster.mover.link(source, destination)
 
+    @property
+    def can_change_layers(self) -> bool:
+        """Whether SetLayers / FormPipeline can rebuild instances here (simulator with the roofline)."""
+        return self._cluster.reconfig.can_change_layers()
+
 
 @dataclass
 class ClusterResult:

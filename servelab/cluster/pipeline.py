@@ -16,7 +16,8 @@ chunk already on that link (``Link.occupy``).
 built for its layer range, so only the first stage pays the embedding and only the last the
 LM head), the links between stages, and a microbatch former: ``former(shape)`` returns
 groups of shape rows (KunServe's lookahead formation plugs in here); by default rows are
-dealt into ``num_microbatches`` groups of about equal token count.
+dealt into ``num_microbatches`` groups of about equal token count. A former may instead
+return the microbatches' ``StepShape``s (cutting a prompt chunk between two of them).
 """
 
 from __future__ import annotations
@@ -133,7 +134,10 @@ class PipelineExecutor:
                   ) -> PipelineTiming:
         if groups is None:
             groups = self.former(shape) if self.former is not None else balance_rows(shape, self.num_microbatches)
-        parts = split_shape(shape, groups) if groups else [shape]
+        if groups and isinstance(groups[0], StepShape):
+            parts = list(groups)  # a former that cuts rows itself (KunServe's lookahead)
+        else:
+            parts = split_shape(shape, groups) if groups else [shape]
         times = [[cost.step_time_s(p) for cost in self.stage_costs] for p in parts]
         sends = [[lk.spec.transfer_time_s(p.num_tokens * self.hidden_bytes_per_token) for lk in self.stage_links]
                  for p in parts]

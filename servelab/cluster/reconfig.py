@@ -16,6 +16,7 @@ Each is a frozen record; ``ClusterDriver`` owns their effect:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,7 @@ class SetLayers:
     instance_id: int
     layers: tuple[int, int]
     restore_from: int | None = None
+    chunk_bytes: float | None = None  # restored weights cross in chunks this size (None: one job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,10 @@ class FormPipeline:
 
     instance_ids: tuple[int, ...]
     num_microbatches: int = 2
+    # KV exchange: None sends each request's KV as one job per stage; a size concatenates
+    # every request's KV per link and cuts it into chunks that large (inf: one bulk job)
+    exchange_chunk_bytes: float | None = None
+    former: Any = None  # shape -> row groups or sub-StepShapes (None: the factory's, or token balancing)
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,7 +122,25 @@ class Reconfigurer:
             self._rebuild(d, new, hw)
             self._log("restored", instance=a.instance_id, layers=list(new.layer_range))
 
-        end = lk.submit(LinkJob(nbytes, Priority.PARAMS, landed, label=f"params i{a.instance_id}"), c.now_s)
+        sizes = _chunks(nbytes, a.chunk_bytes)
+        left = [len(sizes)]
+
+        def chunk_landed(now_s: float) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                landed(now_s)
+
+        for size in sizes:
+            self._submit(lk, LinkJob(size, Priority.PARAMS, chunk_landed, label=f"params i{a.instance_id}"))
+
+    def can_change_layers(self) -> bool:
+        """Whether this cluster's instances can be rebuilt for a layer range (a router asks
+        before dropping: a calibrated whole-model cost model or the engine cannot)."""
+        return bool(getattr(self.factory, "supports_layer_ranges", False))
+
+    def _submit(self, lk, job: LinkJob) -> None:
+        c = self.cluster
+        end = lk.submit(job, c.now_s)
         if end is not None:
             c.events.push(end, EventKind.TRANSFER_DONE, lk.key)
 
@@ -244,7 +262,8 @@ class Reconfigurer:
         executor = PipelineExecutor([m.cost_model for m in members], links,
                                     hidden_bytes_per_token=model.hidden_size * members[0].spec.dtype_bytes,
                                     num_microbatches=a.num_microbatches, clock=lambda: c.now_s,
-                                    former=getattr(factory, "microbatch_former", lambda *_: None)(gid))
+                                    former=a.former if a.former is not None else
+                                    getattr(factory, "microbatch_former", lambda *_: None)(gid))
         blocks = min(m.runtime.blocks.num_gpu_blocks for m in members)
         first = members[0].runtime
         kv = KVCacheConfig(first.blocks.block_size, blocks, 0, first.blocks.config.watermark)
@@ -275,8 +294,69 @@ class Reconfigurer:
             m = members[k]
             m.runtime.blocks.free(req.request_id)
             m.policy.on_finish(c.now_s, req)
-            self._exchange_in(group, req, k, tokens)
+            if a.exchange_chunk_bytes is None:
+                self._exchange_in(group, req, k, tokens)
+        if a.exchange_chunk_bytes is not None:
+            self._exchange_chunked(group, exchange, a.exchange_chunk_bytes)
         c.kick(gid)
+
+    def _exchange_chunked(self, group: PipelineGroup, exchange: list, chunk_bytes: float) -> None:
+        """KunServe's exchange as streams: per link, every request's KV back to back, cut into
+        chunks of ``chunk_bytes`` (activations pass between chunks; ``inf`` is one bulk job that
+        holds the link to the end). A request joins when the chunk holding its last byte has
+        landed on every other stage."""
+        c = self.cluster
+        gd = c.drivers[group.group_id]
+        pending: dict[int, int] = {}
+        streams: dict[tuple[int, int], list[tuple[Request, float]]] = {}
+        for req, k, tokens in exchange:
+            if not tokens:
+                req.status = RequestStatus.QUEUED
+                c.add_to(gd, req)
+                continue
+            gd.runtime.reserve(req, tokens)
+            req.status = RequestStatus.TRANSFERRING
+            for j, dst in enumerate(group.members):
+                if j != k:
+                    streams.setdefault((k, j), []).append((req, tokens * dst.kv_bytes_per_token))
+                    pending[req.request_id] = pending.get(req.request_id, 0) + 1
+
+        start_s, stalls = c.now_s, []
+
+        def part_landed(req: Request) -> None:
+            pending[req.request_id] -= 1
+            if pending[req.request_id] == 0:
+                stalls.append(c.now_s - start_s)
+                if req.request_id in gd.runtime.reserved:
+                    c.add_to(gd, req)
+                    c.kick(group.group_id)
+                if len(stalls) == len(pending):  # the whole exchange landed
+                    self._log("exchanged", group=group.group_id, seconds=c.now_s - start_s,
+                              num_requests=len(stalls), stall_s=sum(stalls),
+                              bytes=sum(n for parts in streams.values() for _, n in parts))
+
+        for (k, j), parts in streams.items():
+            src, dst = group.members[k], group.members[j]
+            lk = c.mover.link(src.instance_id, dst.instance_id)
+            total = sum(n for _, n in parts)
+            ends, offset = [], 0.0
+            for req, n in parts:
+                offset += n
+                ends.append((offset, req))
+            sent, idx = 0.0, 0
+            for size in _chunks(total, chunk_bytes):
+                sent += size
+                done = []
+                while idx < len(ends) and ends[idx][0] <= sent * (1 + 1e-12):
+                    done.append(ends[idx][1])
+                    idx += 1
+
+                def landed(now_s: float, done=done) -> None:
+                    for req in done:
+                        part_landed(req)
+
+                self._submit(lk, LinkJob(size, Priority.KV, landed, label=f"exchange i{src.instance_id}"))
+            c.mover.transfers.append((src.instance_id, dst.instance_id, c.now_s, float("nan"), total))
 
     def _exchange_in(self, group: PipelineGroup, req: Request, member_index: int, tokens: int) -> None:
         """A member's request joins the group: its KV for the other stages' layers crosses over."""
@@ -393,6 +473,14 @@ class Reconfigurer:
                              "formed_s": group.formed_s, "ended_s": None, "steps": st.num_steps,
                              "bubble_share": st.bubble_share, "activation_wait_s": st.activation_wait_s}
         return out
+
+
+def _chunks(num_bytes: float, chunk_bytes: float | None) -> list[float]:
+    """Sizes of the jobs that carry ``num_bytes`` (one job when ``chunk_bytes`` is None or inf)."""
+    if chunk_bytes is None or chunk_bytes == float("inf") or chunk_bytes >= num_bytes or num_bytes <= 0:
+        return [num_bytes]
+    full, rest = divmod(num_bytes, chunk_bytes)
+    return [chunk_bytes] * int(full) + ([rest] if rest > 1e-9 * chunk_bytes else [])
 
 
 def _fresh_runtime(d: InstanceDriver, factory: Any, spec) -> InstanceRuntime:

@@ -37,6 +37,11 @@ class SimFactory:
         self.groups: list[InstanceGroup] = cluster.instance_groups()
         self.cost_override = cost_override
 
+    @property
+    def supports_layer_ranges(self) -> bool:
+        """The roofline times any layer range; a calibrated whole-model cost model cannot."""
+        return self.cost_override is None
+
     def spec(self, instance_id: int):
         return instance_spec(self.groups[instance_id])
 

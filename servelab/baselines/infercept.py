@@ -1,0 +1,142 @@
+"""InferCept (ICML'24) as the KunServe paper runs it: vLLM-style chunked prefill whose
+throttling is handled by swapping running requests' KV to host memory, the copy overlapped
+with compute (InferCept's point: no idle GPU while KV moves), and swapped requests brought
+back when memory frees.
+
+- Dispatch: the lowest KV load (as every system in this comparison).
+- Swap out, checked after every step of an instance: when it is throttled (running plus
+  queued KV beyond its capacity), its most recently arrived running requests (vLLM's
+  preemption order) are sent to host memory until their blocks cover the excess, within the
+  host pool's room (``host_gb`` per instance). The copy is a transfer over the instance's
+  PCIe link (``Move`` to the pool): it takes the link's time while the instance keeps
+  computing, and the GPU blocks are freed only when it lands (charged, not free).
+- Swap in, checked every ``poll_s`` and after every step: a parked request returns to its
+  instance over PCIe when that instance has no queued demand and room for it plus
+  ``headroom`` of its capacity, or runs nothing and has room (swapped requests wait while
+  the queue is served: their TPOT suffers, as the paper observes). The oldest running
+  request is never swapped out and one swapped back in decodes a token before it may
+  leave again, so swapping cannot livelock.
+
+Stand-in: InferCept swaps at layer granularity inside the forward pass; here a swap is a
+request-sized PCIe transfer beside the steps, the same overlap at coarser grain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from servelab.baselines.llumnix import excess_blocks, least_loaded, queued_blocks, router_preset
+from servelab.cluster.config import ClusterConfig
+from servelab.cluster.presets import register_preset
+from servelab.core.registry import coerce_param
+from servelab.core.policy import POOL, ROUTERS, ClusterState, Move, Placement, Router
+from servelab.core.request import Request, RequestStatus
+from servelab.costmodel.links import LinkSpec
+
+
+@dataclass(frozen=True)
+class InferCeptConfig:
+    host_gb: float = 256.0  # host memory for swapped KV per instance
+    headroom: float = 0.05  # of capacity kept free when swapping in
+    poll_s: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not self.host_gb > 0 or not 0 <= self.headroom < 1 or not self.poll_s > 0:
+            raise ValueError("host_gb > 0, headroom in [0, 1), poll_s > 0")
+
+
+@ROUTERS.register("infercept")
+class InferCeptRouter(Router):
+    Config = InferCeptConfig
+
+    def __init__(self, config: InferCeptConfig = InferCeptConfig()) -> None:
+        self.config = config
+        self._home: dict[int, int] = {}  # request id -> instance it was swapped out of
+        self._parked: dict[int, Request] = {}  # landed in host memory, by request id
+        self._in_flight: set[int] = set()
+        self._back_at: dict[int, int] = {}  # request id -> tokens it had when swapped back in
+        self.num_swap_outs = 0
+        self.num_swap_ins = 0
+
+    def on_arrival(self, now_s: float, request: Request, cluster: ClusterState) -> list[Placement]:
+        return [Placement(request, least_loaded(cluster.instances).instance_id)]
+
+    def on_moved(self, now_s, request, destination, cluster) -> list:
+        self._in_flight.discard(request.request_id)
+        if destination == POOL:
+            self._parked[request.request_id] = request
+        return []
+
+    def next_wakeup_s(self, now_s: float) -> float | None:
+        return now_s + self.config.poll_s if self._parked else None
+
+    def on_timer(self, now_s: float, cluster: ClusterState) -> list:
+        return self._swap_in(cluster)
+
+    def on_instance_idle(self, now_s, instance_id, cluster) -> list:
+        return self._swap_in(cluster)
+
+    def on_step_done(self, now_s, instance_id, shape, finished, cluster: ClusterState) -> list:
+        view = cluster.instance(instance_id)
+        excess = excess_blocks(view)
+        if excess <= 0 or cluster.pool is None:
+            return self._swap_in(cluster) if self._parked else []
+        actions, freed, room = [], 0, cluster.pool.free_bytes
+        per_block = view.kv_bytes_per_token * view.blocks.block_size
+        running = sorted(view.running, key=lambda r: (-r.arrival_time_s, -r.request_id))
+        for req in running[:-1]:  # the oldest keeps running, so the instance always progresses
+            if freed >= excess:
+                break
+            if req.status is not RequestStatus.DECODING or req.num_computed_tokens == 0 \
+                    or req.request_id in self._in_flight \
+                    or req.num_generated_tokens <= self._back_at.get(req.request_id, -1):
+                continue  # one swapped back in decodes a token before it may leave again
+            blocks = view.blocks.blocks_for(req.num_computed_tokens)
+            if blocks * per_block > room:
+                break
+            room -= blocks * per_block
+            freed += blocks
+            self._home[req.request_id] = instance_id
+            self._in_flight.add(req.request_id)
+            self.num_swap_outs += 1
+            actions.append(Move(req, POOL, reason="infercept swap-out"))
+        return actions
+
+    def _swap_in(self, cluster: ClusterState) -> list:
+        actions = []
+        active = {v.instance_id: v for v in cluster.instances}
+        budget: dict[int, int] = {}
+        for rid in sorted(self._parked, key=lambda r: self._parked[r].arrival_time_s):
+            req = self._parked[rid]
+            if req.status.is_terminal:
+                del self._parked[rid]
+                continue
+            home = self._home.get(rid)
+            view = active.get(home) if home in active else least_loaded(cluster.instances)
+            iid = view.instance_id
+            if iid not in budget:
+                b = view.blocks
+                budget[iid] = -1 if queued_blocks(view) else \
+                    b.num_free_gpu_blocks - int(self.config.headroom * b.num_gpu_blocks)
+            need = view.blocks.blocks_for(req.num_computed_tokens + 1)
+            if need > budget[iid] and (view.num_running or need > view.blocks.num_free_gpu_blocks):
+                continue  # an instance with nothing running takes it back if it fits at all
+            budget[iid] -= need
+            del self._parked[rid]
+            self._in_flight.add(rid)
+            self._back_at[rid] = req.num_generated_tokens
+            self.num_swap_ins += 1
+            actions.append(Move(req, iid, reason="infercept swap-in"))
+        return actions
+
+    def report(self) -> dict:
+        return {"num_swap_outs": self.num_swap_outs, "num_swap_ins": self.num_swap_ins}
+
+
+@register_preset("infercept")
+def _infercept(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkSpec) -> ClusterConfig:
+    """Sarathi instances behind the ``infercept`` router, with ``host_gb`` of host KV per instance."""
+    host = coerce_param(params.get("host_gb", InferCeptConfig.host_gb), float, "preset 'infercept' parameter 'host_gb'")
+    return router_preset("infercept", "infercept", InferCeptConfig, "sarathi", params, group, link, num_instances,
+                         kv_pool_gb=host * num_instances)

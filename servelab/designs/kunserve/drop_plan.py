@@ -1,0 +1,85 @@
+"""KunServe's drop plan (the paper's Figure 6): which instances pool their parameters.
+
+Groups start as single instances, each holding one whole copy of the model. A min-heap
+keyed by group size repeatedly pops the two smallest groups and merges them into one
+pipeline group: the merged group keeps one copy of every layer, so one copy's worth of
+parameter memory is freed (the layers the two held in duplicate). Merging stops when the
+freed memory covers the need or fewer than two groups are left. Small groups first keeps
+pipelines short (the paper's Figure 5: latency grows with the number of stages).
+
+O(N log N) in the number of groups. Ties are broken by a caller-given key (KunServe
+passes the KV load, so the most throttled instances are paired first), then by member ids,
+so a plan is deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class DropPlan:
+    groups: tuple[tuple[int, ...], ...]  # every group after the plan, members in stage order
+    merged: tuple[tuple[int, ...], ...]  # the groups the plan created (a subset of ``groups``)
+    freed_bytes: float
+    need_bytes: float
+
+    @property
+    def satisfied(self) -> bool:
+        return self.freed_bytes >= self.need_bytes
+
+
+def drop_plan(groups: Sequence[Sequence[int]], need_bytes: float, copy_bytes: float,
+              tie: Mapping[int, float] | None = None, max_group_size: int | None = None) -> DropPlan:
+    """Merge the two smallest groups until ``need_bytes`` are freed (``copy_bytes``: the
+    parameters of one model copy). ``tie[instance id]``: lower merges first among groups of
+    equal size (the smallest over a group's members). ``max_group_size`` caps a merged group (at most
+    the model's layer count: a stage holds at least one layer)."""
+    heap = []
+    for seq, g in enumerate(groups):
+        members = tuple(g)
+        key = min(tie.get(i, 0.0) for i in members) if tie is not None else 0.0
+        heap.append((len(members), key, seq, members))
+    heapq.heapify(heap)
+    freed = 0.0
+    merged: dict[tuple[int, ...], None] = {}  # groups this plan made, in order
+    seq = len(heap)
+    while len(heap) >= 2 and freed < need_bytes:
+        a, b = heapq.heappop(heap), heapq.heappop(heap)
+        if max_group_size is not None and a[0] + b[0] > max_group_size:
+            heapq.heappush(heap, a)
+            heapq.heappush(heap, b)
+            break  # the two smallest are too big together: so is every other pair
+        members = a[3] + b[3]
+        freed += copy_bytes  # the two held every layer twice; the new group keeps one copy
+        merged.pop(a[3], None)
+        merged.pop(b[3], None)
+        merged[members] = None
+        seq += 1
+        heapq.heappush(heap, (len(members), min(a[1], b[1]), seq, members))
+    return DropPlan(tuple(sorted(h[3] for h in heap)), tuple(merged), freed, need_bytes)
+
+
+def stage_layers(num_layers: int, num_stages: int) -> list[tuple[int, int]]:
+    """Contiguous layer ranges of about equal size, one per stage."""
+    bounds = [round(k * num_layers / num_stages) for k in range(num_stages + 1)]
+    return [(bounds[k], bounds[k + 1]) for k in range(num_stages)]
+
+
+def time_drop_plan(num_instances: int, repeats: int = 200) -> dict:
+    """Wall time of planning for ``num_instances`` single instances that must all pair up
+    (the worst case: N-1 merges would be needed; the need here forces N/2 merges, then more)."""
+    groups = [(i,) for i in range(num_instances)]
+    tie = {i: float((i * 7919) % num_instances) for i in range(num_instances)}
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        plan = drop_plan(groups, need_bytes=float(num_instances), copy_bytes=1.0, tie=tie)
+        samples.append(time.perf_counter() - t0)
+    samples.sort()
+    return {"num_instances": num_instances, "median_ms": 1e3 * samples[len(samples) // 2],
+            "p99_ms": 1e3 * samples[min(len(samples) - 1, int(0.99 * len(samples)))],
+            "num_merges": num_instances - len(plan.groups), "repeats": repeats}

@@ -1,0 +1,258 @@
+"""KunServe's global dispatcher, monitor and memory manager (the paper's Figure 4).
+
+- Dispatch (as Llumnix): a new request goes to the unit (instance or pipeline group) with
+  the lowest KV load, ``(used blocks + blocks the queue needs) / capacity``.
+- Monitor: after every step of a unit, throttling is checked: the KV of its running
+  requests plus its head-of-line queued ones exceeds its capacity. The need ``R`` is the
+  sum over all units of their excess (KV bytes of the whole model per token).
+- Drop: ``drop_plan`` (Figure 6) merges the smallest groups until ``R`` is freed. Each new
+  group's members keep contiguous layer ranges (``SetLayers``) and run as one pipeline
+  (``FormPipeline``) whose running requests exchange KV with the other stages, in chunks
+  sized to one stage's step time (coordinated: activations pass between chunks) or as one
+  bulk job per link (uncoordinated). Microbatches are formed by the lookahead former over
+  Eq. 1 fitted to the instance's cost model, or by token-count chunking.
+- Restore: when a group's KV (used + queued) falls below ``restore_threshold`` of what its
+  members hold without the drop (the paper: 50% of the GPUs' memory without drop), its
+  members pull their missing layers from each other, chunked the same way, and the group
+  splits once every member holds the whole model (its requests then fit in half of the
+  members' memory; while the copy runs the group keeps its enlarged KV).
+- Failure: a failed member takes its group down; the cluster layer restores the others
+  from host memory (``Reconfigurer._fail``); they rejoin the plan once whole again.
+- Autoscaling hook: throttling that no plan can relieve for ``autoscale_after_s`` calls
+  ``on_autoscale(now_s, need_bytes)`` (recorded; this cluster cannot add instances).
+
+The monitor keeps a memory timeline (KV used, demanded and available, parameter bytes)
+for the report; drops and restores are in the cluster's reconfiguration log.
+A cluster whose instances cannot change layers (a calibrated whole-model cost model, the
+engine) runs the dispatcher alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from servelab.cluster.config import ClusterConfig, InstanceGroup
+from servelab.cluster.presets import register_preset
+from servelab.cluster.reconfig import FormPipeline, SetLayers, SplitPipeline
+from servelab.core.plan import StepShape
+from servelab.core.policy import ROUTERS, ClusterState, Placement, Router
+from servelab.core.registry import RegistryError
+from servelab.core.request import Request
+from servelab.costmodel.links import LinkSpec
+from servelab.designs.kunserve.drop_plan import drop_plan, stage_layers
+from servelab.designs.kunserve.microbatch import MicrobatchFormer
+
+_FORMERS = ("lookahead", "tokens", "rows")
+
+
+@dataclass(frozen=True)
+class KunServeConfig:
+    drop: bool = True  # False: the dispatcher alone (the ablation's baseline)
+    num_microbatches: int = 4
+    former: str = "lookahead"  # lookahead | tokens (token-count chunking) | rows (whole rows dealt)
+    coordinated: bool = True  # KV exchange and restores in stage-time chunks (False: one bulk job)
+    restore: bool = True
+    restore_threshold: float = 0.5  # of the members' KV without the drop
+    headroom: float = 1.0  # the need R is multiplied by this
+    cooldown_s: float = 1.0  # between two drop decisions
+    max_group_size: int = 0  # 0: up to the model's layers
+    autoscale_after_s: float = 30.0
+    sample_s: float = 0.5  # memory timeline resolution
+    token_budget: int = 512  # the instances' step budget (sizes the exchange chunks)
+
+    def __post_init__(self) -> None:
+        if self.former not in _FORMERS:
+            raise ValueError(f"former must be one of {_FORMERS}, got {self.former!r}")
+        if self.num_microbatches < 1 or self.token_budget < 1 or self.max_group_size < 0:
+            raise ValueError("num_microbatches and token_budget must be >= 1, max_group_size >= 0")
+        if not 0 < self.restore_threshold <= 1 or self.headroom <= 0 or self.cooldown_s < 0 or self.sample_s <= 0:
+            raise ValueError("restore_threshold in (0, 1], headroom > 0, cooldown_s >= 0, sample_s > 0")
+
+
+@ROUTERS.register("kunserve")
+class KunServeRouter(Router):
+    Config = KunServeConfig
+
+    def __init__(self, config: KunServeConfig = KunServeConfig()) -> None:
+        self.config = config
+        self._full_blocks: dict[int, int] = {}  # instance id -> KV blocks with the whole model
+        self._copy_bytes = 0.0
+        self._eq1 = None
+        self._last_drop_s = -math.inf
+        self._restoring: dict[int, tuple[int, ...]] = {}  # group id -> members
+        self._chunk_for: dict[int, float] = {}  # group id -> exchange / restore chunk bytes
+        self._pressure_since: float | None = None
+        self._last_sample_s = -math.inf
+        self.timeline: list[tuple[float, float, float, float, float]] = []  # t, used, demand, capacity, params
+        self.drops: list[dict] = []  # each plan: time, need, freed, groups, plan time
+        self.autoscale_requests: list[tuple[float, float]] = []
+        self.on_autoscale: Callable[[float, float], None] | None = None
+
+    # ---- dispatch ----
+    def on_arrival(self, now_s: float, request: Request, cluster: ClusterState) -> list[Placement]:
+        self._learn(cluster)
+        units = [v for v in cluster.instances if v.instance_id not in self._restoring] or list(cluster.instances)
+        target = min(units, key=lambda v: (_load(v), v.instance_id))
+        return [Placement(request, target.instance_id)]
+
+    # ---- monitor ----
+    def on_step_done(self, now_s: float, instance_id: int, shape: StepShape, finished, cluster: ClusterState
+                     ) -> list:
+        self._learn(cluster)
+        if now_s - self._last_sample_s >= self.config.sample_s:
+            self._last_sample_s = now_s
+            self._sample(now_s, cluster)
+        if not self.config.drop or not getattr(cluster, "can_change_layers", False):
+            return []
+        view = cluster.instance(instance_id)
+        actions: list = []
+        if len(view.members) > 1:
+            actions += self._maybe_restore(now_s, view, cluster)
+        elif _excess_blocks(view) > 0 and now_s - self._last_drop_s >= self.config.cooldown_s:
+            actions += self._drop(now_s, cluster)
+        elif _excess_blocks(view) <= 0:
+            self._pressure_since = None
+        return actions
+
+    def _learn(self, cluster: ClusterState) -> None:
+        for v in cluster.instances:
+            for iid, spec in v.members:
+                if iid not in self._full_blocks and spec is not None and spec.layers is None and len(v.members) == 1:
+                    self._full_blocks[iid] = v.blocks.num_gpu_blocks
+                    if not self._copy_bytes:
+                        from servelab.catalog.instance import held_param_bytes
+
+                        self._copy_bytes = float(held_param_bytes(spec))
+
+    def _sample(self, now_s: float, cluster: ClusterState) -> None:
+        used = demand = cap = params = 0.0
+        from servelab.catalog.instance import held_param_bytes
+
+        for v in cluster.instances:
+            per_block = v.kv_bytes_per_token * v.blocks.block_size
+            used += v.blocks.num_used_gpu_blocks * per_block
+            demand += (v.blocks.num_used_gpu_blocks + _queued_blocks(v)) * per_block
+            cap += v.blocks.num_gpu_blocks * per_block
+            params += sum(held_param_bytes(spec) for _, spec in v.members if spec is not None)
+        self.timeline.append((now_s, used, demand, cap, params))
+
+    # ---- drop ----
+    def _drop(self, now_s: float, cluster: ClusterState) -> list:
+        self._last_drop_s = now_s
+        units = list(cluster.instances)
+        need = self.config.headroom * sum(max(0, _excess_blocks(v)) * v.kv_bytes_per_token * v.blocks.block_size
+                                          for v in units)
+        singles = [v for v in units if len(v.members) == 1]
+        groups = [tuple(i for i, _ in v.members) for v in units]
+        load = {i: -_load(v) for v in units for i, _ in v.members}  # most loaded first among equals
+        model = units[0].members[0][1].model_spec
+        cap = self.config.max_group_size or model.num_layers
+        t0 = time.perf_counter()
+        plan = drop_plan(groups, need, self._copy_bytes, tie=load,
+                         max_group_size=cap)
+        plan_s = time.perf_counter() - t0
+        whole = {v.instance_id for v in singles if v.members[0][1].layers is None}
+        actions: list = []
+        formed = []
+        for members in plan.merged:
+            if not set(members) <= whole:
+                continue  # merging formed groups needs a regroup the cluster layer does not do
+            actions += self._form(members, cluster, model)
+            formed.append(list(members))
+        self.drops.append({"t": now_s, "need_bytes": need, "freed_bytes": plan.freed_bytes,
+                           "satisfied": plan.satisfied, "groups": formed, "plan_ms": 1e3 * plan_s,
+                           "num_units": len(units)})
+        if not formed:
+            if self._pressure_since is None:
+                self._pressure_since = now_s
+            elif now_s - self._pressure_since >= self.config.autoscale_after_s:
+                self.autoscale_requests.append((now_s, need))
+                if self.on_autoscale is not None:
+                    self.on_autoscale(now_s, need)
+                self._pressure_since = now_s
+        return actions
+
+    def _form(self, members: tuple[int, ...], cluster: ClusterState, model) -> list:
+        cfg = self.config
+        first = cluster.instance(members[0])
+        ranges = stage_layers(model.num_layers, len(members))
+        chunk = self._chunk_bytes(first, members, cluster) if cfg.coordinated else math.inf
+        self._chunk_for[members[0]] = chunk
+        former = None
+        if cfg.former != "rows":
+            if cfg.former == "lookahead" and self._eq1 is None:
+                from servelab.designs.kunserve.eq1 import fit_eq1
+
+                self._eq1 = fit_eq1(first.cost_model)
+            former = MicrobatchFormer(cfg.former, cfg.num_microbatches, self._eq1)
+        actions: list = [SetLayers(iid, rng) for iid, rng in zip(members, ranges)]
+        actions.append(FormPipeline(tuple(members), cfg.num_microbatches, exchange_chunk_bytes=chunk, former=former))
+        return actions
+
+    def _chunk_bytes(self, view, members, cluster: ClusterState) -> float:
+        """A chunk crosses in about one stage's share of a full-budget step."""
+        budget = self.config.token_budget * len(members)
+        step_s = view.cost_model.step_time_s(StepShape((budget,), (budget,)))
+        stage_s = step_s / len(members) / self.config.num_microbatches
+        bw = cluster.link(members[0], members[1]).spec.bandwidth_bytes_per_s
+        return max(1.0, stage_s * bw)
+
+    # ---- restore ----
+    def _maybe_restore(self, now_s: float, view, cluster: ClusterState) -> list:
+        gid = view.instance_id
+        members = tuple(i for i, _ in view.members)
+        if gid in self._restoring:
+            if all(spec.layers is None for _, spec in view.members):
+                del self._restoring[gid]
+                return [SplitPipeline(gid)]
+            return []
+        if not self.config.restore or any(i not in self._full_blocks for i in members):
+            return []
+        tokens = (view.blocks.num_used_gpu_blocks + _queued_blocks(view)) * view.blocks.block_size
+        full_tokens = sum(self._full_blocks[i] for i in members) * view.blocks.block_size
+        if tokens > self.config.restore_threshold * full_tokens:
+            return []
+        self._restoring[gid] = members
+        layers = view.members[0][1].model_spec.num_layers
+        chunk = self._chunk_for.get(gid) if self.config.coordinated else None
+        return [SetLayers(iid, (0, layers), restore_from=members[(k + 1) % len(members)], chunk_bytes=chunk)
+                for k, iid in enumerate(members)]
+
+    def report(self) -> dict:
+        return {"drops": self.drops, "autoscale_requests": self.autoscale_requests,
+                "eq1": dataclasses.asdict(self._eq1) if self._eq1 is not None else None}
+
+
+def _queued_blocks(view) -> int:
+    bs = view.blocks.block_size
+    return sum(-(-r.num_tokens // bs) for r in view.waiting)
+
+
+def _excess_blocks(view) -> int:
+    """Throttling: running KV plus what the head-of-line queue needs, beyond the capacity."""
+    b = view.blocks
+    return b.num_used_gpu_blocks + _queued_blocks(view) - b.num_gpu_blocks
+
+
+def _load(view) -> float:
+    b = view.blocks
+    return (b.num_used_gpu_blocks + _queued_blocks(view)) / max(1, b.num_gpu_blocks)
+
+
+@register_preset("kunserve")
+def _kunserve(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkSpec) -> ClusterConfig:
+    """KunServe instances (chunked prefill, ``token_budget``) behind the ``kunserve`` router."""
+    router_keys = {f.name for f in dataclasses.fields(KunServeConfig)}
+    policy_keys = {"token_budget", "preemption"}
+    unknown = sorted(set(params) - router_keys - policy_keys)
+    if unknown:
+        raise RegistryError(f"preset 'kunserve' has no parameter {unknown[0]!r}; valid: "
+                            f"{', '.join(sorted(router_keys | policy_keys))}")
+    policy = {k: v for k, v in params.items() if k in policy_keys}
+    router = {k: v for k, v in params.items() if k in router_keys}
+    return ClusterConfig(groups=(InstanceGroup(count=num_instances, policy="kunserve", policy_params=policy,
+                                               **group),), router="kunserve", router_params=router, link=link)

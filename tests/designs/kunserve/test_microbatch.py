@@ -1,0 +1,67 @@
+"""Eq. 1 fitted to the roofline, and the two microbatch formers: both keep every token and
+each prompt's chunks in order; lookahead balances Eq. 1 cost better than token chunking and
+makes the pipeline step shorter."""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab.catalog.instance import InstanceSpec
+from servelab.cluster.links import Link
+from servelab.cluster.pipeline import PipelineExecutor
+from servelab.core.plan import StepShape
+from servelab.costmodel.links import LinkSpec
+from servelab.designs.kunserve.eq1 import fit_eq1
+from servelab.designs.kunserve.microbatch import MicrobatchFormer, items_of, lookahead, token_chunking
+from servelab.simulator.hardware import model_for_spec
+
+FULL = InstanceSpec("A800-80GB", "Qwen-2.5-14B")
+# decodes, then a long prompt's late chunk (large prefix) and short fresh prompts
+SHAPE = StepShape(prefill_tokens=(1536, 200, 150, 90), prefill_context=(7680, 200, 150, 90), num_decodes=24,
+                  decode_context_sum=24 * 3000, decode_context_max=3000)
+
+
+@pytest.fixture(scope="module")
+def eq():
+    return fit_eq1(model_for_spec(FULL).cost)
+
+
+def test_eq1_fits_the_roofline(eq):
+    assert eq.alpha > 0 and eq.beta > 0 and eq.r2 > 0.9 and eq.median_rel_err < 0.15
+
+
+def _check_tokens(batches, items):
+    assert sum(c for b in batches for c, _ in b) == sum(c for c, _ in items)
+    for b in batches:
+        assert all(c >= 1 and p >= 0 for c, p in b)
+
+
+def test_formers_keep_every_token(eq):
+    items = items_of(SHAPE)
+    for batches in (token_chunking(items, 4), lookahead(items, 4, eq)):
+        _check_tokens(batches, items)
+    chunks = [(c, p) for b in lookahead(items, 4, eq) for c, p in b if p >= 6144 - 1 and c > 1]
+    assert chunks and chunks[0][1] == 6144  # the long chunk's first piece keeps its prefix
+    assert all(b[1] == a[0] + a[1] for a, b in zip(chunks, chunks[1:]))
+
+
+def test_lookahead_balances_cost_better_than_token_chunking(eq):
+    items = items_of(SHAPE)
+
+    def spread(batches):
+        costs = [eq.batch_cost(b) for b in batches]
+        return max(costs) / min(costs)
+
+    assert spread(lookahead(items, 4, eq)) < spread(token_chunking(items, 4))
+
+
+def test_lookahead_shortens_the_pipeline_step(eq):
+    halves = [model_for_spec(InstanceSpec("A800-80GB", "Qwen-2.5-14B", layers=r)).cost for r in ((0, 24), (24, 48))]
+
+    def makespan(kind):
+        ex = PipelineExecutor(halves, [Link("l", LinkSpec(25e9))], hidden_bytes_per_token=5120 * 2,
+                              former=MicrobatchFormer(kind, 4, eq))
+        return ex.time_step(SHAPE)
+
+    look, tok = makespan("lookahead"), makespan("tokens")
+    assert look.makespan_s < tok.makespan_s and look.bubble_share < tok.bubble_share

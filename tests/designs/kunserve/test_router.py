@@ -1,0 +1,105 @@
+"""KunServe's router in the simulator: a burst that throttles two instances makes them drop
+half their layers each into one pipeline group (more KV, every request finished), and they
+restore and split when the load falls; coordinated exchange keeps activations from waiting
+behind KV; a failed member's partner restores; the autoscaling hook fires on pressure no
+plan relieves; without layer changes (a whole-model cost model) it only dispatches."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from servelab.cluster.reconfig import FailInstance
+from servelab.core.policy import ROUTERS
+from servelab.core.request import RequestStatus
+from servelab.designs.kunserve.router import KunServeConfig, KunServeRouter
+from servelab.simulator import Simulation
+
+
+@pytest.fixture
+def run(small_cluster):
+    def go(spec: str, specs, **kw):
+        sim = Simulation(specs, small_cluster(spec, **kw))
+        return sim, sim.run()
+    return go
+
+
+def _kinds(sim):
+    return [k for _, k, _ in sim.driver.reconfig.events_log]
+
+
+def test_throttling_drops_into_a_group_then_restores_and_splits(burst, run):
+    sim, res = run("kunserve", burst(tail=15))
+    assert res.conserved and all(r.status is RequestStatus.FINISHED for r in res.requests)
+    kinds = _kinds(sim)
+    assert kinds[:3] == ["drop", "drop", "form"] and kinds.count("restored") == 2 and kinds[-1] == "split"
+    group = list(res.pipeline.values())[0]
+    assert group["steps"] > 0 and 0 < group["bubble_share"] < 1
+    drops = [d for d in sim.router.drops if d["groups"]]
+    assert drops[0]["satisfied"] and drops[0]["need_bytes"] > 0 and drops[0]["plan_ms"] < 50
+    t, used, demand, cap, params = zip(*sim.router.timeline)
+    assert max(cap) > cap[0] and min(params) < params[0]  # parameters became KV, and came back
+    for d in sim.driver.drivers:
+        assert d.spec.layers is None and d.runtime.blocks.num_used_gpu_blocks == 0
+        d.runtime.check_invariants()
+
+
+def test_without_drop_the_same_burst_queues_longer(throttling_burst, run):
+    from servelab.metrics import RequestTable
+
+    sim, base = run("kunserve:drop=false", throttling_burst)
+    assert not sim.driver.reconfig.events_log
+    _, kun = run("kunserve", throttling_burst)
+    p99 = [float(sorted(RequestTable.from_requests(r.requests).ttft_s)[-1]) for r in (base, kun)]
+    assert p99[1] < p99[0]
+
+
+def test_coordinated_exchange_lets_activations_pass(throttling_burst, run):
+    waits = {}
+    for coordinated in (True, False):
+        sim, res = run(f"kunserve:coordinated={coordinated},restore=false", throttling_burst, link_gbps=10.0)
+        assert res.conserved
+        waits[coordinated] = sum(g["activation_wait_s"] for g in res.pipeline.values())
+    assert waits[True] < waits[False]
+
+
+@ROUTERS.register("test_kunserve_fail")
+class _FailingKunServe(KunServeRouter):
+    """KunServe that fails instance 1 once it is a pipeline stage."""
+
+    def on_step_done(self, now_s, instance_id, shape, finished, cluster):
+        actions = super().on_step_done(now_s, instance_id, shape, finished, cluster)
+        if not getattr(self, "_failed", False) and any(len(v.members) > 1 for v in cluster.instances):
+            self._failed = True
+            return actions + [FailInstance(1)]
+        return actions
+
+
+def test_a_failed_stage_restores_its_partner(throttling_burst, small_cluster):
+    cluster = replace(small_cluster("kunserve"), router="test_kunserve_fail")
+    sim = Simulation(throttling_burst, cluster)
+    res = sim.run()
+    assert res.conserved and all(r.status is RequestStatus.FINISHED for r in res.requests)
+    log = sim.driver.reconfig.events_log
+    assert ("fail" in [k for _, k, _ in log])
+    restored = [d["instance"] for _, k, d in log if k == "restored"]
+    assert 0 in restored and sim.driver.drivers[0].spec.layers is None
+
+
+def test_autoscale_hook_fires_when_no_plan_can_help(small_cluster, burst):
+    calls = []
+    router = KunServeRouter(KunServeConfig(max_group_size=1, autoscale_after_s=0.5, cooldown_s=0.1))
+    router.on_autoscale = lambda now_s, need: calls.append((now_s, need))
+    sim = Simulation(burst(60), small_cluster("kunserve"))
+    sim.driver.router = router
+    res = sim.run()
+    assert res.conserved and calls and all(need > 0 for _, need in calls)
+    assert not [k for k in _kinds(sim) if k == "form"]
+
+
+def test_a_whole_model_cost_model_only_dispatches(throttling_burst, small_cluster):
+    from simkit import ToyCostModel
+
+    sim = Simulation(throttling_burst, small_cluster("kunserve"), cost_model=ToyCostModel())
+    res = sim.run()
+    assert res.conserved and not sim.driver.reconfig.events_log
