@@ -131,10 +131,11 @@ def generate(
         from servelab.cli.vocab import engine_kv_budget_mb, policy_with_vllm_flags
 
         _set_threads(threads)
+        ray_config = ray_config_for(backend, ray_address)
         policy = policy_with_vllm_flags(policy, enable_chunked_prefill=enable_chunked_prefill,
                                         preemption_mode=preemption_mode, max_num_batched_tokens=max_batch_tokens)
         if gpu_memory_utilization is not None:
-            kv_budget_mb = engine_kv_budget_mb(model, gpu_memory_utilization, 1, dtype)
+            kv_budget_mb = engine_kv_budget_mb(model, gpu_memory_utilization, instances, dtype)
         loaded = load_checkpoint(model, dtype=dtype)
         specs = build_specs(loaded.tokenizer, prompts, workload, data_dir, seed, max_tokens)
         params = _sampling(specs, temperature, top_p, top_k, seed, stop or (), ignore_eos)
@@ -143,7 +144,7 @@ def generate(
         from servelab.engine.cluster import EngineCluster
 
         engine = EngineCluster(loaded, policy, config, num_instances=instances, router=router, backend=backend,
-                               ray_config=ray_config_for(backend, ray_address))
+                               ray_config=ray_config)
         try:
             result = engine.run(specs, params)
         finally:
@@ -169,6 +170,10 @@ def generate(
 
 def ray_config_for(backend: str, ray_address: Optional[str]):
     """The Ray backend's settings from ``--backend`` / ``--ray-address`` (None in process)."""
+    from servelab.engine.cluster import BACKENDS
+
+    if backend not in BACKENDS:
+        raise UserError(f"unknown engine backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if ray_address is not None and backend != "ray":
         raise UserError("--ray-address needs --backend ray")
     if backend != "ray":

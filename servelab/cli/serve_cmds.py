@@ -54,17 +54,18 @@ def serve(
 ) -> None:
     """OpenAI-compatible server (/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)."""
     with user_errors():
-        from servelab.cli.engine_cmds import _set_threads
+        from servelab.cli.engine_cmds import _set_threads, ray_config_for
         from servelab.server.run import ServerConfig, run_server
 
         _set_threads(threads)
+        ray_config = ray_config_for(backend, ray_address)
         policy = policy_with_vllm_flags(policy, enable_chunked_prefill=enable_chunked_prefill,
                                         preemption_mode=preemption_mode, max_num_batched_tokens=max_num_batched_tokens)
         if gpu_memory_utilization is not None:
             kv_budget_mb = engine_kv_budget_mb(model, gpu_memory_utilization, instances, dtype)
         if log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
             raise UserError(f"--log-level must be critical, error, warning, info, debug or trace, got {log_level!r}")
-        from servelab.cli.engine_cmds import _engine_config, ray_config_for
+        from servelab.cli.engine_cmds import _engine_config
         from servelab.engine.loader import load_checkpoint
 
         loaded = load_checkpoint(model, dtype=dtype)
@@ -74,7 +75,7 @@ def serve(
                               host=host, port=port, api_key=api_key, served_model_name=served_model_name,
                               dtype=dtype, chat_template=chat_template, request_log=request_log,
                               shutdown_timeout_s=shutdown_timeout, log_level=log_level, backend=backend,
-                              ray_config=ray_config_for(backend, ray_address))
+                              ray_config=ray_config)
         typer.echo(f"serving {config.model_name} on http://{host}:{port} (policy {policy}, {instances} instance(s))",
                    err=True)
         run_server(config, loaded)

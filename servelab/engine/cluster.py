@@ -221,6 +221,8 @@ class EngineCluster:
                                 admission=AdmissionConfig(self.max_model_len, cfg.on_overflow), pool=pool,
                                 measured_transfers=True, max_output_tokens=lambda s: params_for(s).max_tokens,
                                 on_arrival=on_arrival)
+        if hasattr(clock, "bind"):
+            clock.bind(cluster)  # the Ray backend's clock fails instances whose actor died
         return cluster, states
 
     def _ray_executors(self, states) -> tuple[Any, list]:
@@ -235,7 +237,7 @@ class EngineCluster:
         self._ray_workers.check_fits(self)
         self._ray_workers.reset(self.config.seed)
         clock = PollingWallClock(cfg.poll_s)
-        return clock, self._ray_workers.executors(states, clock.fail, cfg.kv_transport)
+        return clock, self._ray_workers.executors(states, clock, cfg.kv_transport)
 
     @property
     def ray_workers(self) -> Any:

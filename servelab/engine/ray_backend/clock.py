@@ -29,6 +29,13 @@ class PollingWallClock(WallClock):
         self._armed = False
         self.num_polls = 0
 
+    def bind(self, cluster: Any) -> None:
+        self.cluster = cluster
+
+    def defer(self, fn) -> None:
+        """Run ``fn`` from the event loop, as soon as the current event is handled."""
+        self.cluster.push_callback(self.cluster.now_s, fn)
+
     def watch_pending(self, cluster: Any, d: Any) -> None:
         step = d.pending
         self.cluster = cluster

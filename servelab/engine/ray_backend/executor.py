@@ -9,9 +9,10 @@ reuses its ``_chunk`` and ``_stops``), so both backends give the same tokens and
 KV payloads are ``RemoteKV`` handles with the blocks' ``shape`` (the mover counts blocks from
 it). With the object store, ``export_kv`` reads the blocks into the store and waits for the
 read, so the source may free them at once. With gloo the read is deferred to the matching
-``import_kv`` (one send/recv between the two actors); a handle not yet imported (a copy into
-the driver's KV pool) is read into the store before this actor runs another step or takes
-more KV, the only things that could overwrite its blocks.
+``import_kv`` (one send/recv between the two actors); a handle that the mover did not import
+at once (a copy into the driver's KV pool) is read into the store from the next event, and in
+any case before this actor runs another step or takes more KV, the only things that could
+overwrite its blocks.
 
 An actor that died surfaces as ``RayActorError`` on any call: ``on_dead(instance_id, reason)``
 then turns it into ``FailInstance`` (requests recomputed elsewhere, or aborted with the reason).
@@ -60,9 +61,10 @@ class RemoteStep:
         if self.done_at is None:
             self.done_at = time.perf_counter()
         try:
-            sampled, _ = ray.get(self.ref)
+            sampled, worker_s = ray.get(self.ref)
         except RayActorError as e:
             return f"instance actor died ({type(e).__name__})"
+        self.executor.step_times.append((self.done_at - self.launched_at, worker_s))
         stopped = self.executor._stops(self.batch, sampled)
         self._result = StepResult(duration_s=self.done_at - self.launched_at, sampled_token_ids=sampled,
                                   stopped_ids=stopped)
@@ -79,7 +81,8 @@ class RayExecutor(Executor):
     """One instance actor seen from the driver; ``instance_id`` for ``on_dead``."""
 
     def __init__(self, worker: Any, states: RequestStates, instance_id: int, *, transport: str,
-                 rank: int, kv_shape: tuple[int, ...], on_dead: Callable[[int, str], None]) -> None:
+                 rank: int, kv_shape: tuple[int, ...], on_dead: Callable[[int, str], None],
+                 defer: Callable[[Callable[[], None]], None]) -> None:
         self.runner = None  # the model runs in the actor
         self.states = states
         self.eos_token_ids = states.eos_token_ids
@@ -88,6 +91,8 @@ class RayExecutor(Executor):
         self.transport = transport
         self.rank = rank  # in the gloo group
         self.on_dead = on_dead
+        self.defer = defer  # runs a function from the event loop right after the current event
+        self.step_times: list[tuple[float, float]] = []  # (round trip, compute in the actor) per step, s
         self.dead = False
         self.kv_shape = kv_shape  # the cache's [L, 2, num_blocks, block_size, kv_heads, head_dim]
         self._unread: list[RemoteKV] = []  # gloo handles not imported yet
@@ -122,6 +127,7 @@ class RayExecutor(Executor):
         handle = RemoteKV(shape, self, list(block_ids))
         if self.transport == "gloo" and not self.dead:
             self._unread.append(handle)
+            self.defer(self._read_unread)  # not imported by then: it went to the pool, read it now
             return handle
         return handle if self._read(handle) else None
 

@@ -131,13 +131,14 @@ class RayWorkers:
 
         ray.get([a.reset.remote(seed) for a in self.actors])
 
-    def executors(self, states: Any, on_dead, transport: str) -> list:
+    def executors(self, states: Any, clock: Any, transport: str) -> list:
+        """One driver-side executor per actor; ``clock`` (a PollingWallClock) hears of deaths."""
         from servelab.engine.ray_backend.executor import RayExecutor
 
         if transport == "gloo":
             self._init_gloo()
-        return [RayExecutor(a, states, i, transport=transport, rank=i, kv_shape=self.kv_shape, on_dead=on_dead)
-                for i, a in enumerate(self.actors)]
+        return [RayExecutor(a, states, i, transport=transport, rank=i, kv_shape=self.kv_shape, on_dead=clock.fail,
+                            defer=clock.defer) for i, a in enumerate(self.actors)]
 
     def shutdown(self) -> None:
         import ray

@@ -9,11 +9,13 @@ One Ray session and one pair of actors serve the whole module (actors take ~10 s
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import pytest
 
 ray = pytest.importorskip("ray")
 
+from servelab.core.policy import POOL, ROUTERS, Move, Placement, Router  # noqa: E402
 from servelab.core.request import RequestSpec, RequestStatus  # noqa: E402
 from servelab.engine.cluster import EngineCluster, EngineConfig  # noqa: E402
 from servelab.engine.loader import load_checkpoint  # noqa: E402
@@ -23,6 +25,28 @@ from servelab.engine.sampling import SamplingParams  # noqa: E402
 MAX_TOKENS = 8
 GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
 FIXED = "dynaserve:split=fixed,pairing=fixed,min_segment_tokens=0,margin_tokens=0,stream_decode_splits=true"
+
+
+@dataclass(frozen=True)
+class _NoParams:
+    pass
+
+
+@ROUTERS.register("test_ray_via_pool")
+class ViaPoolRouter(Router):
+    """Instance 0 computes the prompt and two tokens, the KV parks in the driver's pool, then
+    instance 1 takes it and decodes the rest."""
+
+    Config = _NoParams
+
+    def __init__(self, config: _NoParams = _NoParams()) -> None:
+        self.config = config
+
+    def on_arrival(self, now_s, request, cluster):
+        return [Placement(request, 0, handoff_at_tokens=request.num_prompt_tokens + 2, handoff_target=POOL)]
+
+    def on_moved(self, now_s, request, destination, cluster):
+        return [Move(request, 1)] if destination == POOL else []
 
 
 @pytest.fixture(scope="module")
@@ -61,10 +85,9 @@ def on_ray(ray_session, loaded):
     workers = []
 
     def make(policy: str, router: str | None = None, transport: str = "object_store") -> EngineCluster:
-        engine = EngineCluster(loaded, policy, _config(loaded), num_instances=2, router=router, backend="ray",
-                               ray_config=RayConfig(kv_transport=transport),
-                               ray_workers=workers[0] if workers else None)
-        return engine
+        return EngineCluster(loaded, policy, _config(loaded), num_instances=2, router=router, backend="ray",
+                             ray_config=RayConfig(kv_transport=transport), kv_pool_bytes=64 << 20,
+                             ray_workers=workers[0] if workers else None)
 
     yield make, workers
     if workers:
@@ -106,6 +129,14 @@ def test_a_dynaserve_split_on_actors_gives_the_tokens_of_running_alone(on_ray, s
     assert {r.num_transfers for r in res.requests} == {1}
     chunks = sum(link["jobs"] for link in res.links.values())
     assert chunks > len(specs) if stream else chunks == len(specs)
+
+
+@pytest.mark.parametrize("transport", ["object_store", "gloo"])
+def test_kv_parked_in_the_driver_pool_comes_back_intact(on_ray, specs, alone, transport):
+    _, res = _run(on_ray, specs, "vllm", "test_ray_via_pool", transport)
+    _same_as_alone(res, alone)
+    assert sorted((src, dst) for src, dst, *_ in res.transfers) == [(POOL, 1)] * len(specs) + [(0, POOL)] * len(specs)
+    assert all(r.instance_id == 1 for r in res.requests)
 
 
 def test_an_actor_killed_mid_run_has_its_requests_recomputed_elsewhere(on_ray, specs, alone):
