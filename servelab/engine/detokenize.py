@@ -4,7 +4,7 @@ Byte-level BPE can split one UTF-8 character over several tokens, so a token's t
 ``decode([token])``. ``tokenizers.decoders.DecodeStream`` handles that: it holds a token back
 until its bytes form whole characters, and re-decodes a little left context so merges that
 depend on it come out right; the prompt's ids seed that context. It replaced a hand-written
-window decoder (same output, about 5x less CPU per token: docs/ux.md, scripts/ux_report.py).
+window decoder (same output, a little less CPU per token: docs/ux.md, scripts/ux_report.py).
 
 Stop strings: the output text is cut just before the first match, and the detokenizer then
 reports ``stop_reason``. While streaming, the last ``max(len(stop)) - 1`` characters are held
