@@ -4,10 +4,11 @@
 ``address``; it leaves a Ray already running in this process alone (a test fixture, a
 caller's own cluster). ``RayWorkers`` makes the actors of one ``EngineCluster`` once and
 resets them for every run. Placement follows what Ray sees: with at least one GPU per
-instance each actor asks for one GPU and runs on ``cuda``; otherwise the cluster's CPUs are
-shared out evenly and each actor runs that many torch threads (1 each for 2 instances on 2
-cores). On a multi-node cluster the checkpoint folder must exist at the same path on every
-node and servelab must be installed there.
+instance each actor asks for one GPU and runs on ``cuda``; fewer GPUs than instances are
+shared (half a GPU each for 2 instances on 1 GPU); with none, the cluster's CPUs are shared
+out evenly and each actor runs that many torch threads (1 each for 2 instances on 2 cores).
+On a multi-node cluster the checkpoint folder must exist at the same path on every node and
+servelab must be installed there.
 """
 
 from __future__ import annotations
@@ -52,12 +53,21 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 
 def placement(num_instances: int) -> dict[str, Any]:
-    """Resources per actor (as Ray sees the cluster now) and the device it runs on."""
+    """Resources per actor as Ray sees the cluster now, and the device it runs on."""
     import ray
 
-    resources = ray.cluster_resources()
-    if resources.get("GPU", 0) >= num_instances:
-        return {"num_gpus": 1, "num_cpus": 1, "device": "cuda", "threads": 1}
+    return placement_for(ray.cluster_resources(), num_instances)
+
+
+def placement_for(resources: dict[str, float], num_instances: int) -> dict[str, Any]:
+    """A GPU each when there are enough; else the GPUs shared evenly (1/k of one, so k actors
+    pack onto each GPU and all of them fit); with no GPU, the CPUs shared evenly, each actor
+    running that many torch threads (at least one)."""
+    gpus = int(resources.get("GPU", 0))
+    if gpus >= 1:
+        per_gpu = -(-num_instances // gpus)  # actors that share one GPU
+        return {"num_gpus": 1 if per_gpu == 1 else 1 / per_gpu, "num_cpus": 0 if per_gpu > 1 else 1,
+                "device": "cuda", "threads": 1}
     cpus = max(resources.get("CPU", 1.0), 1.0)
     share = cpus / num_instances
     num_cpus = int(share) if share >= 1 else share

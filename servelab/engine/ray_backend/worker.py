@@ -27,7 +27,7 @@ KV_GROUP = "kv"
 
 def _to_bytes(t: torch.Tensor) -> np.ndarray:
     # t: [L, 2, n, block_size, kv_heads, head_dim] -> the same bytes, last dim * itemsize
-    return t.contiguous().view(torch.uint8).numpy()
+    return t.contiguous().view(torch.uint8).cpu().numpy()
 
 
 class InstanceWorker:

@@ -39,3 +39,17 @@ def test_an_unreachable_cluster_is_refused_in_seconds():
 def test_engine_cluster_rejects_an_unknown_backend(make_checkpoint):
     with pytest.raises(UserError, match="inprocess, ray"):
         EngineCluster(make_checkpoint(), "vllm", backend="threads")
+
+
+@pytest.mark.parametrize("resources, n, expected", [
+    ({"CPU": 2.0}, 2, {"num_gpus": 0, "num_cpus": 1, "device": "cpu", "threads": 1}),
+    ({"CPU": 2.0}, 4, {"num_gpus": 0, "num_cpus": 0.5, "device": "cpu", "threads": 1}),
+    ({"CPU": 16.0}, 2, {"num_gpus": 0, "num_cpus": 8, "device": "cpu", "threads": 8}),
+    ({"CPU": 16.0, "GPU": 2.0}, 2, {"num_gpus": 1, "num_cpus": 1, "device": "cuda", "threads": 1}),
+    ({"CPU": 16.0, "GPU": 1.0}, 2, {"num_gpus": 0.5, "num_cpus": 0, "device": "cuda", "threads": 1}),
+    ({"CPU": 16.0, "GPU": 3.0}, 4, {"num_gpus": 0.5, "num_cpus": 0, "device": "cuda", "threads": 1}),
+])
+def test_actors_take_a_gpu_each_where_ray_sees_enough_and_share_otherwise(resources, n, expected):
+    from servelab.engine.ray_backend.launch import placement_for
+
+    assert placement_for(resources, n) == expected
