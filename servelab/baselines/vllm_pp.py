@@ -5,7 +5,7 @@ GPU frees half its parameter memory for KV, at the cost of pipelined execution.
 The ``vllm-pp`` router forms the pairs on the first arrival (``SetLayers`` + ``FormPipeline``;
 an odd instance out stays whole) and then dispatches by KV load. Each pipeline step is
 scheduled by chunked prefill with a budget of ``stages x token_budget`` (vLLM runs one
-virtual engine per stage, each with its own budget) and cut into ``num_microbatches``
+virtual engine per stage, each with its own budget and its own ``max_num_seqs``) and cut into ``num_microbatches``
 microbatches by token count (vLLM's chunking).
 
 Stand-in: vLLM's virtual engines overlap consecutive steps; here a group drains between
@@ -66,8 +66,10 @@ class VLLMPPRouter(Router):
         for k in range(len(ids) // s):
             members = tuple(ids[k * s:(k + 1) * s])
             actions += [SetLayers(iid, rng) for iid, rng in zip(members, stage_layers(layers, s))]
+            first = cluster.instance(members[0])
             actions.append(FormPipeline(members, self.config.num_microbatches,
-                                        former=MicrobatchFormer("tokens", self.config.num_microbatches)))
+                                        former=MicrobatchFormer("tokens", self.config.num_microbatches),
+                                        max_num_seqs=s * first.max_num_seqs, max_batch_tokens=s * first.max_batch_tokens))
         return actions
 
 

@@ -101,6 +101,18 @@ def reproduce_dynaserve(
     _reproduce("dynaserve", out, reduced, seed, json_out)
 
 
+@reproduce_app.command("kunserve")
+def reproduce_kunserve(
+    out: Path = typer.Option(Path("results/reproduction"), help="Folder for kunserve.md and plots."),
+    reduced: bool = typer.Option(False, help="Smaller sizes (4 instances, LongBench only, about a minute)."),
+    seed: int = typer.Option(0),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """KunServe: Figs. 12-16 (P99 TTFT, TPOT, SLO violation, ablation, restore, extreme bursts) and the
+    drop-plan time against vllm, vllm-pp, infercept and llumnix, with the gap tests (simulated)."""
+    _reproduce("kunserve", out, reduced, seed, json_out)
+
+
 @analyze_app.command("multibin")
 def analyze_multibin(
     distribution: str = typer.Option("uniform", help="uniform | exponential"),

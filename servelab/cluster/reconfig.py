@@ -51,6 +51,10 @@ class FormPipeline:
     # every request's KV per link and cuts it into chunks that large (inf: one bulk job)
     exchange_chunk_bytes: float | None = None
     former: Any = None  # shape -> row groups or sub-StepShapes (None: the factory's, or token balancing)
+    # the group's step limits (None: the first member's); a pipeline of S stages runs S
+    # virtual engines' worth of rows in vLLM, so a caller may pass S x the member's
+    max_num_seqs: int | None = None
+    max_batch_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -267,8 +267,8 @@ class Reconfigurer:
         blocks = min(m.runtime.blocks.num_gpu_blocks for m in members)
         first = members[0].runtime
         kv = KVCacheConfig(first.blocks.block_size, blocks, 0, first.blocks.config.watermark)
-        runtime = InstanceRuntime(gid, kv, InstanceLimits(first.max_batch_tokens, first.max_num_seqs), first.role,
-                                  cost_model=executor, spec=members[0].spec)
+        limits = InstanceLimits(a.max_batch_tokens or first.max_batch_tokens, a.max_num_seqs or first.max_num_seqs)
+        runtime = InstanceRuntime(gid, kv, limits, first.role, cost_model=executor, spec=members[0].spec)
         group_driver = InstanceDriver(runtime, factory.policy(gid), executor, c.collector,
                                       flops_per_token=sum(m.flops_per_token for m in members),
                                       fast_forward=False, spec=members[0].spec, cost_model=executor)

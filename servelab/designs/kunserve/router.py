@@ -190,7 +190,9 @@ class KunServeRouter(Router):
                 self._eq1 = fit_eq1(first.cost_model)
             former = MicrobatchFormer(cfg.former, cfg.num_microbatches, self._eq1)
         actions: list = [SetLayers(iid, rng) for iid, rng in zip(members, ranges)]
-        actions.append(FormPipeline(tuple(members), cfg.num_microbatches, exchange_chunk_bytes=chunk, former=former))
+        n = len(members)  # one virtual engine per stage, as vLLM's pipeline runs
+        actions.append(FormPipeline(tuple(members), cfg.num_microbatches, exchange_chunk_bytes=chunk, former=former,
+                                    max_num_seqs=n * first.max_num_seqs, max_batch_tokens=n * first.max_batch_tokens))
         return actions
 
     def _chunk_bytes(self, view, members, cluster: ClusterState) -> float:

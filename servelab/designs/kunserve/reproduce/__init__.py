@@ -1,0 +1,1 @@
+"""``servelab reproduce kunserve``: the paper's claims in the simulator (see run.py)."""

@@ -1,0 +1,146 @@
+"""The reproduction's runs: one system on one workload, and the metrics the paper plots.
+
+``run_system`` returns plain numbers (JSON-ready): TTFT / TPOT percentiles, timelines in
+windows (mean TTFT by arrival, output throughput), the memory timeline (KV used, demanded,
+available, parameter bytes) with drop / restore marks when the system has a monitor,
+pipeline bubble share, KV-exchange time and stall, drop-plan times, and how requests ended.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from servelab.designs.kunserve.reproduce import setting as st
+from servelab.metrics import RequestTable
+from servelab.simulator import Simulation
+
+GB = 1e9
+PCTS = (50, 90, 99, 99.9)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    duration_s: float = 300.0
+    bursts: tuple[tuple[float, float], ...] = ((60.0, 150.0),)
+    long_duration_s: float = 640.0
+    long_bursts: tuple[tuple[float, float], ...] = ((100.0, 160.0), (400.0, 460.0))
+    target_demand: float = 0.6
+    rate_probes: int = 5
+    window_s: float = 10.0
+    workloads: tuple[str, ...] = ("burstgpt", "sharegpt", "longbench")
+    num_instances_a: int = 8
+    extreme_repeats: int = 4
+    plan_sizes: tuple[int, ...] = (8, 64, 256, 1024)
+
+
+def _pct(x: np.ndarray) -> dict:
+    x = x[~np.isnan(x)]
+    if not len(x):
+        return {str(p): None for p in PCTS}
+    return {str(p): float(np.percentile(x, p)) for p in PCTS}
+
+
+def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec: str | None = None) -> dict:
+    spec = spec or st.SYSTEMS[system]
+    t0 = time.process_time()
+    sim = Simulation(list(specs), st.cluster(spec, hw))
+    res = sim.run()
+    cpu = time.process_time() - t0
+    table = RequestTable.from_requests(res.requests)
+    ttft, tpot = table.ttft_s, table.tpot_s
+    status = [r.status.value for r in res.requests]
+    out = {"system": system, "spec": spec, "num_requests": len(specs), "cpu_s": cpu,
+           "finished": status.count("finished"), "rejected": status.count("rejected"),
+           "aborted": status.count("aborted"), "conserved": res.conserved,
+           "ttft_s": _pct(ttft), "tpot_s": _pct(tpot), "makespan_s": res.makespan_s,
+           "throughput_tok_s": res.num_output_tokens / max(res.makespan_s, 1e-9),
+           "num_preemptions": int(sum(r.num_preemptions for r in res.requests))}
+    out["timeline"] = _timelines(table, sizes.window_s)
+    out["raw"] = {"ttft": ttft, "tpot": tpot}
+    router = sim.router
+    if hasattr(router, "timeline") and router.timeline:
+        tl = np.array(router.timeline)
+        out["memory"] = {"t": tl[:, 0].tolist(), "used_gb": (tl[:, 1] / GB).tolist(),
+                         "demand_gb": (tl[:, 2] / GB).tolist(), "kv_capacity_gb": (tl[:, 3] / GB).tolist(),
+                         "params_gb": (tl[:, 4] / GB).tolist()}
+        w = np.diff(tl[:, 0], append=tl[-1, 0])
+        out["mean_demand_share"] = float(np.sum(tl[:, 2] / tl[:, 3] * w) / max(np.sum(w), 1e-9))
+        out["drops"] = [{k: v for k, v in d.items()} for d in router.drops if d["groups"]]
+    log = sim.driver.reconfig.events_log
+    out["events"] = [(t, k, d) for t, k, d in log if k in ("form", "split", "fail", "restore", "restored")]
+    ex = [d for _, k, d in log if k == "exchanged"]
+    out["exchange"] = {"num": len(ex), "seconds": [d["seconds"] for d in ex], "stall_s": sum(d["stall_s"] for d in ex),
+                       "num_requests": sum(d["num_requests"] for d in ex), "gb": sum(d["bytes"] for d in ex) / GB}
+    groups = list(res.pipeline.values())
+    if groups:
+        out["pipeline"] = {"num_groups": len(groups), "steps": sum(g["steps"] for g in groups),
+                           "bubble_share": _weighted_bubble(groups),
+                           "activation_wait_s": sum(g["activation_wait_s"] for g in groups)}
+        out["pipelined_throughput_tok_s"] = _throughput_in(table, [(g["formed_s"], g["ended_s"] or res.makespan_s)
+                                                                   for g in groups])
+    if hasattr(router, "report"):
+        rep = router.report()
+        out["router"] = {k: v for k, v in rep.items() if k != "drops"}
+    return out
+
+
+def _weighted_bubble(groups: list[dict]) -> float:
+    """Bubble share of every group, weighted by its steps (idle stage time / stage time)."""
+    shares = [(g["bubble_share"], g["steps"]) for g in groups if g["steps"]]
+    return float(sum(x * n for x, n in shares) / sum(n for _, n in shares)) if shares else 0.0
+
+
+def _timelines(table: RequestTable, window_s: float) -> dict:
+    arrival = table.arrival_s
+    end = float(np.nanmax(table.finish_s)) if len(table) else 0.0
+    edges = np.arange(0.0, end + window_s, window_s)
+    idx = np.digitize(arrival, edges) - 1
+    ttft = table.ttft_s
+    mean_ttft = [float(np.nanmean(ttft[idx == k])) if np.any((idx == k) & ~np.isnan(ttft)) else None
+                 for k in range(len(edges) - 1)]
+    tok, _ = np.histogram(table.token_times_s, bins=edges)
+    return {"t": edges[:-1].tolist(), "mean_ttft_s": mean_ttft, "throughput_tok_s": (tok / window_s).tolist()}
+
+
+def _throughput_in(table: RequestTable, spans: list[tuple[float, float]]) -> float:
+    times = table.token_times_s
+    n = sum(int(np.sum((times >= a) & (times < b))) for a, b in spans)
+    total = sum(b - a for a, b in spans)
+    return n / total if total > 0 else 0.0
+
+
+def slo_violation(runs: dict[str, dict], scales: Sequence[float], baselines: Sequence[str]) -> dict:
+    """Share of requests over ``scale`` x the best baseline's P50 in TTFT or TPOT."""
+    best_ttft = min(runs[b]["ttft_s"]["50"] for b in baselines if b in runs)
+    best_tpot = min(runs[b]["tpot_s"]["50"] for b in baselines if b in runs)
+    out = {}
+    for name, r in runs.items():
+        ttft, tpot = r["raw"]["ttft"], r["raw"]["tpot"]
+        row = []
+        for s in scales:
+            bad = (np.nan_to_num(ttft, nan=np.inf) > s * best_ttft) | (np.nan_to_num(tpot, nan=0.0) > s * best_tpot)
+            row.append(float(np.mean(bad)))
+        out[name] = row
+    return {"scales": list(scales), "best_p50_ttft_s": best_ttft, "best_p50_tpot_s": best_tpot, "violation": out}
+
+
+def calibrate_rate(lengths: str, hw: st.Hardware, sizes: Sizes, seed: int, lo: float, hi: float) -> dict:
+    """Bisection on the base rate: vLLM's mean KV demand at ``sizes.target_demand``."""
+    probes = []
+    for _ in range(sizes.rate_probes):
+        mid = (lo * hi) ** 0.5
+        specs = st.workload(lengths, mid, sizes.duration_s, sizes.bursts, seed)
+        r = run_system("vllm", specs, hw, sizes)
+        share = r["mean_demand_share"]
+        probes.append({"rate": mid, "mean_demand_share": share, "p99_ttft_s": r["ttft_s"]["99"]})
+        if share > sizes.target_demand:
+            hi = mid
+        else:
+            lo = mid
+    ok = [p for p in probes if p["mean_demand_share"] <= sizes.target_demand]
+    rate = max(p["rate"] for p in ok) if ok else lo
+    return {"rate": rate, "probes": probes}

@@ -1,0 +1,219 @@
+"""``servelab reproduce kunserve``: KunServe's claims in the simulator.
+
+``run_reproduction(out_dir, reduced=..., seed=..., progress=...)`` calibrates each
+workload's base rate (vLLM's mean KV demand at the paper's "under 60%"), runs the five
+systems on it (Figs. 12/13, and the 72B cluster), the ablation (Fig. 14), restore on a long
+run with two bursts (Fig. 15), repeated extreme bursts (Fig. 16), times the drop plan up to
+1,024 instances, runs the gap tests, and writes ``out_dir/kunserve.md``,
+``out_dir/kunserve.json`` and plots under ``out_dir/kunserve/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from servelab.designs.kunserve.drop_plan import time_drop_plan
+from servelab.designs.kunserve.reproduce import experiments as ex
+from servelab.designs.kunserve.reproduce import setting as st
+
+FULL = ex.Sizes()
+REDUCED = ex.Sizes(duration_s=150.0, bursts=((40.0, 100.0),), long_duration_s=300.0,
+                   long_bursts=((50.0, 90.0), (190.0, 230.0)), rate_probes=4, workloads=("longbench",),
+                   num_instances_a=4, extreme_repeats=3, plan_sizes=(8, 1024))
+RATE_RANGES = {"burstgpt": (4.0, 160.0), "sharegpt": (2.0, 80.0), "longbench": (0.5, 16.0),
+               "decode-heavy": (0.5, 40.0)}
+SLO_SCALES = tuple(float(s) for s in range(1, 11))
+TYPICAL_SCALE = {"burstgpt": 5.0, "sharegpt": 5.0, "longbench": 10.0}
+ABLATION = {"vllm": "kunserve:drop=false", "+drop": "kunserve:coordinated=false,former=tokens",
+            "+coordinated": "kunserve:former=tokens", "+lookahead": "kunserve"}
+
+
+def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, progress: bool = False,
+                     sizes: ex.Sizes | None = None) -> dict:
+    out_dir = Path(out_dir)
+    fig_dir = out_dir / "kunserve"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    sizes = sizes if sizes is not None else (REDUCED if reduced else FULL)
+    say = print if progress else (lambda _msg: None)
+    timings: dict[str, float] = {}
+    hw_a = dataclasses.replace(st.CLUSTER_A, num_instances=sizes.num_instances_a)
+    hw_b = st.CLUSTER_B
+    results: dict = {"reduced": reduced, "seed": seed, "sizes": dataclasses.asdict(sizes),
+                     "clusters": {"A": dataclasses.asdict(hw_a), "B": dataclasses.asdict(hw_b)}}
+
+    def step(name, fn):
+        t0 = time.process_time()
+        value = fn()
+        timings[name] = time.process_time() - t0
+        say(f"[kunserve] {name}: {timings[name]:.1f} s CPU")
+        return value
+
+    results["plan_time"] = step("drop-plan time", lambda: [time_drop_plan(n) for n in sizes.plan_sizes])
+    results["eq1"] = step("Eq. 1 fit", lambda: _eq1_fits(hw_a, hw_b))
+    e2e = {}
+    for wl in sizes.workloads:
+        e2e[f"{wl}-14B"] = step(f"end to end {wl} 14B", lambda wl=wl: _end_to_end(wl, hw_a, sizes, seed))
+    e2e["longbench-72B"] = step("end to end longbench 72B", lambda: _end_to_end("longbench", hw_b, sizes, seed))
+    results["end_to_end"] = e2e
+    lb = e2e.get("longbench-14B") or next(iter(e2e.values()))
+    results["ablation"] = step("ablation (Fig. 14)", lambda: _ablation(lb["rate"], hw_a, sizes, seed))
+    bg_rate = e2e["burstgpt-14B"]["rate"] if "burstgpt-14B" in e2e else None
+    results["restore"] = step("restore (Fig. 15)", lambda: _restore(bg_rate, hw_a, sizes, seed))
+    results["extreme"] = step("extreme bursts (Fig. 16)",
+                              lambda: _extreme(e2e["longbench-72B"]["rate"], hw_b, sizes, seed))
+    results["gap_microbatches"] = step("gap: microbatches per step", lambda: _gap_microbatches(lb["rate"], hw_a,
+                                                                                             sizes, seed))
+    results["gap_deeper_burst"] = step("gap: deeper burst", lambda: _gap_deeper(lb["rate"], hw_a, sizes, seed))
+    results["gap_headroom"] = step("gap: compute headroom", lambda: _gap_headroom(hw_a, sizes, seed))
+    results["pp_throughput"] = step("PP throughput at saturation", lambda: _pp_throughput(hw_a, seed))
+    results["timings_cpu_s"] = timings
+    from servelab.designs.kunserve.reproduce import plots
+    from servelab.designs.kunserve.reproduce.report import write_report
+
+    results["figures"] = [f"kunserve/{f}" for f in plots.all_figures(results, fig_dir)]
+    clean = _jsonable(_strip_raw(results))
+    (out_dir / "kunserve.json").write_text(json.dumps(clean, indent=1))
+    write_report(clean, out_dir / "kunserve.md")
+    return clean
+
+
+def _eq1_fits(hw_a: st.Hardware, hw_b: st.Hardware) -> list[dict]:
+    from servelab.catalog.instance import InstanceSpec
+    from servelab.designs.kunserve.eq1 import fit_eq1
+    from servelab.simulator.hardware import model_for_spec
+
+    rows = []
+    for hw in (hw_a, hw_b):
+        eq = fit_eq1(model_for_spec(InstanceSpec(hw.gpu, hw.model, tp=hw.tp)).cost)
+        rows.append({"cluster": hw.name, "model": hw.model} | dataclasses.asdict(eq))
+    return rows
+
+
+def _end_to_end(wl: str, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> dict:
+    lo, hi = RATE_RANGES[wl]
+    scale = hw.num_instances / 8 if hw.tp == 1 else hw.num_instances * 4 / 8 * 0.4
+    cal = ex.calibrate_rate(wl, hw, sizes, seed, lo * scale, hi * scale)
+    specs = st.workload(wl, cal["rate"], sizes.duration_s, sizes.bursts, seed)
+    runs = {name: ex.run_system(name, specs, hw, sizes) for name in st.SYSTEMS}
+    slo = ex.slo_violation(runs, SLO_SCALES, st.BASELINES)
+    return {"workload": wl, "hardware": hw.label, "rate": cal["rate"], "calibration": cal["probes"],
+            "num_requests": len(specs), "runs": runs, "slo": slo, "typical_scale": TYPICAL_SCALE[wl]}
+
+
+def _ablation(rate: float, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> dict:
+    specs = st.workload("longbench", rate, sizes.duration_s, sizes.bursts, seed)
+    runs = {name: ex.run_system(name, specs, hw, sizes, spec=spec) for name, spec in ABLATION.items()}
+    return {"rate": rate, "runs": runs}
+
+
+def _restore(rate: float | None, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> dict:
+    wl = "burstgpt"
+    if rate is None:
+        lo, hi = RATE_RANGES[wl]
+        rate = ex.calibrate_rate(wl, hw, sizes, seed, lo * hw.num_instances / 8, hi * hw.num_instances / 8)["rate"]
+    specs = st.workload(wl, rate, sizes.long_duration_s, sizes.long_bursts, seed)
+    systems = {"vllm": "kunserve:drop=false", "kunserve": "kunserve", "kunserve w/o restore": "kunserve:restore=false"}
+    runs = {name: ex.run_system(name, specs, hw, sizes, spec=spec) for name, spec in systems.items()}
+    return {"rate": rate, "workload": wl, "bursts": sizes.long_bursts, "runs": runs}
+
+
+def _extreme(rate: float, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> dict:
+    """From the first burst on, the burst is replayed back to back (the rate stays doubled)."""
+    start = sizes.bursts[0][0]
+    end = start + sizes.extreme_repeats * (sizes.bursts[0][1] - sizes.bursts[0][0])
+    specs = st.workload("longbench", rate, end + 60.0, ((start, end),), seed)
+    runs = {name: ex.run_system(name, specs, hw, sizes, spec=spec)
+            for name, spec in {"vllm": "kunserve:drop=false", "kunserve": "kunserve:restore=false"}.items()}
+    out = {"rate": rate, "burst_from_s": start, "burst_to_s": end, "runs": runs}
+    for name, r in runs.items():
+        mem = r["memory"]
+        t, dem, cap = (np.array(mem[k]) for k in ("t", "demand_gb", "kv_capacity_gb"))
+        forms = [e[0] for e in r["events"] if e[1] == "form"]
+        settle = max(forms) + 1.0 if forms else start
+        over = np.nonzero((t >= max(start, settle)) & (dem > cap))[0]
+        out[name] = {"memory_limit_s": float(t[over[0]]) if len(over) else None,
+                     "kv_capacity_start_gb": float(cap[0]), "kv_capacity_max_gb": float(cap.max()),
+                     "num_forms": len(forms)}
+    return out
+
+
+def _gap_microbatches(rate: float, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> list[dict]:
+    specs = st.workload("longbench", rate, sizes.duration_s, sizes.bursts, seed)
+    rows = []
+    for m in (2, 4, 8):
+        r = ex.run_system("kunserve", specs, hw, sizes, spec=f"kunserve:num_microbatches={m}")
+        rows.append({"num_microbatches": m, "bubble_share": r.get("pipeline", {}).get("bubble_share"),
+                     "ttft_s": r["ttft_s"], "tpot_s": r["tpot_s"]})
+    return rows
+
+
+def _gap_deeper(rate: float, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> list[dict]:
+    rows = []
+    for factor in (2, 3, 4):
+        specs = st.workload("longbench", rate, sizes.duration_s, sizes.bursts, seed, factor=factor)
+        for name in ("vllm", "kunserve"):
+            r = ex.run_system(name, specs, hw, sizes)
+            rows.append({"factor": factor, "system": name, "ttft_s": r["ttft_s"], "tpot_s": r["tpot_s"],
+                         "num_preemptions": r["num_preemptions"], "mean_demand_share": r.get("mean_demand_share")})
+    return rows
+
+
+def _gap_headroom(hw: st.Hardware, sizes: ex.Sizes, seed: int) -> dict:
+    """Decode-heavy requests (1K in / 1.5K out): KV fills while decode steps leave compute idle."""
+    lo, hi = RATE_RANGES["decode-heavy"]
+    cal = ex.calibrate_rate("decode-heavy", hw, sizes, seed, lo * hw.num_instances / 8, hi * hw.num_instances / 8)
+    rows = []
+    for factor in (2, 3):
+        specs = st.workload("decode-heavy", cal["rate"], sizes.duration_s, sizes.bursts, seed, factor=factor)
+        for name in ("vllm", "infercept", "llumnix", "kunserve"):
+            r = ex.run_system(name, specs, hw, sizes)
+            rows.append({"factor": factor, "system": name, "ttft_s": r["ttft_s"], "tpot_s": r["tpot_s"],
+                         "num_preemptions": r["num_preemptions"], "forms": sum(1 for e in r["events"] if e[1] == "form"),
+                         "mean_demand_share": r.get("mean_demand_share")})
+    return {"rate": cal["rate"], "rows": rows}
+
+
+def _pp_throughput(hw: st.Hardware, seed: int) -> list[dict]:
+    """Saturated throughput (every request at time 0), DP against the static pipelines."""
+    from servelab.core.request import RequestSpec
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for wl in ("burstgpt", "longbench"):
+        ln = st.LENGTHS[wl]
+        n = 100 * hw.num_instances if wl == "burstgpt" else 25 * hw.num_instances
+        p = st._lognormal(rng, n, ln.mean_in, ln.sigma, ln.max_in)
+        o = st._lognormal(rng, n, ln.mean_out, ln.sigma, ln.max_out)
+        specs = [RequestSpec(i, 0.0, int(a), int(b)) for i, (a, b) in enumerate(zip(p, o))]
+        row = {"workload": wl, "num_requests": n}
+        for name in ("vllm", "vllm-pp"):
+            r = ex.run_system(name, specs, hw, ex.Sizes())
+            row[name] = r["throughput_tok_s"]
+        row["pp_vs_dp"] = row["vllm-pp"] / row["vllm"] - 1.0
+        rows.append(row)
+    return rows
+
+
+def _strip_raw(value):
+    if isinstance(value, dict):
+        return {k: _strip_raw(v) for k, v in value.items() if k != "raw"}
+    if isinstance(value, list):
+        return [_strip_raw(v) for v in value]
+    return value
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
