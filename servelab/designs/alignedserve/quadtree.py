@@ -197,6 +197,8 @@ class QuadTree:
                     break
                 ids.append(rid)
                 blocks += b
+            if len(ids) < min_requests and not force:
+                return None
             return self._batch(ids, case=case, forced=len(ids) < min_requests)
         centre = (left.lo + right.hi) / 2
         nl, nr = self._neighbour(left, -1), self._neighbour(right, +1)

@@ -47,6 +47,7 @@ class _Slot:
     ready: set = field(default_factory=set)  # request ids whose KV is where it can be released from
     incoming: dict = field(default_factory=dict)  # request id -> time the release was decided
     evicting: set = field(default_factory=set)
+    dynamic_left: int = 0  # pool requests the running batch may still pull in (bounds a switch's delay)
 
 
 @ROUTERS.register("alignedserve")
@@ -64,6 +65,7 @@ class AlignedServeRouter(Router):
         self._owner: dict[int, int] = {}  # request id -> decode instance whose buffers hold it
         self._next_batch_id = 0
         self._arrivals_done = False
+        self._room: dict[int, int] = {}  # buffer instance -> blocks this event may still prefetch into
 
     # ---- placement and hand-off ----
     def on_arrival(self, now_s: float, request: Request, cluster: ClusterState) -> list[Placement]:
@@ -84,7 +86,7 @@ class AlignedServeRouter(Router):
 
     # ---- events ----
     def on_moved(self, now_s: float, request: Request, destination: int, cluster: ClusterState) -> list:
-        self._ensure_slots(cluster)
+        self._begin(cluster)
         rid = request.request_id
         if destination == POOL:
             self._pool_in(request, now_s, cluster)
@@ -106,7 +108,7 @@ class AlignedServeRouter(Router):
 
     def on_step_done(self, now_s: float, instance_id: int, shape, finished: Sequence[Request],
                      cluster: ClusterState) -> list:
-        self._ensure_slots(cluster)
+        self._begin(cluster)
         slot = self._slots.get(instance_id)
         if slot is None or shape.num_decodes == 0:
             return []
@@ -124,16 +126,16 @@ class AlignedServeRouter(Router):
         return actions
 
     def on_instance_idle(self, now_s: float, instance_id: int, cluster: ClusterState) -> list:
-        self._ensure_slots(cluster)
+        self._begin(cluster)
         return self._tick(now_s, cluster)
 
     def on_timer(self, now_s: float, cluster: ClusterState) -> list:
-        self._ensure_slots(cluster)
+        self._begin(cluster)
         return self._tick(now_s, cluster)
 
     def on_arrivals_done(self, now_s: float, cluster: ClusterState) -> list:
         self._arrivals_done = True
-        self._ensure_slots(cluster)
+        self._begin(cluster)
         return self._tick(now_s, cluster)
 
     def next_wakeup_s(self, now_s: float) -> float | None:
@@ -145,7 +147,10 @@ class AlignedServeRouter(Router):
         return self.stats.summary()
 
     # ---- the pool and batches ----
-    def _ensure_slots(self, cluster: ClusterState) -> None:
+    def _begin(self, cluster: ClusterState) -> None:
+        """Start handling an event: the buffers' free blocks are re-read (moves returned by the
+        last event have reserved theirs by now)."""
+        self._room = {}
         if self._slots:
             return
         prefill = [i.instance_id for i in cluster.instances_with_role("prefill")]
@@ -190,7 +195,7 @@ class AlignedServeRouter(Router):
         actions: list = []
         while self._since:
             rid = min(self._since, key=self._since.get)
-            if now_s - self._since[rid] < cfg.max_wait_s:
+            if now_s < self._since[rid] + cfg.max_wait_s:  # the same sum as next_wakeup_s: no float gap
                 break
             slot = min(self._slots.values(), key=lambda s: (len(s.requests) + len(s.candidate), s.iid))
             batch = self.tree.around(self.tree.length_of(rid), self._max_blocks(slot, cluster))
@@ -256,8 +261,17 @@ class AlignedServeRouter(Router):
         self._owner[rid] = slot.iid
         queue.append(req)
         if self._prefetching(slot, cluster):
-            return [Move(req, slot.buffer_iid, hold=True, reason="alignedserve prefetch")]
-        slot.ready.add(rid)  # released from the pool directly
+            room = self._room.get(slot.buffer_iid)
+            if room is None:  # a tenth of the prefill GPU stays free for its prefills
+                blocks = cluster.instance(slot.buffer_iid).blocks
+                room = blocks.num_free_gpu_blocks - blocks.num_gpu_blocks // 10
+            need = -(-req.num_computed_tokens // blocks_size(cluster, slot.buffer_iid))
+            if need <= room:
+                self._room[slot.buffer_iid] = room - need
+                return [Move(req, slot.buffer_iid, hold=True, reason="alignedserve prefetch")]
+            self._room[slot.buffer_iid] = room
+            self.stats.num_prefetch_skipped += 1
+        slot.ready.add(rid)  # released from the pool directly (over PCIe)
         return []
 
     def _prefetching(self, slot: _Slot, cluster: ClusterState) -> bool:
@@ -279,14 +293,16 @@ class AlignedServeRouter(Router):
         if not slot.requests:
             before = len(slot.candidate)
             actions += self._release(slot, slot.candidate, inst, now_s)  # case 2 (a batch switch)
-            if len(slot.candidate) < before:
+            if len(slot.candidate) < before and slot.batch_id != slot.candidate_id:
                 slot.batch_id = slot.candidate_id
+                slot.dynamic_left = self.config.requests_buffer
         if not slot.candidate:
             actions += self._cut_batch(slot, now_s, cluster)
             if not slot.requests:
                 actions += self._release(slot, slot.candidate, inst, now_s)
                 if slot.candidate_id != slot.batch_id and not inst.running:
                     slot.batch_id = slot.candidate_id
+                    slot.dynamic_left = self.config.requests_buffer
         return actions
 
     def _release(self, slot: _Slot, queue: deque, inst: InstanceState, now_s: float) -> list:
@@ -334,6 +350,7 @@ class AlignedServeRouter(Router):
         victims = sorted(old or running, key=lambda r: (-r.num_computed_tokens, r.request_id))
         actions = []
         buf = cluster.instance(slot.buffer_iid) if slot.buffer_iid != slot.iid else None
+        buf_free = buf.blocks.num_free_gpu_blocks if buf is not None else 0
         for victim in victims:
             if free >= need or len(running) - len(actions) <= 1:
                 break
@@ -341,7 +358,8 @@ class AlignedServeRouter(Router):
             rid = victim.request_id
             slot.evicting.add(rid)
             self.stats.num_evictions += 1
-            if buf is not None and buf.blocks.num_free_gpu_blocks >= blocks + 1 and self._prefetching(slot, cluster):
+            if buf is not None and buf_free >= blocks + 1 and self._prefetching(slot, cluster):
+                buf_free -= blocks
                 self._owner[rid] = slot.iid
                 slot.requests.appendleft(victim)
                 actions.append(Move(victim, slot.buffer_iid, hold=True, reason="alignedserve evict"))
@@ -355,7 +373,7 @@ class AlignedServeRouter(Router):
     def _dynamic(self, slot: _Slot, inst: InstanceState, cluster: ClusterState) -> list:
         """Pool requests whose prefix lies in the running batch's range wait in the requests
         buffer, so they join this batch rather than a later one."""
-        room = self.config.requests_buffer - len(slot.requests)
+        room = min(self.config.requests_buffer - len(slot.requests), slot.dynamic_left)
         if room <= 0 or not self._pooled or not self.config.prefix_aware:
             return []
         lengths = [r.num_computed_tokens for r in inst.running if self._tag.get(r.request_id) == slot.batch_id]
@@ -367,6 +385,7 @@ class AlignedServeRouter(Router):
             req = self._take(rid)
             self._tag[rid] = slot.batch_id
             self.stats.num_dynamic += 1
+            slot.dynamic_left -= 1
             actions += self._to_buffer(slot, req, slot.requests, cluster)
         return actions
 
@@ -379,3 +398,7 @@ class AlignedServeRouter(Router):
         if slot is None:
             return self.config.leaf_width
         return cluster.instance(slot.iid).blocks.block_size
+
+
+def blocks_size(cluster: ClusterState, instance_id: int) -> int:
+    return cluster.instance(instance_id).blocks.block_size

@@ -29,6 +29,7 @@ class AlignedStats:
     num_evictions_to_pool: int = 0
     num_dynamic: int = 0  # pool requests pulled into the Candidate Requests Buffer
     num_starved: int = 0  # scheduled by the starvation bound
+    num_prefetch_skipped: int = 0  # the buffer GPU had no room: released from the pool over PCIe
     pool_samples: list[tuple[float, float]] = field(default_factory=list)  # (time, bytes)
     release_s: list[float] = field(default_factory=list)  # schedule decision -> KV on the decode GPU
     step_contexts: list[tuple[int, int, int]] = field(default_factory=list)  # (rows, sum, max) per iteration
@@ -61,5 +62,6 @@ class AlignedStats:
             "num_evictions_to_pool": self.num_evictions_to_pool,
             "num_dynamic": self.num_dynamic,
             "num_starved": self.num_starved,
+            "num_prefetch_skipped": self.num_prefetch_skipped,
             "pool_peak_gb": max((b for _, b in self.pool_samples), default=0.0) / 2**30,
         }

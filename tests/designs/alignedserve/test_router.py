@@ -1,0 +1,90 @@
+"""The alignedserve router in the simulator: requests pass prefill -> pool -> buffers ->
+decode and all finish; batches are prefix-aligned; prefetch uses PCIe then NVLink, and
+without NVLink batches go over PCIe straight to the decode GPU; case 3 evicts; the
+starvation bound schedules a request that no batch takes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from servelab.cluster.links import TopologyConfig
+from servelab.cluster.presets import cluster_for
+from servelab.core.policy import POOL
+from servelab.core.registry import RegistryError
+from servelab.core.request import RequestSpec, RequestStatus
+from servelab.simulator.run import Simulation
+
+HW = dict(gpu="H100-80GB", model="OPT-2.7B")
+
+
+def _mixed(n=300, seed=0, gap_s=0.01, long_share=0.1):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        prompt = int(rng.integers(1000, 8000)) if rng.random() < long_share else int(rng.integers(32, 1000))
+        out.append(RequestSpec(i, i * gap_s, prompt, int(rng.integers(16, 256))))
+    return out
+
+
+def _run(specs, spec="alignedserve", n=2, gpu=HW["gpu"], model=HW["model"], **cluster_changes):
+    cluster = replace(cluster_for(spec, num_instances=n, gpu=gpu, model=model), max_model_len=16384,
+                      **cluster_changes)
+    sim = Simulation(specs, cluster)
+    return sim.run(), sim.router
+
+
+def test_every_request_finishes_and_batches_are_aligned():
+    # OPT-13B, two prefill GPUs feeding one decode GPU: the pool holds more than a batch
+    specs = _mixed(600, gap_s=0.002)
+    hw = dict(gpu="H100-80GB", model="OPT-13B")
+    res, router = _run(specs, "alignedserve", n=3, **hw)
+    assert res.conserved and all(r.status is RequestStatus.FINISHED for r in res.requests)
+    fcfs_res, fcfs = _run(specs, "alignedserve:prefix_aware=false", n=3, **hw)
+    assert fcfs_res.conserved
+    s, f = router.stats.summary(), fcfs.stats.summary()
+    assert s["num_batches"] > 5 and f["num_batches"] > 5
+    assert s["batch_span_median"] < f["batch_span_median"] / 4  # aligned vs FCFS-cut batches
+
+
+def test_prefetch_goes_pcie_to_the_prefill_gpu_then_nvlink_and_direct_without_nvlink():
+    specs = _mixed(120)
+    res, _ = _run(specs, "alignedserve:min_batch=8")
+    hops = {(s, d) for s, d, *_ in res.transfers}
+    assert {(0, POOL), (POOL, 0), (0, 1)} <= hops and (POOL, 1) not in hops
+    res, _ = _run(specs, "alignedserve:min_batch=8", topology=TopologyConfig(nvlink=False))
+    hops = {(s, d) for s, d, *_ in res.transfers}
+    assert (POOL, 1) in hops and (POOL, 0) not in hops
+    assert all(r.status is RequestStatus.FINISHED for r in res.requests)
+
+
+def test_case_3_evicts_when_the_batch_outgrows_the_decode_gpu():
+    # long outputs on OPT-13B (about 11k tokens of KV per H100 after the weights): the batch grows out of it
+    specs = [RequestSpec(i, 0.0, 900 + 10 * i, 1500) for i in range(40)]
+    cluster = replace(cluster_for("alignedserve:min_batch=4,block_fraction=0.9", num_instances=2, gpu="H100-80GB",
+                                  model="OPT-30B"), max_model_len=16384)
+    sim = Simulation(specs, cluster)
+    res = sim.run()
+    assert res.conserved and all(r.status is RequestStatus.FINISHED for r in res.requests)
+    assert sim.router.stats.num_evictions > 0
+
+
+def test_the_starvation_bound_schedules_a_request_no_batch_takes():
+    # one 3000-token request (188 blocks) never fits a batch of 1% of the decode GPU's blocks (about
+    # 130), and short requests keep arriving, so Density First Search always finds them instead
+    specs = [RequestSpec(0, 0.0, 3000, 20)] + [RequestSpec(i, 0.03 * i, 100, 50) for i in range(1, 300)]
+    res, router = _run(specs, "alignedserve:min_batch=5,block_fraction=0.01,max_wait_s=2,idle_force=false")
+    lone = res.requests[0]
+    assert lone.status is RequestStatus.FINISHED and router.stats.num_starved >= 1
+    assert lone.token_times_s[1] - lone.token_times_s[0] < 2.5  # parked at most max_wait_s (+ the moves)
+
+
+def test_bad_parameters_are_one_clear_error():
+    with pytest.raises(RegistryError, match="no parameter 'bogus'"):
+        cluster_for("alignedserve:bogus=1", num_instances=2)
+    with pytest.raises(RegistryError, match="at least 2"):
+        cluster_for("alignedserve", num_instances=1)
+    with pytest.raises(Exception, match="block_fraction"):
+        Simulation(_mixed(3), cluster_for("alignedserve:block_fraction=2", num_instances=2, **HW))
