@@ -237,7 +237,7 @@ class EngineCluster:
         self._ray_workers.check_fits(self)
         self._ray_workers.reset(self.config.seed)
         clock = PollingWallClock(cfg.poll_s)
-        return clock, self._ray_workers.executors(states, clock, cfg.kv_transport)
+        return clock, self._ray_workers.executors(states, clock, cfg)
 
     @property
     def ray_workers(self) -> Any:

@@ -7,12 +7,12 @@ here on the returned token ids, exactly as the in-process ``Executor`` does (thi
 reuses its ``_chunk`` and ``_stops``), so both backends give the same tokens and texts.
 
 KV payloads are ``RemoteKV`` handles with the blocks' ``shape`` (the mover counts blocks from
-it). With the object store, ``export_kv`` reads the blocks into the store and waits for the
-read, so the source may free them at once. With gloo the read is deferred to the matching
-``import_kv`` (one send/recv between the two actors); a handle that the mover did not import
-at once (a copy into the driver's KV pool) is read into the store from the next event, and in
-any case before this actor runs another step or takes more KV, the only things that could
-overwrite its blocks.
+it). ``export_kv`` waits for nothing: with the object store it submits the read and the
+destination's write takes the read's result directly (one round trip from the driver); with
+gloo the read is the matching ``import_kv``'s send/recv between the two actors. A handle not
+imported at once (a copy into the driver's KV pool) is read into the store from the next
+event, and in any case before this actor runs another step or takes more KV, the only
+things that could overwrite its blocks.
 
 An actor that died surfaces as ``RayActorError`` on any call: ``on_dead(instance_id, reason)``
 then turns it into ``FailInstance`` (requests recomputed elsewhere, or aborted with the reason).
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayError
 
 from servelab.core.plan import StepResult
 from servelab.engine.executor import Executor, RequestStates
@@ -81,21 +81,23 @@ class RayExecutor(Executor):
     """One instance actor seen from the driver; ``instance_id`` for ``on_dead``."""
 
     def __init__(self, worker: Any, states: RequestStates, instance_id: int, *, transport: str,
-                 rank: int, kv_shape: tuple[int, ...], on_dead: Callable[[int, str], None],
-                 defer: Callable[[Callable[[], None]], None]) -> None:
+                 rank: int, kv_shape: tuple[int, ...], block_bytes: int, on_dead: Callable[[int, str], None],
+                 defer: Callable[[Callable[[], None]], None], gloo_max_bytes: int = 0) -> None:
         self.runner = None  # the model runs in the actor
         self.states = states
         self.eos_token_ids = states.eos_token_ids
         self.worker = worker
         self.instance_id = instance_id
-        self.transport = transport
+        self.transport = transport  # auto | object_store | gloo
+        self.block_bytes = block_bytes
+        self.gloo_max_bytes = gloo_max_bytes  # auto: gloo below this many bytes, the store above
         self.rank = rank  # in the gloo group
         self.on_dead = on_dead
         self.defer = defer  # runs a function from the event loop right after the current event
         self.step_times: list[tuple[float, float]] = []  # (round trip, compute in the actor) per step, s
         self.dead = False
         self.kv_shape = kv_shape  # the cache's [L, 2, num_blocks, block_size, kv_heads, head_dim]
-        self._unread: list[RemoteKV] = []  # gloo handles not imported yet
+        self._open: list[RemoteKV] = []  # exported, not imported yet: their blocks must not change
 
     def _died(self, why: str) -> None:
         if not self.dead:
@@ -104,7 +106,7 @@ class RayExecutor(Executor):
 
     # ---- steps ----
     def launch(self, applied, blocks) -> RemoteStep:
-        self._read_unread()
+        self._settle_open()
         batch = list(applied.batch)
         chunks = [self._chunk(req, n, blocks) for req, n in zip(batch, applied.plan.num_tokens)]
         sampling = {c.request_id: self.states.sampling[c.request_id] for c in chunks if c.sample}
@@ -123,29 +125,40 @@ class RayExecutor(Executor):
 
     # ---- KV ----
     def export_kv(self, block_ids: list[int]) -> RemoteKV | None:
+        """A handle at once, nothing waited for: the object store's read is submitted (gloo's is
+        left to the import); the handle stays open until its blocks have been read."""
+        if self.dead:
+            return None
         shape = (*self.kv_shape[:2], len(block_ids), *self.kv_shape[3:])
         handle = RemoteKV(shape, self, list(block_ids))
-        if self.transport == "gloo" and not self.dead:
-            self._unread.append(handle)
-            self.defer(self._read_unread)  # not imported by then: it went to the pool, read it now
-            return handle
-        return handle if self._read(handle) else None
+        if not self._via_gloo(len(block_ids) * self.block_bytes):
+            handle.ref = self.worker.read_blocks.remote(handle.block_ids)
+        self._open.append(handle)
+        self.defer(self._settle_open)  # not imported by then (it went to the pool): read it now
+        return handle
 
     def import_kv(self, block_ids: list[int], payload: Any) -> None:
         if self.dead:
             return
-        self._read_unread()
-        if isinstance(payload, RemoteKV) and payload.ref is None:
-            self._receive(block_ids, payload)
-            return
+        self._settle_open()
+        if isinstance(payload, RemoteKV):
+            payload.source._close(payload)
+            if payload.ref is None:
+                self._receive(block_ids, payload)
+                return
         data = payload.ref if isinstance(payload, RemoteKV) else payload
         try:
-            ray.get(self.worker.write_blocks.remote(list(block_ids), data))
+            ray.get(self.worker.write_blocks.remote(list(block_ids), data))  # runs after the source's read
         except RayActorError as e:
             source = payload.source if isinstance(payload, RemoteKV) else None
             for ex in (self, source):  # the source's read or this write: whoever is gone
                 if ex is not None and not ex.alive():
                     ex._died(f"instance actor died during a KV copy ({type(e).__name__})")
+
+    def _via_gloo(self, num_bytes: int) -> bool:
+        if self.transport == "auto":
+            return num_bytes < self.gloo_max_bytes
+        return self.transport == "gloo"
 
     def alive(self) -> bool:
         if self.dead:
@@ -156,23 +169,23 @@ class RayExecutor(Executor):
             return False
         return True
 
-    def _read(self, handle: RemoteKV) -> bool:
-        """Put the handle's blocks in the object store and wait for the read to end."""
-        if self.dead:
-            return False
-        handle.ref = self.worker.read_blocks.remote(handle.block_ids)
-        ray.wait([handle.ref], fetch_local=False)  # read (or failed: the writer finds out) before the blocks change
-        return True
+    def _close(self, handle: RemoteKV) -> None:
+        if handle in self._open:
+            self._open.remove(handle)
 
-    def _read_unread(self) -> None:
-        unread, self._unread = self._unread, []
-        for handle in unread:
-            self._read(handle)
+    def _settle_open(self) -> None:
+        """Every exported handle not imported yet gets its bytes into the object store, read
+        before this actor's cache can change (a step, an import)."""
+        handles, self._open = self._open, []
+        if self.dead or not handles:
+            return
+        for h in handles:
+            if h.ref is None:
+                h.ref = self.worker.read_blocks.remote(h.block_ids)
+        ray.wait([h.ref for h in handles], num_returns=len(handles), fetch_local=False)  # read, or failed
 
     def _receive(self, block_ids: list[int], handle: RemoteKV) -> None:
         src = handle.source
-        if handle in src._unread:
-            src._unread.remove(handle)
         if src.dead:
             return
         send = src.worker.send_blocks.remote(handle.block_ids, self.rank)
@@ -180,5 +193,7 @@ class RayExecutor(Executor):
         for ex, ref in ((src, send), (self, recv)):
             try:
                 ray.get(ref)
-            except RayActorError as e:
-                ex._died(f"instance actor died during a KV transfer ({type(e).__name__})")
+            except RayError as e:  # the actor died, or its peer did and gloo timed out
+                for party in (src, self):
+                    if not party.alive():
+                        party._died(f"instance actor died during a KV transfer ({type(e).__name__})")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+import numpy as np
+
 from servelab.core.errors import UserError
 from servelab.engine.ray_backend.config import RayConfig
 
@@ -108,6 +110,7 @@ class RayWorkers:
         self.kv_shape = self._kv_shape(engine)
         self.num_host_blocks = engine.config.num_host_blocks
         self.model = (str(engine.loaded.path), dtype)
+        self.itemsize = engine.loaded.model.embed_tokens.weight.element_size()
         self._gloo = False
 
     @staticmethod
@@ -141,14 +144,17 @@ class RayWorkers:
 
         ray.get([a.reset.remote(seed) for a in self.actors])
 
-    def executors(self, states: Any, clock: Any, transport: str) -> list:
+    def executors(self, states: Any, clock: Any, cfg: RayConfig) -> list:
         """One driver-side executor per actor; ``clock`` (a PollingWallClock) hears of deaths."""
         from servelab.engine.ray_backend.executor import RayExecutor
 
-        if transport == "gloo":
+        transport = cfg.kv_transport
+        if transport != "object_store":
             self._init_gloo()
-        return [RayExecutor(a, states, i, transport=transport, rank=i, kv_shape=self.kv_shape, on_dead=clock.fail,
-                            defer=clock.defer) for i, a in enumerate(self.actors)]
+        block_bytes = int(np.prod(self.kv_shape[:2]) * np.prod(self.kv_shape[3:])) * self.itemsize
+        return [RayExecutor(a, states, i, transport=transport, rank=i, kv_shape=self.kv_shape,
+                            block_bytes=block_bytes, on_dead=clock.fail, defer=clock.defer,
+                            gloo_max_bytes=cfg.gloo_max_bytes) for i, a in enumerate(self.actors)]
 
     def shutdown(self) -> None:
         import ray

@@ -115,7 +115,7 @@ class InstanceWorker:
 
         if not self._group_ready:
             dist.init_process_group("gloo", init_method=f"tcp://{master}:{port}", rank=rank,
-                                    world_size=world_size, timeout=datetime.timedelta(seconds=60))
+                                    world_size=world_size, timeout=datetime.timedelta(seconds=20))
             self._group_ready = True
 
     @ray.method(concurrency_group=KV_GROUP)

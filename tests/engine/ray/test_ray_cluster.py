@@ -84,7 +84,7 @@ def on_ray(ray_session, loaded):
     """on_ray(policy, router=None, transport=...) -> an EngineCluster over the module's two actors."""
     workers = []
 
-    def make(policy: str, router: str | None = None, transport: str = "object_store") -> EngineCluster:
+    def make(policy: str, router: str | None = None, transport: str = "auto") -> EngineCluster:
         return EngineCluster(loaded, policy, _config(loaded), num_instances=2, router=router, backend="ray",
                              ray_config=RayConfig(kv_transport=transport), kv_pool_bytes=64 << 20,
                              ray_workers=workers[0] if workers else None)
@@ -94,7 +94,7 @@ def on_ray(ray_session, loaded):
         workers[0].shutdown()
 
 
-def _run(make_workers, specs, policy, router=None, transport="object_store"):
+def _run(make_workers, specs, policy, router=None, transport="auto"):
     make, workers = make_workers
     engine = make(policy, router, transport)
     res = engine.run(specs, GREEDY)
@@ -131,7 +131,7 @@ def test_a_dynaserve_split_on_actors_gives_the_tokens_of_running_alone(on_ray, s
     assert chunks > len(specs) if stream else chunks == len(specs)
 
 
-@pytest.mark.parametrize("transport", ["object_store", "gloo"])
+@pytest.mark.parametrize("transport", ["object_store", "gloo", "auto"])
 def test_kv_parked_in_the_driver_pool_comes_back_intact(on_ray, specs, alone, transport):
     _, res = _run(on_ray, specs, "vllm", "test_ray_via_pool", transport)
     _same_as_alone(res, alone)

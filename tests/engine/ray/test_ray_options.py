@@ -53,3 +53,18 @@ def test_actors_take_a_gpu_each_where_ray_sees_enough_and_share_otherwise(resour
     from servelab.engine.ray_backend.launch import placement_for
 
     assert placement_for(resources, n) == expected
+
+
+def test_auto_transport_sends_small_kv_by_gloo_and_large_kv_through_the_store():
+    from servelab.engine.executor import RequestStates
+    from servelab.engine.ray_backend.executor import RayExecutor
+
+    def executor(transport):
+        return RayExecutor(None, RequestStates(), 0, transport=transport, rank=0, kv_shape=(1, 2, 8, 1, 1, 1),
+                           block_bytes=100, on_dead=lambda *a: None, defer=lambda fn: None, gloo_max_bytes=1000)
+
+    auto = executor("auto")
+    assert auto._via_gloo(999) and not auto._via_gloo(1000)
+    assert not executor("object_store")._via_gloo(1) and executor("gloo")._via_gloo(10**9)
+    with pytest.raises(UserError, match="gloo_max_bytes"):
+        RayConfig(gloo_max_bytes=-1)
