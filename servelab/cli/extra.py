@@ -101,6 +101,19 @@ def reproduce_dynaserve(
     _reproduce("dynaserve", out, reduced, seed, json_out)
 
 
+@reproduce_app.command("alignedserve")
+def reproduce_alignedserve(
+    out: Path = typer.Option(Path("results/reproduction"), help="Folder for alignedserve.md and plots."),
+    reduced: bool = typer.Option(False, help="Smaller sizes (4 GPUs, OPT-2.7B, about a minute)."),
+    seed: int = typer.Option(0),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """AlignedServe: Figs. 1/3 (simulated, and measured on the CPU engine), 7-15, the batch-switch share,
+    pool occupancy and Density First Search time against vllm, distserve and a FastGen stand-in, with the
+    gap tests (simulated)."""
+    _reproduce("alignedserve", out, reduced, seed, json_out)
+
+
 @reproduce_app.command("kunserve")
 def reproduce_kunserve(
     out: Path = typer.Option(Path("results/reproduction"), help="Folder for kunserve.md and plots."),

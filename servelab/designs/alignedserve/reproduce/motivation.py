@@ -1,0 +1,97 @@
+"""Figures 1 and 3: one long-context request stretches a whole decode step.
+
+Simulated: the roofline's decode step (its iteration-bubble term) on Llama-2-7B / H100, the
+paper's setting for these figures. Measured: the same trend on our CPU engine with a tiny
+random Llama, whose decode attention pads every row to the longest context in the step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from servelab.core.plan import StepShape
+from servelab.costmodel.roofline import roofline_for
+
+FIG1_MIXES = ((64, 0), (63, 1), (62, 2), (60, 4))  # (short 32-token prompts, long 4096-token prompts)
+
+
+def fig1_simulated(model: str = "Llama-2-7B", gpu: str = "H100-80GB", generated=range(0, 1001, 50),
+                   short: int = 32, long: int = 4096) -> dict:
+    cost = roofline_for(gpu, model)
+    rows = []
+    for num_short, num_long in FIG1_MIXES:
+        series = []
+        for g in generated:
+            ctx = [short + g] * num_short + [long + g] * num_long
+            series.append(1e3 * cost.step_time_s(StepShape(num_decodes=len(ctx), decode_context_sum=sum(ctx),
+                                                           decode_context_max=max(ctx))))
+        rows.append({"mix": f"{num_short} short + {num_long} long", "num_long": num_long, "step_ms": series})
+    at600 = {r["mix"]: r["step_ms"][list(generated).index(600)] for r in rows}
+    base = rows[0]["step_ms"][list(generated).index(600)]
+    return {"model": model, "gpu": gpu, "generated": list(generated), "rows": rows, "at_600_ms": at600,
+            "increase_4_long": at600[rows[-1]["mix"]] / base - 1.0}
+
+
+def fig3_simulated(model: str = "Llama-2-7B", gpu: str = "H100-80GB", num_output: int = 128) -> dict:
+    """64 groups of 64 prompts of lengths 10, 70, ..., 3790: same-length batches vs batches of
+    one prompt of each length. TPOT of a batch = mean step time over its decode."""
+    cost = roofline_for(gpu, model)
+    lengths = [10 + 60 * k for k in range(64)]
+
+    def tpot(ctx0: list[int]) -> float:
+        steps = [cost.step_time_s(StepShape(num_decodes=len(ctx0), decode_context_sum=sum(ctx0) + g * len(ctx0),
+                                            decode_context_max=max(ctx0) + g)) for g in range(num_output)]
+        return float(np.mean(steps))
+
+    aligned = [tpot([length] * 64) for length in lengths]
+    mixed = tpot(lengths)
+    return {"model": model, "gpu": gpu, "aligned_tpot_ms": [1e3 * a for a in aligned],
+            "aligned_mean_ms": 1e3 * float(np.mean(aligned)), "mixed_mean_ms": 1e3 * mixed,
+            "mixed_over_aligned": mixed / float(np.mean(aligned))}
+
+
+def engine_measured(batch: int = 16, short: int = 32, long: int = 1536, max_tokens: int = 48,
+                    seed: int = 0) -> dict:
+    """Median wall time of pure decode steps of ``batch`` requests on the CPU engine (a tiny
+    random Llama, 1 thread): all short, and with 1, 2 or 4 long prompts."""
+    import tempfile
+
+    import torch
+
+    from servelab.core.request import RequestSpec
+    from servelab.engine.cluster import EngineCluster, EngineConfig
+    from servelab.engine.loader import load_checkpoint
+    from servelab.engine.sampling import SamplingParams
+    from servelab.engine.tiny_model import make_tiny_model
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            loaded = load_checkpoint(make_tiny_model(tmp, hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
+                                                     intermediate_size=256, max_position=2048, seed=seed))
+        c = loaded.config
+        tokens = batch * (long + max_tokens + 16)
+        cfg = EngineConfig(kv_budget_bytes=tokens * 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4, block_size=16,
+                           max_batch_tokens=8192, max_num_seqs=batch)
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+        rng = np.random.default_rng(seed)
+        rows = []
+        for num_long in (0, 1, 2, 4):
+            lens = [short] * (batch - num_long) + [long] * num_long
+            specs = [RequestSpec(i, 0.0, n, max_tokens, prompt_token_ids=tuple(int(t) for t in rng.integers(5, 400, n)))
+                     for i, n in enumerate(lens)]
+            res = EngineCluster(loaded, "vllm", cfg).run(specs, params)
+            rows.append({"num_long": num_long, "decode_step_ms": _median_decode_ms(res, batch)})
+        base = rows[0]["decode_step_ms"]
+        for r in rows:
+            r["vs_all_short"] = r["decode_step_ms"] / base
+        return {"batch": batch, "short": short, "long": long, "rows": rows, "device": "cpu, 1 thread"}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _median_decode_ms(res, batch: int) -> float:
+    steps = res.collector.steps
+    pure = (steps.num_rows == batch) & (steps.num_tokens == batch)
+    return 1e3 * float(np.median(steps.duration_s[pure]))
