@@ -10,7 +10,8 @@
 3. End-to-end latency of vllm x2, distserve (1P1D) and dynaserve x2 on a small GSM8K
    workload: the engine in process, the engine on Ray, and the simulator with this machine's
    calibrated linear cost model (``servelab calibrate``) and a link fitted to the measured
-   object-store transfers (per token, so the catalog model's KV size does not change it).
+   transfers of the default ``auto`` transport (per token, so the catalog model's KV size
+   does not change it).
 
 Default model: the ``bench-30m`` preset (random weights, tokenizer trained on GSM8K), made in
 a temporary folder. Every actor and the driver run one torch thread.
@@ -62,6 +63,7 @@ class BenchResult:
     fits: dict = field(default_factory=dict)  # transport -> (latency s, bandwidth B/s)
     steps: dict = field(default_factory=dict)
     e2e: list[dict] = field(default_factory=list)
+    gloo_max_bytes: int = 0  # the auto transport's threshold in the runs below
     wall_s: float = 0.0
     cpu_s: float = 0.0
 
@@ -99,9 +101,12 @@ def kv_transfers(engine, loaded, size: BenchSize, out: BenchResult) -> None:
         for transport in TRANSPORTS:
             out.transfers.append({"transport": transport, "blocks": n, "bytes": n * block_bytes,
                                   "median_s": statistics.median(times[transport])})
-    for transport in TRANSPORTS:
-        rows = [r for r in out.transfers if r["transport"] == transport]
-        slope, intercept = np.polyfit([r["bytes"] for r in rows], [r["median_s"] for r in rows], 1)
+    by = {(r["transport"], r["bytes"]): r["median_s"] for r in out.transfers}
+    sizes = sorted({r["bytes"] for r in out.transfers})
+    series = {t: [by[(t, b)] for b in sizes] for t in TRANSPORTS}
+    series["auto"] = [min(by[("object_store", b)], by[("gloo", b)]) for b in sizes]  # what auto aims at
+    for transport, times in series.items():
+        slope, intercept = np.polyfit(sizes, times, 1)
         out.fits[transport] = (max(float(intercept), 0.0), 1.0 / max(float(slope), 1e-15))
 
 
@@ -169,7 +174,7 @@ def end_to_end(loaded, cfg, workers, specs, params, cost, out: BenchResult, repe
                                    ray_workers=workers if backend == "ray" else None)
             for _ in range(repeats):
                 runs[backend].append(_latency(engine.run(specs, params).summary))
-        sim = simulated(policy, specs, cost, out.fits["object_store"], out.kv_bytes_per_token, cfg)
+        sim = simulated(policy, specs, cost, out.fits["auto"], out.kv_bytes_per_token, cfg)
         out.e2e.append({"policy": policy, "inprocess": _median_rows(runs["inprocess"]),
                         "ray": _median_rows(runs["ray"]), "sim": sim})
         print(f"  {policy}: done", flush=True)
@@ -203,7 +208,7 @@ def run(size: BenchSize, model: str | None, seed: int = 0) -> BenchResult:
                            max_num_seqs=32, seed=seed)
         engine = EngineCluster(loaded, "vllm", cfg, num_instances=2, backend="ray")
         out = BenchResult(size, machine_meta(), "bench-30m" if model is None else str(model),
-                          int(engine.kv_bytes_per_token), {})
+                          int(engine.kv_bytes_per_token), {}, gloo_max_bytes=RayConfig().gloo_max_bytes)
         print("KV transfers", flush=True)
         kv_transfers(engine, loaded, size, out)
         out.placement = dict(engine.ray_workers.placement)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from servelab.engine.ray_backend.bench import BenchResult
 
 _TRANSPORTS = {"inprocess": "in-process copy (one process, two caches)", "object_store": "Ray object store",
-               "gloo": "torch.distributed gloo (send/recv)"}
+               "gloo": "torch.distributed gloo (send/recv)", "auto": "auto (the faster of the two per size)"}
+_MEASURED = ("inprocess", "object_store", "gloo")
 
 
 def _ms(s: float) -> str:
@@ -19,20 +20,27 @@ def _size(nbytes: float) -> str:
 def _transfers(r: BenchResult) -> list[str]:
     sizes = sorted({t["bytes"] for t in r.transfers})
     by = {(t["transport"], t["bytes"]): t["median_s"] for t in r.transfers}
-    lines = ["| KV size | blocks | " + " | ".join(f"{_TRANSPORTS[k]} ms" for k in _TRANSPORTS) + " |",
-             "|---:|---:|" + "---:|" * len(_TRANSPORTS)]
+    lines = ["| KV size | blocks | " + " | ".join(f"{_TRANSPORTS[k]} ms" for k in _MEASURED) + " |",
+             "|---:|---:|" + "---:|" * len(_MEASURED)]
     blocks = {t["bytes"]: t["blocks"] for t in r.transfers}
     for b in sizes:
-        lines.append(f"| {_size(b)} | {blocks[b]} | " + " | ".join(_ms(by[(k, b)]) for k in _TRANSPORTS) + " |")
+        lines.append(f"| {_size(b)} | {blocks[b]} | " + " | ".join(_ms(by[(k, b)]) for k in _MEASURED) + " |")
     lines += ["", "Straight-line fit over the sizes (time = fixed + bytes / bandwidth):", "",
               "| transport | fixed ms | bandwidth GB/s |", "|---|---:|---:|"]
     for k, (lat, bw) in r.fits.items():
         lines.append(f"| {_TRANSPORTS[k]} | {lat * 1e3:.2f} | {bw / 1e9:.2f} |")
-    fastest = min(("object_store", "gloo"), key=lambda k: by[(k, sizes[-1])])
-    small = min(("object_store", "gloo"), key=lambda k: by[(k, sizes[0])])
-    lines += ["", f"Faster at {_size(sizes[-1])}: **{_TRANSPORTS[fastest]}**; at {_size(sizes[0])}: "
-              f"**{_TRANSPORTS[small]}**. The backend's default is the object store (`RayConfig.kv_transport`); "
-              "`gloo` is the option."]
+    gloo_wins = [b for b in sizes if by[("gloo", b)] < by[("object_store", b)]]
+    store_wins = [b for b in sizes if by[("object_store", b)] <= by[("gloo", b)]]
+    lines += ["", f"gloo was faster at {', '.join(_size(b) for b in gloo_wins) or 'no size'}; the object store at "
+              f"{', '.join(_size(b) for b in store_wins) or 'no size'}. The default transport `auto` sends a "
+              f"transfer under {_size(r.gloo_max_bytes)} by gloo and a larger one through the store "
+              "(`RayConfig.gloo_max_bytes`); either can be forced (`kv_transport=\"gloo\"` / `\"object_store\"`). "
+              "KV parked in the driver's host pool always goes through the store (the pool holds object refs)."]
+    from_store = next((b for i, b in enumerate(sizes) if all(x in store_wins for x in sizes[i:])), None)
+    agrees = from_store is not None and all(b < r.gloo_max_bytes for b in gloo_wins) and from_store >= r.gloo_max_bytes
+    lines += ["", f"In this run the store was faster from {_size(from_store) if from_store else 'no size'} upward; "
+              f"the {_size(r.gloo_max_bytes)} threshold {'agrees with' if agrees else '**does not match**'} this run "
+              "(under contention from other sessions the order of the two at small sizes changes between runs)."]
     return lines
 
 
