@@ -179,13 +179,33 @@ def gap_bubble(sizes: Sizes, seed: int, model: str = "OPT-2.7B", share: float = 
 
     specs = st.synthetic(sizes.num_requests, share, seed)
     rows = []
+    deep = 3 * sizes.num_gpus // 4  # prefill GPUs for a deep pool (decode-bound)
     for kernel in ("split-KV (roofline)", "padded"):
         cost = None
         if kernel == "padded":
             cost = PaddedDecode(roofline_for_instance(InstanceSpec(st.GPU, model)))
         for label in ("vLLM", "DistServe", "AlignedServe"):
             r = st.run(specs, st.SYSTEMS[label], model, sizes.num_gpus, cost_model=cost)
-            rows.append(_slim(r, label=label, kernel=kernel))
+            rows.append(_slim(r, label=label, kernel=kernel, num_prefill="half", keep_router=label == "AlignedServe"))
+        for label in ("DistServe", "AlignedServe"):
+            r = st.run(specs, f"{st.SYSTEMS[label]}:num_prefill={deep}", model, sizes.num_gpus, cost_model=cost)
+            rows.append(_slim(r, label=label, kernel=kernel, num_prefill=deep, keep_router=label == "AlignedServe"))
+    return rows
+
+
+def gap_gating(sizes: Sizes, seed: int, model: str = "OPT-6.7B") -> list[dict]:
+    """Our gap's own hypothesis: AlignedServe loses to DistServe because a decode GPU waits for
+    a batch of 36 (and for the pool's PCIe hops). Same runs with a minimum batch of 1, and
+    with FCFS batches of 1 and no prefetch (DistServe plus the pool detour)."""
+    rows = []
+    for app in ("ShareGPT-like", "synthetic 95% short"):
+        specs = (st.synthetic(sizes.num_requests, 0.95, seed) if app.startswith("synthetic")
+                 else st.application(app, sizes.app_requests, seed))
+        for label, spec in (("DistServe", "distserve"), ("AlignedServe", "alignedserve"),
+                            ("AlignedServe, min batch 1", "alignedserve:min_batch=1"),
+                            ("pool detour only", "alignedserve:min_batch=1,prefix_aware=false,prefetch=false")):
+            r = st.run(specs, spec, model, sizes.num_gpus)
+            rows.append(_slim(r, label=label, workload=app))
     return rows
 
 

@@ -226,13 +226,17 @@ def _gaps(res: dict) -> list[str]:
            "**Stated reason: iteration bubbles.** If AlignedServe's gain comes from removing the bubble, it must "
            "grow when the bubble grows. The 95%-short mix under the roofline's split-KV kernel and under a padded "
            "decode kernel (every row reads the longest context, as our CPU engine does):", "",
-           "| kernel | system | tok/s | P99 TPOT ms |", "|---|---|---|---|"]
+           "| kernel | prefill GPUs | system | tok/s | P99 TPOT ms | decode ms (rows) | batch median span |",
+           "|---|---|---|---|---|---|---|"]
     for r in res["gap_bubble"]:
-        out.append(f"| {r['kernel']} | {r['label']} | {r['decode_tok_s']:.0f} | {r['tpot_p99_ms']:.1f} |")
+        d = r["decode_step_ms"]
+        out.append(f"| {r['kernel']} | {r['num_prefill']} | {r['label']} | {r['decode_tok_s']:.0f} | "
+                   f"{r['tpot_p99_ms']:.1f} | {_f(d.get('mean'))} ({_f(d.get('rows_mean'), '{:.0f}')}) | "
+                   f"{_f(r.get('router', {}).get('batch_span_median'), '{:.0f}')} |")
     gb = res["gap_bubble"]
-    for k in dict.fromkeys(r["kernel"] for r in gb):
-        ratio = _ratio(gb, "decode_tok_s", "AlignedServe", "DistServe", kernel=k)
-        out.append(f"\n{k}: AlignedServe / DistServe throughput {_f(ratio, '{:.2f}x')}.")
+    for k, n in dict.fromkeys((r["kernel"], r["num_prefill"]) for r in gb):
+        ratio = _ratio(gb, "decode_tok_s", "AlignedServe", "DistServe", kernel=k, num_prefill=n)
+        out.append(f"\n{k}, prefill GPUs {n}: AlignedServe / DistServe throughput {_f(ratio, '{:.2f}x')}.")
     out += ["", "**Stated reason: a deep pool of in-flight requests to batch from.** Density First Search only "
             "narrows a batch when the pool holds more than the block threshold; with more prefill GPUs per decode "
             "GPU the pool fills faster than decode drains it:", "",
@@ -241,4 +245,11 @@ def _gaps(res: dict) -> list[str]:
         rt = r.get("router", {})
         out.append(f"| {r['num_prefill']} | {r['label']} | {r['decode_tok_s']:.0f} | {_f(rt.get('batch_size_mean'), '{:.0f}')} | "
                    f"{_f(rt.get('batch_span_median'), '{:.0f}')} |")
+    out += ["", "**Our own gap (AlignedServe below DistServe), hypothesis: a decode GPU waits for batches of 36 "
+            "and for the pool's PCIe hops.** The same runs with a minimum batch of 1, and with the pool detour "
+            "alone (FCFS batches of 1, no prefetch):", "",
+            "| workload | variant | tok/s | P99 TPOT ms | decode rows per iteration |", "|---|---|---|---|---|"]
+    for r in res.get("gap_gating", []):
+        out.append(f"| {r['workload']} | {r['label']} | {r['decode_tok_s']:.0f} | {r['tpot_p99_ms']:.1f} | "
+                   f"{_f(r['decode_step_ms'].get('rows_mean'), '{:.0f}')} |")
     return out

@@ -53,6 +53,7 @@ def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, pro
     results["fig14"] = step("Fig. 14 ablation", lambda: ex.fig14_ablation(sizes, seed))
     results["gap_bubble"] = step("gap: bubble kernel", lambda: ex.gap_bubble(sizes, seed))
     results["gap_pool"] = step("gap: pool depth", lambda: ex.gap_pool_depth(sizes, seed))
+    results["gap_gating"] = step("gap: batch gating", lambda: ex.gap_gating(sizes, seed))
     results["timings_cpu_s"] = timings
     results["total_cpu_s"] = sum(timings.values())
     (fig_dir / "results.json").write_text(json.dumps(results, indent=1, default=_default))

@@ -92,7 +92,10 @@ APPLICATIONS = ("ShareGPT-like", "LongBench-like (arXiv)", "Azure code", "Azure 
 def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *, cost_model=None) -> dict:
     """One simulation -> decoding throughput, TPOT, TTFT, decode-iteration times, router stats."""
     t0 = time.process_time()
-    sim = Simulation(specs, cluster(system_spec, model, num_gpus), cost_model=cost_model)
+    # P/D runs step one iteration at a time, so each recorded decode row is one iteration
+    # (a fast-forwarded run's row would blur decode iterations with recomputed prefills)
+    pd = system_spec.startswith(("distserve", "alignedserve"))
+    sim = Simulation(specs, cluster(system_spec, model, num_gpus), cost_model=cost_model, fast_forward=not pd)
     res = sim.run()
     done = [r for r in res.requests if r.status.value == "finished"]
     tpot = [(r.token_times_s[-1] - r.token_times_s[0]) / (len(r.token_times_s) - 1) for r in done
@@ -130,17 +133,16 @@ def _role(sim: Simulation, iid: int) -> str:
 
 
 def _decode_steps_ms(sim: Simulation, res) -> dict:
-    """Per-iteration times of decode instances' steps (P/D systems only: a mixed instance's
-    rows do not say which steps were pure decodes); a recorded row of a fast-forwarded run
-    stands for num_tokens / num_rows identical steps."""
+    """Per-iteration times of decode instances' pure decode steps (P/D systems only: they run
+    without fast-forwarding, so a row is one iteration; a mixed instance's rows are not split)."""
     steps = res.collector.steps
     if not len(steps):
         return {}
     roles = np.array([_role(sim, int(i)) for i in steps.instance_id])
-    pure = (roles == "decode") & (steps.num_rows > 0)
-    rows = np.maximum(steps.num_rows[pure], 1)
-    count = np.maximum(np.round(steps.num_tokens[pure] / rows), 1)
-    per = steps.duration_s[pure] / count
+    pure = (roles == "decode") & (steps.num_rows > 0) & (steps.num_tokens == steps.num_rows)
+    rows = steps.num_rows[pure]
+    count = np.ones(int(pure.sum()))
+    per = steps.duration_s[pure]
     if not len(per):
         return {}
     order = np.argsort(per)
