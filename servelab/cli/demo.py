@@ -12,14 +12,14 @@ DEMO_POLICIES = ("static:batch_size=32", "vllm", "sarathi", "distserve")
 DEMO_SLO = "ttft:2,tpot:0.1"
 
 
-def run_demo(data_dir: Path | None, out: Path, json_out: bool) -> None:
+def run_demo(data_dir: Path | None, out: Path, json_out: bool, workload: str = "azure-conv") -> None:
     from rich.console import Console
 
     from servelab import api
     from servelab.cli.common import parse_slo, progress_bar
     from servelab.metrics.report import render_markdown, render_rich
 
-    wl = api.load_workload("azure-conv", data_dir=data_dir or api.DEFAULT_DATA_DIR)
+    wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR)
     hw = api.HardwareChoice(num_instances=2, gpu="A100-80GB", model="Llama-2-7B")
     summaries, payload = {}, []
     for policy in DEMO_POLICIES:
@@ -31,13 +31,13 @@ def run_demo(data_dir: Path | None, out: Path, json_out: bool) -> None:
             typer.echo(f"{policy:>10}: {res.result.num_output_tokens:,} tokens simulated in {res.cpu_s:.1f} CPU-s")
     from servelab.cli.outputs import run_context
 
-    context = run_context(workload="azure-conv", seed=0, slo=parse_slo(DEMO_SLO), hardware=hw,
+    context = run_context(workload=workload, seed=0, slo=parse_slo(DEMO_SLO), hardware=hw,
                           policies={p: api.check_policy(p, hw) for p in DEMO_POLICIES})
     write_json(out / "demo.json", {"context": context, "runs": payload})
     (out / "demo.md").write_text(render_markdown(summaries))
     if json_out:
         emit_json(payload)
         return
-    Console().print(render_rich(summaries, title="azure_llm_2023_conv, 2 x A100-80GB, Llama-2-7B "
+    Console().print(render_rich(summaries, title=f"{workload}, 2 x A100-80GB, Llama-2-7B "
                                                  f"(simulated, roofline cost model), SLO {DEMO_SLO}"))
     typer.echo(f"results in {out}/demo.json and demo.md")

@@ -175,7 +175,8 @@ def sweep(
     write_json(out / "sweep.json", {"context": context, "rows": rows})
     title = f"{workload} on {hardware_title(instances, gpu, model, None)}"
     for y in ("slo_attainment", "ttft_p99_s", "tpot_p50_s", "throughput_tok_s"):
-        plot_sweep(rows, "rate", y, out / f"{y}.png", caption=f"simulated: {title}")
+        if any(r[y] is not None and r[y] == r[y] for r in rows):  # no attainment plot without an SLO
+            plot_sweep(rows, "rate", y, out / f"{y}.png", caption=f"simulated: {title}")
     if json_out:
         emit_json({"context": context, "rows": rows})
     else:
@@ -274,6 +275,8 @@ def _capacity_line(policy: str, res, target: float) -> str:
 
 @app.command()
 def demo(
+    workload: str = typer.Option("azure-conv", "--workload", "-w", help="The trace (a window of it runs faster, "
+                                                                        "e.g. 'azure-conv:window=0-60')."),
     data_dir: Path = typer.Option(None),
     out: Optional[Path] = typer.Option(None, help=OUT_HELP.format(cmd="demo", files="demo.json and demo.md")),
     json_out: bool = typer.Option(False, "--json"),
@@ -283,7 +286,7 @@ def demo(
     from servelab.cli.demo import run_demo
 
     with user_errors():
-        run_demo(data_dir, resolve_out(out, "demo"), json_out)
+        run_demo(data_dir, resolve_out(out, "demo"), json_out, workload)
 
 
 def _register_optional_commands() -> None:

@@ -104,3 +104,10 @@ def test_markdown_is_rendered_on_a_terminal_and_plain_when_piped(monkeypatch, ca
     shown = capsys.readouterr().out
     assert "|---|" not in shown
     assert [line.strip() for line in shown.splitlines() if line.strip()][-2:] == ["c_max = 1", "smallest k: 2"]
+
+
+def test_sweep_without_an_slo_has_no_attainment_plot(tmp_path):
+    res = runner.invoke(app, ["sweep", "-w", SMALL, "--policies", "vllm", "--rates", "5", "--slo", "none", "--out",
+                              str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert not (tmp_path / "slo_attainment.png").exists() and (tmp_path / "throughput_tok_s.png").exists()
