@@ -160,3 +160,6 @@ def register(app: typer.Typer) -> None:
     except ImportError:  # the engine commands are optional
         return
     engine_cmds.register(app)
+    from servelab.cli import validate_cmds  # torch loads inside the commands
+
+    validate_cmds.register(app)

@@ -96,8 +96,10 @@ def grid_points(grid: CalibrationGrid) -> list[_Point]:
     return points
 
 
-def time_point(runner, point: _Point, repeats: int, rng_order: Sequence[int]) -> float:
-    """Median wall seconds of the step over ``repeats`` runs after one warm-up."""
+def time_point(runner, point: _Point, repeats: int, rng_order: Sequence[int],
+               clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median seconds of the step over ``repeats`` runs after one warm-up (by ``clock``: wall
+    time, or ``time.process_time`` to time in CPU seconds on a shared machine)."""
     from servelab.engine.runner import SeqChunk
 
     block_size = runner.kv_cache.block_size
@@ -118,9 +120,9 @@ def time_point(runner, point: _Point, repeats: int, rng_order: Sequence[int]) ->
     step()
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         step()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times)
 
 
@@ -128,16 +130,17 @@ def _blocks_needed(points: list[_Point], block_size: int) -> int:
     return max(len(p.chunks) * -(-p.max_end // block_size) for p in points)
 
 
-def time_swap_per_block(cache, num_blocks: int, repeats: int) -> float:
+def time_swap_per_block(cache, num_blocks: int, repeats: int, clock: Callable[[], float] = time.perf_counter
+                        ) -> float:
     """Seconds per block of a swap out and back in (half the round trip per direction)."""
     pairs = [(i, i) for i in range(num_blocks)]
     cache.swap_out(pairs)
     cache.swap_in(pairs)
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(repeats):
         cache.swap_out(pairs)
         cache.swap_in(pairs)
-    return (time.perf_counter() - t0) / (2 * repeats * num_blocks)
+    return (clock() - t0) / (2 * repeats * num_blocks)
 
 
 def device_identity() -> tuple[str, str]:
@@ -174,7 +177,7 @@ MAX_BLOCK_SIZE = 4096  # tokens per KV block; vLLM uses 16, and the grid's conte
 
 
 def calibrate(loaded, grid: CalibrationGrid = CalibrationGrid(), *, block_size: int = 16, seed: int = 0,
-              progress: Callable[[int, int], None] | None = None
+              progress: Callable[[int, int], None] | None = None, clock: Callable[[], float] = time.perf_counter
               ) -> tuple[LinearCostModel, FitError, list[tuple[StepShape, float]]]:
     """Time every grid point on ``loaded`` (a ``LoadedModel``); returns (model, fit error, samples)."""
     import torch
@@ -198,14 +201,15 @@ def calibrate(loaded, grid: CalibrationGrid = CalibrationGrid(), *, block_size: 
     runner = ModelRunner(loaded.model, cache)
     samples = []
     for k, point in enumerate(points):
-        samples.append((point.shape, time_point(runner, point, grid.repeats, order)))
+        samples.append((point.shape, time_point(runner, point, grid.repeats, order, clock)))
         if progress is not None:
             progress(k + 1, len(points))
     kv_per_token = bytes_per_block(c.num_layers, 1, c.num_kv_heads, c.head_dim, dtype)
     meta = {**machine_meta(), "model": str(getattr(loaded, "path", "?")), "dtype": str(dtype).removeprefix("torch."),
             "num_params": str(sum(p.numel() for p in loaded.model.parameters())), "block_size": str(block_size),
-            "grid": repr(grid), "source": "servelab calibrate (measured wall-clock engine steps)"}
+            "grid": repr(grid), "source": "servelab calibrate (measured wall-clock engine steps)"
+            if clock is time.perf_counter else f"servelab calibrate (engine steps timed by {clock.__name__})"}
     model, error = fit_linear_cost_model(samples, kv_bytes_per_token=kv_per_token, meta=meta)
     if grid.swap_blocks:
-        model = replace(model, c_swap_block=time_swap_per_block(cache, grid.swap_blocks, grid.repeats))
+        model = replace(model, c_swap_block=time_swap_per_block(cache, grid.swap_blocks, grid.repeats, clock))
     return model, error, samples

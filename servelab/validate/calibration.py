@@ -1,0 +1,35 @@
+"""The cost model a validation compares against: ``servelab calibrate``'s linear model, fitted
+on this machine, timed with the same clock as the engine run it will be compared with.
+
+``VALIDATION_GRID`` is the default grid with the small decode batches filled in (2, 3, 6, 8,
+12 rows) and a longer prefill chunk: on a CPU a step's time is not linear in its rows at
+small batch sizes (measured: docs/fidelity.md), so a grid that skips them fits a line that
+misses the batches a small validation run actually makes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from servelab.engine.calibrate import CalibrationGrid
+
+VALIDATION_GRID = replace(CalibrationGrid(), prefill_tokens=(16, 64, 192, 384),
+                          decode_rows=(1, 2, 3, 4, 6, 8, 12, 16), decode_context=(64, 256, 512))
+
+
+def clock_fn(clock: str):
+    return time.process_time if clock == "cpu" else time.perf_counter
+
+
+def calibrate_to(loaded: Any, path: Path, clock: str, grid: CalibrationGrid = VALIDATION_GRID,
+                 block_size: int = 16) -> tuple[Any, Any]:
+    """Fit and save the linear cost model; returns (model, fit error)."""
+    from servelab.engine.calibrate import calibrate
+
+    model, error, _ = calibrate(loaded, grid, block_size=block_size, clock=clock_fn(clock))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model.save(path)
+    return model, error
