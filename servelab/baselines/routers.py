@@ -22,5 +22,8 @@ class LeastLoadedRouter(Router):
     """Fewest outstanding tokens (pending prompt + expected remaining output); ties to the lowest id."""
 
     def on_arrival(self, now_s: float, request: Request, cluster: ClusterState) -> list[Placement]:
-        target = min(cluster.instances, key=lambda inst: (inst.num_outstanding_tokens, inst.instance_id))
-        return [Placement(request, target.instance_id)]
+        insts = cluster.instances
+        loads = cluster.outstanding_tokens()
+        least = min(loads)
+        target = min(inst.instance_id for inst, load in zip(insts, loads) if load == least)
+        return [Placement(request, target)]

@@ -153,6 +153,10 @@ class ClusterState(Protocol):
 
     def instances_with_role(self, role: str) -> Sequence[InstanceState]: ...
 
+    def outstanding_tokens(self) -> list[int]:
+        """Every instance's ``num_outstanding_tokens``, in ``instances`` order, in one call."""
+        ...
+
 
 Action = Any  # Placement, Move, or a reconfiguration from servelab.cluster.reconfig
 
