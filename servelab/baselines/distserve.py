@@ -30,6 +30,8 @@ class DistServeRouter(Router):
 
     def handoff_target(self, now_s: float, request: Request, source_id: int, cluster: ClusterState) -> int:
         decode = cluster.instances_with_role("decode")
+        if not decode:  # every decode instance failed: the request finishes where it is
+            return source_id
         target = max(decode, key=lambda inst: (inst.blocks.num_free_gpu_blocks - len(inst.waiting), -inst.instance_id))
         return target.instance_id
 

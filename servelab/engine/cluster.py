@@ -235,6 +235,7 @@ class EngineCluster:
         if self._ray_workers is None:
             self._ray_workers = RayWorkers(self, cfg)
         self._ray_workers.check_fits(self)
+        self._ray_workers.revive()  # an actor that died in an earlier run is replaced
         self._ray_workers.reset(self.config.seed)
         clock = PollingWallClock(cfg.poll_s)
         return clock, self._ray_workers.executors(states, clock, cfg)

@@ -149,11 +149,8 @@ class RayExecutor(Executor):
         data = payload.ref if isinstance(payload, RemoteKV) else payload
         try:
             ray.get(self.worker.write_blocks.remote(list(block_ids), data))  # runs after the source's read
-        except RayActorError as e:
-            source = payload.source if isinstance(payload, RemoteKV) else None
-            for ex in (self, source):  # the source's read or this write: whoever is gone
-                if ex is not None and not ex.alive():
-                    ex._died(f"instance actor died during a KV copy ({type(e).__name__})")
+        except RayError as e:  # this actor died, or the source did before its read
+            _blame((self, payload.source if isinstance(payload, RemoteKV) else None), e, "a KV copy")
 
     def _via_gloo(self, num_bytes: int) -> bool:
         if self.transport == "auto":
@@ -190,10 +187,18 @@ class RayExecutor(Executor):
             return
         send = src.worker.send_blocks.remote(handle.block_ids, self.rank)
         recv = self.worker.recv_blocks.remote(list(block_ids), src.rank)
-        for ex, ref in ((src, send), (self, recv)):
+        for ref in (send, recv):
             try:
                 ray.get(ref)
-            except RayError as e:  # the actor died, or its peer did and gloo timed out
-                for party in (src, self):
-                    if not party.alive():
-                        party._died(f"instance actor died during a KV transfer ({type(e).__name__})")
+            except RayError as e:  # an actor died (its peer's gloo call then times out)
+                _blame((src, self), e, "a KV transfer")
+                return
+
+
+def _blame(parties, error: Exception, during: str) -> None:
+    """A KV call failed: fail the actors that are gone; with none gone it is a bug, raised."""
+    gone = [p for p in parties if p is not None and not p.alive()]
+    if not gone:
+        raise error
+    for p in gone:
+        p._died(f"instance actor died during {during} ({type(error).__name__})")

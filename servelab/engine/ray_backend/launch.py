@@ -98,13 +98,12 @@ class RayWorkers:
         self.device = place["device"]
         threads = cfg.torch_threads or place["threads"]
         dtype = next(name for name, dt in DTYPES.items() if dt == engine.kv_dtype)
-        cls = ray.remote(concurrency_groups={KV_GROUP: 1})(InstanceWorker)
+        self._cls = ray.remote(concurrency_groups={KV_GROUP: 1})(InstanceWorker)
         kv = engine.kv_config
-        self.actors = [cls.options(num_cpus=place["num_cpus"], num_gpus=place["num_gpus"], max_restarts=0,
-                                   name=None).remote(str(engine.loaded.path), dtype, self.device,
-                                                     kv.num_gpu_blocks, kv.block_size, engine.config.num_host_blocks,
-                                                     engine.config.seed, threads)
-                       for _ in range(n)]
+        self._args = (str(engine.loaded.path), dtype, self.device, kv.num_gpu_blocks, kv.block_size,
+                      engine.config.num_host_blocks, engine.config.seed, threads)
+        self._resources = {"num_cpus": place["num_cpus"], "num_gpus": place["num_gpus"]}
+        self.actors = [self._spawn() for _ in range(n)]
         self.info = ray.get([a.ready.remote() for a in self.actors])
         self.placement = {**place, "threads": threads}
         self.kv_shape = self._kv_shape(engine)
@@ -112,6 +111,9 @@ class RayWorkers:
         self.model = (str(engine.loaded.path), dtype)
         self.itemsize = engine.loaded.model.embed_tokens.weight.element_size()
         self._gloo = False
+
+    def _spawn(self) -> Any:
+        return self._cls.options(max_restarts=0, **self._resources).remote(*self._args)
 
     @staticmethod
     def _kv_shape(engine: Any) -> tuple[int, ...]:
@@ -155,6 +157,26 @@ class RayWorkers:
         return [RayExecutor(a, states, i, transport=transport, rank=i, kv_shape=self.kv_shape,
                             block_bytes=block_bytes, on_dead=clock.fail, defer=clock.defer,
                             gloo_max_bytes=cfg.gloo_max_bytes) for i, a in enumerate(self.actors)]
+
+    def revive(self) -> list[int]:
+        """Start a fresh actor in place of each one that died; returns their instance ids
+        (a new actor's KV is empty: a cluster built after this starts from scratch)."""
+        import ray
+
+        dead = []
+        for i, a in enumerate(self.actors):
+            try:
+                ray.get(a.ready.remote(), timeout=60)
+            except ray.exceptions.RayActorError:
+                dead.append(i)
+        for i in dead:
+            self.actors[i] = self._spawn()
+        if dead:
+            self.info = ray.get([a.ready.remote() for a in self.actors])
+            if self._gloo:  # a new process group over the new set of processes
+                self._gloo = False
+                ray.get([a.leave_gloo.remote() for a in self.actors])
+        return dead
 
     def shutdown(self) -> None:
         import ray

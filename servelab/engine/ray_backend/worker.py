@@ -119,6 +119,14 @@ class InstanceWorker:
             self._group_ready = True
 
     @ray.method(concurrency_group=KV_GROUP)
+    def leave_gloo(self) -> None:
+        import torch.distributed as dist
+
+        if self._group_ready:
+            dist.destroy_process_group()
+            self._group_ready = False
+
+    @ray.method(concurrency_group=KV_GROUP)
     def send_blocks(self, block_ids: list[int], dst_rank: int) -> None:
         import torch.distributed as dist
 

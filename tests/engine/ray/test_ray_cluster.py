@@ -140,7 +140,7 @@ def test_kv_parked_in_the_driver_pool_comes_back_intact(on_ray, specs, alone, tr
 
 
 def test_an_actor_killed_mid_run_has_its_requests_recomputed_elsewhere(on_ray, specs, alone):
-    """Last in the module: it kills one of the shared actors."""
+    """It kills one of the shared actors; the next cluster built replaces it."""
     make, workers = on_ray
     engine = make("vllm")
     if workers:
@@ -166,3 +166,33 @@ def test_an_actor_killed_mid_run_has_its_requests_recomputed_elsewhere(on_ray, s
     _same_as_alone(res, alone)
     if not workers:
         workers.append(engine.ray_workers)
+
+
+def test_a_decode_actor_killed_while_kv_lands_on_it_leaves_nothing_lost(on_ray, specs, alone):
+    """distserve: the decode instance dies as the third hand-off's KV is written into it; that
+    transfer returns to the prefill instance, which finishes the request itself (no decode
+    instance is left), as it does every later one."""
+    make, _ = on_ray
+    engine = make("distserve")  # its first build replaces the actor the previous test killed
+    cluster, states = engine.build(lambda spec: GREEDY)
+    victim = cluster.drivers[1].executor
+    imports = []
+    import_kv = victim.import_kv
+
+    def import_then_die(block_ids, payload):
+        imports.append(len(block_ids))
+        if len(imports) == 3:
+            ray.kill(victim.worker, no_restart=True)
+        return import_kv(block_ids, payload)
+
+    victim.import_kv = import_then_die
+    result = cluster.run(specs)
+    res = engine.result_of(cluster, states, result.wall_s)
+    assert result.conserved and 1 not in cluster.active and res.num_used_blocks_after == 0
+    finished = {r.request_id: r.output_token_ids for r in res.requests if r.status is RequestStatus.FINISHED}
+    assert finished and finished == {i: alone[i] for i in finished}
+    # those that were decoding on instance 1 went back to the router, which has no decode
+    # instance left and turns them away with its reason (none is lost, none hangs)
+    others = [r for r in res.requests if r.request_id not in finished]
+    assert all(r.num_preemptions == 1 and r.status is RequestStatus.REJECTED and "decode" in r.finish_reason
+               for r in others)
