@@ -114,13 +114,19 @@ def load_workload(spec: str, *, data_dir: Path | str = DEFAULT_DATA_DIR, seed: i
 
 def run_simulation(workload: Sequence[RequestSpec], policy: str, hardware: HardwareChoice = HardwareChoice(), *,
                    cluster: ClusterConfig | None = None, slo: SLO | None = None, cost_model: Any = None,
-                   progress: Callable[[float], None] | None = None) -> SimulationOutput:
-    """Simulate ``workload`` under ``policy`` (``name[:k=v,...]`` or a preset such as ``distserve``)."""
+                   progress: Callable[[float], None] | None = None, recorder: Any = None) -> SimulationOutput:
+    """Simulate ``workload`` under ``policy`` (``name[:k=v,...]`` or a preset such as ``distserve``);
+    ``recorder`` (a ``servelab.trace.StepRecorder``) hears every step, for a trace."""
     import time
+
+    from servelab.simulator.run import Simulation
 
     cluster = cluster or check_policy(policy, hardware)
     cpu0 = time.process_time()
-    result = simulate(workload, cluster, cost_model=cost_model, progress=progress)
+    sim = Simulation(workload, cluster, cost_model=cost_model, progress=progress)
+    if recorder is not None:
+        recorder.attach_cluster(sim.driver)
+    result = sim.run()
     cpu_s = time.process_time() - cpu0
     peak = _peak_flops(cluster) if cost_model is None else measured_hardware(cost_model)[1]
     summary = summarize(RequestTable.from_requests(result.requests), result.collector, slo=slo,

@@ -142,6 +142,17 @@ def write_timeseries(path: Path, collector: Any) -> None:
             f.write(",".join(f"{v:.9g}" for v in row) + "\n")
 
 
+def console():
+    """A rich Console for tables. Piped or logged output gets 200 columns instead of rich's
+    default 80 (unless COLUMNS says otherwise), so a table does not wrap into unreadable
+    columns in a log; a terminal keeps its own width."""
+    from rich.console import Console
+
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console()
+    return Console(width=200)
+
+
 def emit_json(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, indent=2, default=_jsonable) + "\n")
 

@@ -13,7 +13,7 @@ DEMO_SLO = "ttft:2,tpot:0.1"
 
 
 def run_demo(data_dir: Path | None, out: Path, json_out: bool, workload: str = "azure-conv") -> None:
-    from rich.console import Console
+    from servelab.cli.common import console
 
     from servelab import api
     from servelab.cli.common import parse_slo, progress_bar
@@ -38,6 +38,6 @@ def run_demo(data_dir: Path | None, out: Path, json_out: bool, workload: str = "
     if json_out:
         emit_json(payload)
         return
-    Console().print(render_rich(summaries, title=f"{workload}, 2 x A100-80GB, Llama-2-7B "
+    console().print(render_rich(summaries, title=f"{workload}, 2 x A100-80GB, Llama-2-7B "
                                                  f"(simulated, roofline cost model), SLO {DEMO_SLO}"))
     typer.echo(f"results in {out}/demo.json and demo.md")

@@ -119,6 +119,8 @@ def generate(
     backend: str = typer.Option("inprocess", "--backend", help="inprocess | ray (each instance a Ray actor)."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Join this Ray cluster (default: start "
                                               "Ray on this machine); with --backend ray."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Also write a Chrome/Perfetto trace JSON of the run "
+                                         "(measured steps per instance, transfers, request flows)."),
 ) -> None:
     """Serve prompts on the real engine under one policy; print outputs and the run summary (measured).
 
@@ -145,8 +147,16 @@ def generate(
 
         engine = EngineCluster(loaded, policy, config, num_instances=instances, router=router, backend=backend,
                                ray_config=ray_config)
+        if trace is not None:
+            check_out_file(trace, "--trace")
         try:
-            result = engine.run(specs, params)
+            if trace is None:
+                result = engine.run(specs, params)
+            else:
+                from servelab.trace.runs import run_engine_traced, write_run_trace
+
+                result, recorder = run_engine_traced(engine, specs, params)
+                write_run_trace(trace, recorder, result, f"generate {policy} on {model.name} (measured)")
         finally:
             engine.close()
     outputs = [{"request_id": r.request_id, "status": r.status.value, "finish_reason": r.finish_reason,
@@ -159,11 +169,11 @@ def generate(
         for o in outputs:
             typer.echo(f"[{o['request_id']}] ({o['status']}: {o['finish_reason']}, {o['num_output_tokens']} tokens) "
                        f"{o['text']!r}")
-        from rich.console import Console
+        from servelab.cli.common import console
 
         from servelab.metrics.report import render_rich
 
-        Console().print(render_rich({policy: result.summary},
+        console().print(render_rich({policy: result.summary},
                                     title=f"{model.name} on this machine (measured, engine)"))
     exit_if_aborted([abort_record(policy, result.summary)])
 

@@ -10,7 +10,8 @@ import typer
 from servelab.cli.common import (EXIT_ABORTED, abort_record, emit_json, exit_if_aborted,
                                  parse_floats, parse_slo, progress_bar, progress_log, user_errors, write_json, write_timeseries)
 from servelab.cli.config_file import config_option
-from servelab.cli.outputs import hardware_title, probe_table, resolve_out, run_context, sweep_table
+from servelab.cli.outputs import (hardware_title, probe_table, resolve_out, run_context, sweep_table,
+                                  write_requests_csv)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="servelab: LLM-serving policies in a calibrated simulator and a real engine.")
@@ -85,6 +86,8 @@ def simulate(
                                                                                           "timeseries.csv")),
     json_out: bool = typer.Option(False, "--json", help="Print machine-readable results."),
     config: Optional[Path] = config_option(),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Also write a Chrome/Perfetto trace JSON of the run "
+                                         "(a track per instance: steps, swaps, transfers, request flows)."),
 ) -> None:
     """Simulate one policy on one workload and print its summary.
 
@@ -108,23 +111,33 @@ def simulate(
         costs = _cost_model(cost_model)
         cluster = api.check_policy(policy, hw)
         wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
+        recorder = None
+        if trace is not None:
+            from servelab.trace import StepRecorder
+
+            recorder = StepRecorder()
         with progress_bar(f"simulating {policy}", not json_out) as cb:
-            res = api.run_simulation(wl, policy, hw, slo=target, cost_model=costs, progress=cb)
+            res = api.run_simulation(wl, policy, hw, slo=target, cost_model=costs, progress=cb, recorder=recorder)
     context = run_context(workload=workload, seed=seed, slo=target, hardware=hw, policies={policy: cluster},
                           cost_model_path=cost_model, cost=costs)
     payload = {"context": context, **res.to_dict()}
     write_json(out / "summary.json", payload)
     write_timeseries(out / "timeseries.csv", res.result.collector)
+    write_requests_csv(out / "requests.csv", res.result.requests)
+    if recorder is not None:
+        from servelab.trace.runs import write_run_trace
+
+        write_run_trace(trace, recorder, res.result, f"simulate {policy} on {workload} (simulated)")
     if json_out:
         emit_json(payload)
     else:
-        from rich.console import Console
+        from servelab.cli.common import console
 
-        Console().print(render_rich({policy: res.summary},
+        console().print(render_rich({policy: res.summary},
                                     title=f"{workload} on {hardware_title(instances, gpu, model, costs)}"))
         typer.echo(f"simulated {res.result.num_output_tokens:,} output tokens in {res.cpu_s:.2f} CPU-s "
                    f"({res.simulated_tokens_per_cpu_s:,.0f} tokens/CPU-s); results in {out}/ "
-                   f"(summary.json, timeseries.csv)")
+                   f"(summary.json, timeseries.csv, requests.csv)" + (f"; trace in {trace}" if trace else ""))
     exit_if_aborted([abort_record(policy, res.summary)])
 
 
@@ -180,9 +193,9 @@ def sweep(
     if json_out:
         emit_json({"context": context, "rows": rows})
     else:
-        from rich.console import Console
+        from servelab.cli.common import console
 
-        Console().print(sweep_table(rows, title))
+        console().print(sweep_table(rows, title))
         typer.echo(f"wrote {out}/sweep.json and plots")
     exit_if_aborted([(f"{r['policy']} at rate {r['rate']:g}", r["aborted"], r["arrived"], r["top_abort_reason"])
                      for r in rows])
@@ -247,9 +260,9 @@ def capacity(
     if json_out:
         emit_json(payload)
     else:
-        from rich.console import Console
+        from servelab.cli.common import console
 
-        Console().print(probe_table(res, f"capacity probes: {policy} on {workload}"))
+        console().print(probe_table(res, f"capacity probes: {policy} on {workload}"))
         for note in res.expansions:
             typer.echo(f"bracketing: {note}")
         typer.echo(_capacity_line(policy, res, target) + f"; results in {out}/capacity.json")

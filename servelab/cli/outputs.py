@@ -142,3 +142,28 @@ def _fmt(value: Any, pattern: str, scale: float = 1.0) -> str:
     if value is None or value != value:
         return "-"
     return pattern.format(value * scale)
+
+
+REQUEST_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "status", "finish_reason",
+                   "ttft_s", "tpot_s", "e2e_s", "num_preemptions", "num_transfers")
+
+
+def write_requests_csv(path: Path, requests: Any) -> Path:
+    """One row per request beside a summary: its lengths, how it ended, and its latencies in
+    seconds (empty where it has none, e.g. a rejected request)."""
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(REQUEST_COLUMNS)
+        for r in sorted(requests, key=lambda r: r.request_id):
+            t = r.token_times_s
+            ttft = t[0] - r.arrival_time_s if t else None
+            tpot = (t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else None
+            e2e = r.finish_time_s - r.arrival_time_s if r.finish_time_s is not None and t else None
+            writer.writerow([r.request_id, f"{r.arrival_time_s:.6f}", r.num_prompt_tokens, r.num_generated_tokens,
+                             r.status.value, r.finish_reason or "", *("" if x is None else f"{x:.6f}"
+                                                                     for x in (ttft, tpot, e2e)),
+                             r.num_preemptions, r.num_transfers])
+    return path

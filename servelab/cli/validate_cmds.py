@@ -125,7 +125,8 @@ def fidelity_report(
         cost_path, calibration = _cost_model(loaded, cost_model, out.parent / "fidelity", clock)
         command = "servelab fidelity-report --model DIR" + (" --quick" if quick else "") + \
             (f" --clock {clock}" if clock != "cpu" else "") + (f" --out {out}" if out != Path("docs/fidelity.md")
-                                                              else "")
+                                                              else "") + \
+            (f" --cost-model {cost_model}" if cost_model is not None else "")
         progress = None if json_out else (lambda text: typer.echo(f"  {text}", err=True))
         result = write_fidelity_doc(out, model=model, cost_model=cost_path, calibration=calibration,
                                     command=command, clock=clock, seed=seed, quick=quick, progress=progress,

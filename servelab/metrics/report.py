@@ -116,8 +116,24 @@ def summary_rows(summaries: Summaries) -> tuple[list[str], list[list[str]]]:
     """Header (``metric`` then one label per summary) and formatted rows."""
     by_label = _as_mapping(summaries)
     header = ["metric", *by_label]
-    rows = [[label, *(fmt(s) for s in by_label.values())] for label, fmt in _ROWS]
+    rows = [_fit_units([label, *(fmt(s) for s in by_label.values())]) for label, fmt in _ROWS]
     return header, rows
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _fit_units(row: list[str]) -> list[str]:
+    """A millisecond row whose largest value is 10 s or more is shown in seconds (4,978.1 s,
+    not 4978067.0 ms); every cell of the row changes together, so columns stay comparable."""
+    label, cells = row[0], row[1:]
+    if not label.endswith("(ms)"):
+        return row
+    values = [float(x) for c in cells for x in _NUMBER.findall(c)]
+    if not values or max(values) < 10_000:
+        return row
+    to_s = [_NUMBER.sub(lambda m: f"{float(m.group()) / 1e3:,.1f}", c) for c in cells]
+    return [label[:-4] + "(s)", *to_s]
 
 
 def render_rich(summaries: Summaries, *, title: str | None = None):

@@ -49,6 +49,11 @@ class StepRecorder:
     def __init__(self) -> None:
         self.steps: list[StepRecord] = []
         self._busy: dict[int, float] = {}
+        self.cluster: Any = None  # the ClusterDriver, for its transfers, preemptions and reconfiguration log
+
+    def attach_cluster(self, cluster: Any) -> "StepRecorder":
+        self.cluster = cluster
+        return self.attach(cluster.drivers)
 
     def attach(self, drivers: Iterable[Any]) -> "StepRecorder":
         for d in drivers:

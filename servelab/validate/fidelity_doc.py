@@ -188,7 +188,7 @@ def _doc_text(command, model, cost_model, calibration, clock, workloads, header,
         "measured time). *Noise floor*: the median deviation of the engine's own steps of the same shape "
         "(same decode rows, context within 5%) from their median, i.e. what no cost model can beat. Goals: "
         "median TTFT and TPOT < 10%, step < 5%.", "",
-        "Workloads (12 requests each, lengths capped so a CPU run takes seconds; the caps are the only change):", "",
+        "Workloads (10 requests each, lengths capped so a CPU run takes seconds; the caps are the only change):", "",
         *[f"- **{w.name}**: `{w.label}`" for w in workloads], "",
         f"## Results ({met} of {len(rows)} runs meet every goal)", "",
         markdown_table(header, rows) if rows else "(no run completed)", "",

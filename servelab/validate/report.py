@@ -35,7 +35,7 @@ def fmt_s(x: float | None) -> str:
         return f"{x * 1e6:.3g} us"
     if abs(x) < 1.0:
         return f"{x * 1e3:.3g} ms"
-    return f"{x:.3g} s"
+    return f"{x:.3g} s" if abs(x) < 100 else f"{x:,.0f} s"
 
 
 def plot_cdfs(path: Path, v: Validation, title: str) -> Path:

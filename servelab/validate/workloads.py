@@ -39,9 +39,9 @@ class ValidationWorkload:
 
 # The three workloads of docs/fidelity.md, reduced for a shared 2-core CPU.
 FIDELITY_WORKLOADS = (
-    ValidationWorkload("gsm8k", "gsm8k:n=12,rate=1", 256, 32),
-    ValidationWorkload("azure-conv", "azure-conv:window=0-600,n=12,rate=1", 256, 32),
-    ValidationWorkload("long-short", "poisson:rate=1,n=12,lengths=mix(alpaca:0.7,longbench:0.3)", 640, 32),
+    ValidationWorkload("gsm8k", "gsm8k:n=10,rate=1", 256, 24),
+    ValidationWorkload("azure-conv", "azure-conv:window=0-600,n=10,rate=1", 256, 24),
+    ValidationWorkload("long-short", "poisson:rate=1,n=10,lengths=mix(alpaca:0.7,longbench:0.3)", 512, 24),
 )
 
 

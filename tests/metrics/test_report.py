@@ -87,3 +87,11 @@ def test_headline_counts_endings_with_folded_top_reasons():
                                    "top abort reasons: 1 x client went away")
     md = render_markdown({"vllm": s})
     assert "| rejected | 2 (2 over the context) |" in md and md.rstrip().endswith(headline("vllm", s))
+
+
+def test_long_latencies_are_shown_in_seconds():
+    from servelab.metrics.report import _fit_units
+
+    assert _fit_units(["TTFT mean / p50 / p99 (ms)", "4978067.0 / 12.0 / -"]) == \
+        ["TTFT mean / p50 / p99 (s)", "4,978.1 / 0.0 / -"]
+    assert _fit_units(["TTFT mean / p50 / p99 (ms)", "100.0 / 100.0 / 100.0"])[0].endswith("(ms)")
