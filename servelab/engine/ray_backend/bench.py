@@ -110,18 +110,29 @@ def kv_transfers(engine, loaded, size: BenchSize, out: BenchResult) -> None:
         out.fits[transport] = (max(float(intercept), 0.0), 1.0 / max(float(slope), 1e-15))
 
 
-def step_overhead(engine_ray, engine_local, specs, params, out: BenchResult) -> None:
+def _run_ray(engine, specs, params):
+    """(result, steps) of one Ray run: steps are (round trip, actor compute, shape) per step."""
+    cluster, states = engine.build(lambda s: params[s.request_id])
+    res = cluster.run(specs)
+    steps = [t for d in cluster.drivers for t in d.executor.step_times]
+    return engine.result_of(cluster, states, res.wall_s), steps, cluster
+
+
+def _model_error(steps, cost) -> float:
+    """Median over steps of the cost model's time / the compute measured in the actor."""
+    return float(np.median([cost.step_time_s(shape) / compute for _, compute, shape in steps]))
+
+
+def step_overhead(engine_ray, engine_local, specs, params, cost, out: BenchResult) -> None:
     """The same requests on two instances in process and on Ray: step times, driver CPU."""
     cpu0, wall0 = time.process_time(), time.perf_counter()
     local = engine_local.run(specs, params)
     local_cpu, local_wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    cluster, states = engine_ray.build(lambda s: params[s.request_id])
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    res = cluster.run(specs)
+    res, times, cluster = _run_ray(engine_ray, specs, params)
     ray_cpu, ray_wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    times = [t for d in cluster.drivers for t in d.executor.step_times]
-    rtt = np.array([a for a, _ in times])
-    compute = np.array([b for _, b in times])
+    rtt = np.array([a for a, _, _ in times])
+    compute = np.array([b for _, b, _ in times])
     local_steps = local.collector.steps.duration_s
     out.steps = {
         "num_steps_inprocess": int(len(local_steps)), "num_steps_ray": len(times),
@@ -133,7 +144,8 @@ def step_overhead(engine_ray, engine_local, specs, params, out: BenchResult) -> 
         "driver_cpu_ms_per_step_inprocess": local_cpu / max(len(local_steps), 1) * 1e3,
         "driver_cpu_ms_per_step_ray": ray_cpu / max(len(times), 1) * 1e3,
         "wall_s_inprocess": local_wall, "wall_s_ray": ray_wall,
-        "same_tokens": local.outputs() == {r.request_id: list(r.output_token_ids) for r in res.requests},
+        "same_tokens": local.outputs() == res.outputs(),
+        "model_over_compute_p50": _model_error(times, cost),
         "polls": cluster.clock.num_polls,
     }
 
@@ -169,14 +181,19 @@ def end_to_end(loaded, cfg, workers, specs, params, cost, out: BenchResult, repe
 
     for policy in POLICIES:
         runs = {"inprocess": [], "ray": []}
-        for backend in ("inprocess", "ray"):
-            engine = EngineCluster(loaded, policy, cfg, num_instances=2, backend=backend,
-                                   ray_workers=workers if backend == "ray" else None)
-            for _ in range(repeats):
-                runs[backend].append(_latency(engine.run(specs, params).summary))
+        local = EngineCluster(loaded, policy, cfg, num_instances=2)
+        remote = EngineCluster(loaded, policy, cfg, num_instances=2, backend="ray", ray_workers=workers)
+        steps, overheads = [], []
+        for _ in range(repeats):  # the two backends take turns, so a busy moment hits both
+            runs["inprocess"].append(_latency(local.run(specs, params).summary))
+            res, times, _ = _run_ray(remote, specs, params)
+            runs["ray"].append(_latency(res.summary))
+            steps += times
         sim = simulated(policy, specs, cost, out.fits["auto"], out.kv_bytes_per_token, cfg)
         out.e2e.append({"policy": policy, "inprocess": _median_rows(runs["inprocess"]),
-                        "ray": _median_rows(runs["ray"]), "sim": sim})
+                        "ray": _median_rows(runs["ray"]), "sim": sim,
+                        "model_over_compute_p50": _model_error(steps, cost),
+                        "overhead_ms_p50": float(np.median([a - b for a, b, _ in steps]) * 1e3)})
         print(f"  {policy}: done", flush=True)
 
 
@@ -217,7 +234,7 @@ def run(size: BenchSize, model: str | None, seed: int = 0) -> BenchResult:
         params = {s.request_id: replace(GREEDY, max_tokens=s.num_output_tokens) for s in specs}
         print("per-step overhead", flush=True)
         burst = [replace(s, arrival_time_s=0.0) for s in specs]
-        step_overhead(engine, EngineCluster(loaded, "vllm", cfg, num_instances=2), burst, params, out)
+        step_overhead(engine, EngineCluster(loaded, "vllm", cfg, num_instances=2), burst, params, cost, out)
         print("end to end", flush=True)
         end_to_end(loaded, cfg, engine.ray_workers, specs, params, cost, out, size.e2e_repeats)
         engine.close()

@@ -48,6 +48,7 @@ class RemoteStep:
     ref: Any
     batch: list
     launched_at: float  # perf_counter at launch: the step's time includes the actor boundary
+    shape: Any = None  # the step's StepShape (kept with its times, for comparisons with a cost model)
     done_at: float | None = None
     _result: StepResult | None = field(default=None)
 
@@ -64,7 +65,7 @@ class RemoteStep:
             sampled, worker_s = ray.get(self.ref)
         except RayActorError as e:
             return f"instance actor died ({type(e).__name__})"
-        self.executor.step_times.append((self.done_at - self.launched_at, worker_s))
+        self.executor.step_times.append((self.done_at - self.launched_at, worker_s, self.shape))
         stopped = self.executor._stops(self.batch, sampled)
         self._result = StepResult(duration_s=self.done_at - self.launched_at, sampled_token_ids=sampled,
                                   stopped_ids=stopped)
@@ -94,7 +95,7 @@ class RayExecutor(Executor):
         self.rank = rank  # in the gloo group
         self.on_dead = on_dead
         self.defer = defer  # runs a function from the event loop right after the current event
-        self.step_times: list[tuple[float, float]] = []  # (round trip, compute in the actor) per step, s
+        self.step_times: list[tuple] = []  # (round trip s, compute in the actor s, StepShape) per step
         self.dead = False
         self.kv_shape = kv_shape  # the cache's [L, 2, num_blocks, block_size, kv_heads, head_dim]
         self._open: list[RemoteKV] = []  # exported, not imported yet: their blocks must not change
@@ -114,7 +115,7 @@ class RayExecutor(Executor):
         padding = None if pad is None else (pad.num_rows, pad.row_tokens, pad.context_tokens)
         t0 = time.perf_counter()
         ref = self.worker.step.remote(chunks, sampling, list(applied.swap_copies), padding)
-        return RemoteStep(self, ref, batch, t0)
+        return RemoteStep(self, ref, batch, t0, applied.shape)
 
     def release(self, request_id: int, ended: bool = True) -> str:
         if not ended:
