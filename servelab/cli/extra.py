@@ -150,6 +150,9 @@ def analyze_multibin(
 
 
 def register(app: typer.Typer) -> None:
+    from servelab.cli import reproduce_all  # reproduce all: every design above, one claims table
+
+    reproduce_all.register(reproduce_app)
     app.add_typer(reproduce_app, name="reproduce")
     app.add_typer(analyze_app, name="analyze")
     from servelab.cli import serve_cmds  # typer only; FastAPI and torch load inside the commands

@@ -1,0 +1,55 @@
+"""The claims adapters of ``servelab reproduce all``: tables read from each design's report,
+verdicts found in either column style, reduced against full compared claim by claim."""
+
+from __future__ import annotations
+
+import json
+
+from servelab.reproduce_all import Claim, claims_of, readme_text, rebuild_readme, verdict_of
+
+MULTIBIN_STYLE = """# x
+
+| claim | paper | ours | gap |
+|---|---|---|---|
+| Fig. 3: saturated throughput = Theorem 4.2 (k=1..5) | agrees | max error 0.31 % | reached |
+| Fig. 7: throughput | +70 % | +62 % | not reached: lengths differ |
+
+| claim | other table |
+|---|---|
+| ignored | x |
+"""
+BUCKET_STYLE = """| claim | paper | before | after | operating point | verdict |
+|---|---|---|---|---|---|
+| offline throughput | 3.58 | 9.0 | 3.62 | mixed, offline | reached |
+"""
+
+
+def test_claims_are_read_from_either_column_style():
+    multibin = claims_of(MULTIBIN_STYLE)
+    assert [c.verdict for c in multibin] == ["reached", "not reached"]
+    assert multibin[0].ours == "max error 0.31 %" and multibin[0].operating_point == "-"
+    bucket = claims_of(BUCKET_STYLE)
+    assert bucket == [Claim("offline throughput", "3.58", "3.62", "mixed, offline", "reached")]
+    assert verdict_of({"gap": "the paper rounds up"}) == "-"
+    assert claims_of("no table here") == []
+
+
+def test_readme_compares_reduced_with_full_and_explains_fig3(tmp_path):
+    (tmp_path / "multibin.md").write_text(MULTIBIN_STYLE)
+    reduced = [{"claim": "Fig. 3: saturated throughput = Theorem 4.2 (k=1..5)", "paper": "agrees",
+                "ours": "max error 3.0 %", "operating_point": "-", "verdict": "not reached"},
+               {"claim": "Fig. 7: throughput", "paper": "+70 %", "ours": "+60 %", "operating_point": "-",
+                "verdict": "not reached"}]
+    tail = {"num_requests": 12800, "max_err_makespan": 0.03, "max_err_full_batches": 0.004}
+    payload = {"command": "servelab reproduce all", "reduced_dir": "r",
+               "runs": {"multibin": {"error": None, "cpu_s": 5.0, "fig3_tail": tail,
+                                     "fig3_scaling": [tail]},
+                        "kunserve": {"error": "RuntimeError: boom", "cpu_s": 1.0}},
+               "reduced_claims": {"multibin": reduced}}
+    text = readme_text(tmp_path, payload)
+    assert "makespan throughput is off Theorem 4.2 by 3.00% but the same run's full batches by 0.40%" in text
+    assert "| Fig. 7: throughput | +70 % | +62 % | - | not reached | not reached | agree |" in text
+    assert "The reduced run failed: RuntimeError: boom" in text
+    assert "No full report yet" in text  # the designs without a full report say so
+    (tmp_path / "README.json").write_text(json.dumps(payload))
+    assert rebuild_readme(tmp_path).read_text() == text
