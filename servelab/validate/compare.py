@@ -65,14 +65,18 @@ class CpuTimedExecutor:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        self.wall_over_cpu: list[float] = []  # each step's wall time / CPU time: the load's toll
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     def launch(self, applied: Any, blocks: Any) -> Any:
-        t0 = time.process_time()
+        t0, w0 = time.process_time(), time.perf_counter()
         result = self.inner.launch(applied, blocks)
-        return replace(result, duration_s=time.process_time() - t0)
+        cpu, wall = time.process_time() - t0, time.perf_counter() - w0
+        if cpu > 0:
+            self.wall_over_cpu.append(wall / cpu)
+        return replace(result, duration_s=cpu)
 
 
 @dataclass
@@ -84,6 +88,7 @@ class RunSide:
     cluster: Any
     result: Any
     cpu_s: float
+    wall_over_cpu: list[float] = field(default_factory=list)  # engine steps in CPU-clock mode
 
 
 @dataclass
@@ -236,7 +241,9 @@ def run_engine(options: ValidateOptions, loaded: Any, specs: list) -> tuple[RunS
     cpu = time.process_time() - cpu0
     engine_result = engine.result_of(cluster, states, result.wall_s, result.transfers, result.links)
     engine.close()
-    return RunSide(engine_result.requests, recorder.steps, cluster, result, cpu), engine
+    side = RunSide(engine_result.requests, recorder.steps, cluster, result, cpu)
+    side.wall_over_cpu = [x for d in cluster.drivers for x in getattr(d.executor, "wall_over_cpu", ())]
+    return side, engine
 
 
 def run_simulator(options: ValidateOptions, specs: list, cost: Any, num_gpu_blocks: int, max_model_len: int
@@ -276,6 +283,7 @@ def run_validation(options: ValidateOptions, loaded: Any = None) -> Validation:
     real, engine = run_engine(options, loaded, specs)
     sim = run_simulator(options, specs, cost, engine.num_gpu_blocks, engine.max_model_len)
     metrics = summarize_validation(real.requests, sim.requests, real.steps, cost, sim.steps)
+    metrics["wall_over_cpu_median"] = float(np.median(real.wall_over_cpu)) if real.wall_over_cpu else None
     metrics["transfers"] = {"real_n": len(real.result.transfers or ()),
                             "real_s": float(sum(t[3] for t in real.result.transfers or ())),
                             "sim_n": len(sim.result.transfers or ()),

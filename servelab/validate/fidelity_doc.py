@@ -92,6 +92,11 @@ def gemm_rows_table(loaded: Any, rows=(1, 2, 3, 4, 8, 16), repeats: int = 200) -
                           [[str(m), fmt_s(t), f"{t / base:.2f}x"] for m, t in out])
 
 
+def _wall_ratio(done: list) -> str:
+    ratios = [v.metrics["wall_over_cpu_median"] for _, _, v in done if v.metrics.get("wall_over_cpu_median")]
+    return f"{float(np.median(ratios)):.2f}x" if ratios else "(not measured)"
+
+
 def _transfer_table(done: list) -> str:
     rows = [[s.label, w.name, str(v.metrics["transfers"]["real_n"]), fmt_s(v.metrics["transfers"]["real_s"]),
              str(v.metrics["transfers"]["sim_n"]), fmt_s(v.metrics["transfers"]["sim_s"])]
@@ -178,7 +183,8 @@ def _doc_text(command, model, cost_model, calibration, clock, workloads, header,
         f"Clock: **{clock}**. " + ("Engine steps are timed in this process's CPU seconds and the engine cluster "
                                    "runs on a virtual clock advanced by them, and the calibration is timed the "
                                    "same way, so other processes on the shared 2-core machine do not enter the "
-                                   "numbers (wall-clock steps here varied by 2x with the load). What the engine "
+                                   f"numbers (during this run an engine step took {_wall_ratio(done)} its CPU time "
+                                   "on the wall clock, median over every step). What the engine "
                                    "spends between steps (scheduler, bookkeeping) is left out on both sides; "
                                    "`servelab validate --clock wall` on an idle machine includes it."
                                    if clock == "cpu" else "Engine steps and latencies are wall-clock times."), "",
