@@ -273,6 +273,7 @@ class Reconfigurer:
                                       flops_per_token=sum(m.flops_per_token for m in members),
                                       fast_forward=False, spec=members[0].spec, cost_model=executor)
         group_driver.kv_bytes_per_token = sum(m.kv_bytes_per_token for m in members)
+        group_driver.listener = members[0].listener  # a trace recorder (or the server) hears the group's steps too
         group = PipelineGroup(gid, members, executor, c.now_s)
         self.groups[gid] = group
         # members' requests move in after exchanging the KV of the layers the others now hold

@@ -8,7 +8,8 @@ predicted in the simulator), not the clock gap, which on the in-process engine c
 also holds other instances' steps.
 
 Invariant: records of one instance are in start-time order. A driver that already has a
-listener (the server's) is refused rather than silently displaced.
+listener (the server's) is refused rather than silently displaced. A pipeline group's driver,
+made at run time, inherits its first member's listener (servelab/cluster/reconfigure.py).
 """
 
 from __future__ import annotations
@@ -60,13 +61,13 @@ class StepRecorder:
             if d.listener is not None and d.listener is not self:
                 raise ValueError(f"instance {d.instance_id} already has a step listener")
             d.listener = self
-            self._busy[d.instance_id] = d.busy_s
+            self._busy[id(d)] = d.busy_s
         return self
 
     def on_step(self, driver: Any, applied: Any, outcome: Any, now_s: float) -> None:
         iid = driver.instance_id
-        duration = driver.busy_s - self._busy.get(iid, 0.0)
-        self._busy[iid] = driver.busy_s
+        duration = driver.busy_s - self._busy.get(id(driver), 0.0)  # a pipeline group's driver starts at 0
+        self._busy[id(driver)] = driver.busy_s
         out_blocks = in_blocks = 0
         for direction, pairs in applied.swap_copies:
             if direction == "out":

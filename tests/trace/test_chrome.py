@@ -79,3 +79,19 @@ def test_empty_run_gives_a_valid_trace():
 def test_trace_of_uses_recorder_cluster(tmp_path):
     _, recorder, out = _simulate("vllm", 1, tmp_path)
     assert trace_of(recorder, out.result, "x")["traceEvents"]
+
+
+def test_pipeline_group_steps_and_reconfiguration_are_traced(tmp_path):
+    """KunServe drops layers and forms a pipeline group under memory pressure: the group's
+    driver is made at run time and must still be heard; drops/forms appear as instants."""
+    recorder = StepRecorder()
+    workload = api.load_workload("poisson:rate=30,n=300,prompt=uniform(1000,4000),output=uniform(100,400)", seed=0)
+    out = api.run_simulation(workload, "kunserve", api.HardwareChoice(num_instances=2), recorder=recorder)
+    trace = trace_of(recorder, out.result, "kunserve")
+    _check(trace)
+    events = trace["traceEvents"]
+    names = Counter(e["name"] for e in events if e.get("cat") == "reconfig")
+    assert names["drop"] >= 1 and names["form"] == 1
+    form = next(e["ts"] for e in events if e["name"] == "form")
+    split = next((e["ts"] for e in events if e["name"] == "split"), float("inf"))
+    assert any(form <= e["ts"] < split for e in events if e["ph"] == "X")
