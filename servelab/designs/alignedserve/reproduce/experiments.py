@@ -223,7 +223,7 @@ def gap_pool_depth(sizes: Sizes, seed: int, model: str = "OPT-2.7B", share: floa
 def _slim(r: dict, *, keep_router: bool = False, **extra) -> dict:
     keys = ("system", "model", "num_gpus", "num_requests", "num_finished", "conserved", "decode_tok_s", "makespan_s",
             "tpot_p50_ms", "tpot_p99_ms", "ttft_mean_s", "ttft_max_s", "second_token_mean_s", "second_token_max_s",
-            "decode_step_ms", "cpu_s")
+            "decode_step_ms", "num_recompute_preemptions", "cpu_s")
     out = {k: r[k] for k in keys}
     out.update(extra)
     if keep_router and "router" in r:

@@ -51,17 +51,16 @@ def fig3_simulated(model: str = "Llama-2-7B", gpu: str = "H100-80GB", num_output
 
 
 def engine_measured(batch: int = 16, short: int = 32, long: int = 1536, max_tokens: int = 48,
-                    seed: int = 0) -> dict:
-    """Median wall time of pure decode steps of ``batch`` requests on the CPU engine (a tiny
-    random Llama, 1 thread): all short, and with 1, 2 or 4 long prompts."""
+                    fig3_lengths: tuple[int, ...] = (64, 256, 448, 640, 832, 1024, 1280, 1536), seed: int = 0) -> dict:
+    """Measured on the CPU engine (a tiny random Llama, 1 thread), median wall time of pure
+    decode steps. Fig. 1: ``batch`` requests, all short, and with 1, 2 or 4 long prompts.
+    Fig. 3: ``len(fig3_lengths)`` groups of as many prompts, run as same-length batches and as
+    batches holding one prompt of each length; the mean over batches of their median step."""
     import tempfile
 
     import torch
 
-    from servelab.core.request import RequestSpec
-    from servelab.engine.cluster import EngineCluster, EngineConfig
     from servelab.engine.loader import load_checkpoint
-    from servelab.engine.sampling import SamplingParams
     from servelab.engine.tiny_model import make_tiny_model
 
     threads = torch.get_num_threads()
@@ -70,25 +69,38 @@ def engine_measured(batch: int = 16, short: int = 32, long: int = 1536, max_toke
         with tempfile.TemporaryDirectory() as tmp:
             loaded = load_checkpoint(make_tiny_model(tmp, hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
                                                      intermediate_size=256, max_position=2048, seed=seed))
-        c = loaded.config
-        tokens = batch * (long + max_tokens + 16)
-        cfg = EngineConfig(kv_budget_bytes=tokens * 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4, block_size=16,
-                           max_batch_tokens=8192, max_num_seqs=batch)
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
         rng = np.random.default_rng(seed)
         rows = []
         for num_long in (0, 1, 2, 4):
             lens = [short] * (batch - num_long) + [long] * num_long
-            specs = [RequestSpec(i, 0.0, n, max_tokens, prompt_token_ids=tuple(int(t) for t in rng.integers(5, 400, n)))
-                     for i, n in enumerate(lens)]
-            res = EngineCluster(loaded, "vllm", cfg).run(specs, params)
-            rows.append({"num_long": num_long, "decode_step_ms": _median_decode_ms(res, batch)})
+            rows.append({"num_long": num_long, "decode_step_ms": _batch_step_ms(loaded, lens, max_tokens, rng)})
         base = rows[0]["decode_step_ms"]
         for r in rows:
             r["vs_all_short"] = r["decode_step_ms"] / base
-        return {"batch": batch, "short": short, "long": long, "rows": rows, "device": "cpu, 1 thread"}
+        k = len(fig3_lengths)
+        aligned = [_batch_step_ms(loaded, [n] * k, max_tokens, rng) for n in fig3_lengths]
+        mixed = [_batch_step_ms(loaded, list(fig3_lengths), max_tokens, rng) for _ in fig3_lengths]
+        fig3 = {"lengths": list(fig3_lengths), "aligned_mean_ms": float(np.mean(aligned)),
+                "mixed_mean_ms": float(np.mean(mixed)), "mixed_over_aligned": float(np.mean(mixed) / np.mean(aligned))}
+        return {"batch": batch, "short": short, "long": long, "rows": rows, "fig3": fig3, "device": "cpu, 1 thread"}
     finally:
         torch.set_num_threads(threads)
+
+
+def _batch_step_ms(loaded, lens: list[int], max_tokens: int, rng) -> float:
+    from servelab.core.request import RequestSpec
+    from servelab.engine.cluster import EngineCluster, EngineConfig
+    from servelab.engine.sampling import SamplingParams
+
+    c = loaded.config
+    tokens = sum(n + max_tokens + 16 for n in lens)
+    cfg = EngineConfig(kv_budget_bytes=tokens * 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4, block_size=16,
+                       max_batch_tokens=8192, max_num_seqs=len(lens))
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    specs = [RequestSpec(i, 0.0, n, max_tokens, prompt_token_ids=tuple(int(t) for t in rng.integers(5, 400, n)))
+             for i, n in enumerate(lens)]
+    res = EngineCluster(loaded, "vllm", cfg).run(specs, params)
+    return _median_decode_ms(res, len(lens))
 
 
 def _median_decode_ms(res, batch: int) -> float:

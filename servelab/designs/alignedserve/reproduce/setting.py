@@ -114,6 +114,7 @@ def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *
         "second_token_mean_s": float(np.mean(second)) if second else float("nan"),
         "second_token_max_s": float(np.max(second)) if second else float("nan"),
         "decode_step_ms": _decode_steps_ms(sim, res),
+        "num_recompute_preemptions": res.collector.num_preemptions("recompute"),
         "cpu_s": time.process_time() - t0,
     }
     router = sim.router
