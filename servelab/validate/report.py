@@ -59,7 +59,7 @@ def plot_cdfs(path: Path, v: Validation, title: str) -> Path:
     ape = np.sort([100 * r["ape"] for r in srows if r["ape"] is not None])
     if len(ape):
         axes[3].step(ape, np.arange(1, len(ape) + 1) / len(ape), where="post")
-    axes[3].set_xlabel("step time error |predicted - measured| / measured (%)")
+    axes[3].set_xlabel("step time APE: |predicted - measured| / measured (%)", fontsize=8)
     axes[3].grid(alpha=0.3)
     axes[0].set_ylabel("fraction of requests (steps)")
     axes[0].legend(fontsize=8)
