@@ -40,8 +40,8 @@ def test_bad_values_name_the_input(text, message):
 
 def test_milliseconds_written_as_seconds_warn_with_the_fix():
     with pytest.warns(SLOWarning, match=r"ttft 2000 \(a bare number is seconds\).*write ttft:2000ms"):
-        slo = parse_slo("ttft:2000,tpot:100", "--slo")
-    assert slo == SLO(ttft_s=2000, tpot_s=100)  # accepted as written: a warning, not a guess
+        slo = parse_slo("ttft:2000,tpot:0.1", "--slo")
+    assert slo == SLO(ttft_s=2000, tpot_s=0.1)  # accepted as written: a warning, not a guess
 
 
 def test_seconds_written_as_milliseconds_warn_with_the_fix():
