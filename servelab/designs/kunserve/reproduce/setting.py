@@ -42,6 +42,7 @@ class Hardware:
     nvlink: bool
     inter_gbps: float
     intra_gbs: float | None = None
+    memory_reserve_fraction: float = 0.1  # of GPU memory kept out of weights and KV (tests shrink the KV)
 
     @property
     def label(self) -> str:
@@ -81,7 +82,8 @@ BASELINES = ("vllm", "vllm-pp", "infercept", "llumnix")
 
 
 def cluster(system_spec: str, hw: Hardware) -> ClusterConfig:
-    c = cluster_for(system_spec, num_instances=hw.num_instances, gpu=hw.gpu, model=hw.model, tp=hw.tp)
+    c = cluster_for(system_spec, num_instances=hw.num_instances, gpu=hw.gpu, model=hw.model, tp=hw.tp,
+                    memory_reserve_fraction=hw.memory_reserve_fraction)
     intra = LinkSpec(hw.intra_gbs * 1e9, 10e-6) if hw.intra_gbs else None
     topo = TopologyConfig(gpus_per_server=hw.gpus_per_server, nvlink=hw.nvlink, intra_link=intra,
                           inter_link=LinkSpec(hw.inter_gbps / 8 * 1e9, 10e-6))

@@ -1,0 +1,52 @@
+"""The reproduction's setting and metrics: lengths have the paper's means, bursts double the
+arrival rate inside their window, SLO violation counts against the best baseline's P50s, and
+one system run reports what the report reads."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from servelab.designs.kunserve.reproduce import experiments as ex
+from servelab.designs.kunserve.reproduce import setting as st
+
+
+def test_lengths_have_the_papers_means_and_caps():
+    specs = st.workload("sharegpt", 4.0, 400.0, (), seed=0)
+    p = np.array([s.num_prompt_tokens for s in specs])
+    o = np.array([s.num_output_tokens for s in specs])
+    assert abs(p.mean() / 1660 - 1) < 0.05 and abs(o.mean() / 373 - 1) < 0.05 and p.max() <= 4096
+
+
+def test_a_burst_doubles_the_rate_inside_its_window():
+    base = st.workload("burstgpt", 5.0, 300.0, (), seed=1)
+    burst = st.workload("burstgpt", 5.0, 300.0, ((100.0, 200.0),), seed=1)
+
+    def count(specs, a, b):
+        return sum(a <= s.arrival_time_s < b for s in specs)
+
+    assert abs(count(burst, 100, 200) - 2 * count(base, 100, 200)) <= 1  # the last replay may leave the window
+    assert count(burst, 0, 100) == count(base, 0, 100)
+
+
+def test_slo_violation_is_against_the_best_baselines_p50():
+    runs = {"a": {"ttft_s": {"50": 1.0}, "tpot_s": {"50": 0.1},
+                  "raw": {"ttft": np.array([0.5, 1.0, 3.0, 6.0]), "tpot": np.array([0.1, 0.1, 0.1, 0.1])}},
+            "b": {"ttft_s": {"50": 2.0}, "tpot_s": {"50": 0.05},
+                  "raw": {"ttft": np.array([1.0, 1.0, 1.0, 1.0]), "tpot": np.array([0.05, 0.3, 0.05, 0.05])}}}
+    out = ex.slo_violation(runs, (1.0, 5.0), ("a", "b"))
+    assert out["best_p50_ttft_s"] == 1.0 and out["best_p50_tpot_s"] == 0.05
+    assert out["violation"]["a"] == [1.0, 0.25]  # every TPOT is 2x the best P50; one TTFT over 5 s
+    assert out["violation"]["b"] == [0.25, 0.25]
+
+
+def test_one_run_reports_the_memory_timeline_and_the_drops():
+    hw = dataclasses.replace(st.CLUSTER_A, num_instances=2, memory_reserve_fraction=0.6)  # ~20K KV tokens each
+    specs = st.workload("decode-heavy", 2.5, 30.0, ((10.0, 20.0),), seed=0, factor=3)
+    r = ex.run_system("kunserve", specs, hw, ex.Sizes(window_s=5.0))
+    assert r["conserved"] and r["finished"] == len(specs)
+    m = r["memory"]
+    assert len(m["t"]) >= 5 and max(m["kv_capacity_gb"]) > m["kv_capacity_gb"][0]
+    assert r["drops"] and r["pipeline"]["steps"] > 0 and r["exchange"]["num"] >= 1
+    assert 0 < r["mean_demand_share"] < 2
