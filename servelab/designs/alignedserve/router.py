@@ -306,13 +306,16 @@ class AlignedServeRouter(Router):
         return actions
 
     def _release(self, slot: _Slot, queue: deque, inst: InstanceState, now_s: float) -> list:
-        """Requests at the head of ``queue`` whose KV is ready join the decode instance while
-        its free blocks cover them and the running batch's growth."""
+        """Requests of ``queue``, in order, whose KV is ready join the decode instance while its
+        free blocks cover them and the running batch's growth. One still in transit does not
+        hold up those behind it: it may be an eviction waiting for room in the very buffer
+        that they would free (a deadlock found by the full reproduction, OPT-13B, 75% short)."""
         actions = []
         bs = inst.blocks.block_size
         free = inst.blocks.num_free_gpu_blocks
         num_seqs = inst.num_running + len(inst.waiting) + len(slot.incoming)
         headroom = -(-(num_seqs * self.config.growth_tokens) // bs) + 1
+        kept: list[Request] = []  # not ready yet (in transit): those behind them may go first
         while queue:
             req = queue[0]
             rid = req.request_id
@@ -320,7 +323,8 @@ class AlignedServeRouter(Router):
                 queue.popleft()
                 continue
             if rid not in slot.ready:
-                break
+                kept.append(queue.popleft())
+                continue
             need = -(-(req.num_computed_tokens + 1) // bs)
             empty = num_seqs == 0
             if not empty and (need + headroom > free or num_seqs >= inst.max_num_seqs):
@@ -332,6 +336,7 @@ class AlignedServeRouter(Router):
             num_seqs += 1
             headroom = -(-(num_seqs * self.config.growth_tokens) // bs) + 1
             actions.append(Move(req, slot.iid, reason="alignedserve schedule"))
+        queue.extendleft(reversed(kept))
         return actions
 
     def _evict(self, slot: _Slot, inst: InstanceState, cluster: ClusterState) -> list:

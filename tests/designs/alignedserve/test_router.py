@@ -88,3 +88,23 @@ def test_bad_parameters_are_one_clear_error():
         cluster_for("alignedserve", num_instances=1)
     with pytest.raises(Exception, match="block_fraction"):
         Simulation(_mixed(3), cluster_for("alignedserve:block_fraction=2", num_instances=2, **HW))
+
+
+def test_a_request_in_transit_does_not_hold_up_ready_ones_behind_it():
+    """Regression (full reproduction, OPT-13B, 75% short): an eviction waiting for room in the
+    buffer sat at the head of the requests buffer, so the ready requests behind it, whose
+    release would have made that room, were never released."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from servelab.core.request import Request
+    from servelab.designs.alignedserve.router import AlignedServeRouter, _Slot
+
+    blocks = SimpleNamespace(block_size=16, num_free_gpu_blocks=1000, num_gpu_blocks=1000)
+    inst = SimpleNamespace(blocks=blocks, num_running=0, waiting=(), max_num_seqs=256)
+    evicted, ready = (Request(RequestSpec(i, 0.0, 100, 10)) for i in range(2))
+    slot = _Slot(iid=1, buffer_iid=0)
+    slot.requests = deque([evicted, ready])
+    slot.ready = {ready.request_id}
+    moves = AlignedServeRouter()._release(slot, slot.requests, inst, 0.0)
+    assert [m.request for m in moves] == [ready] and list(slot.requests) == [evicted]
