@@ -21,22 +21,20 @@ METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
 def parse_goodput(items: list[str] | None) -> dict[str, float]:
-    """['ttft:500', 'tpot:50'] (or one 'ttft:500,tpot:50') -> {'ttft': 0.5, 'tpot': 0.05} in seconds."""
-    targets: dict[str, float] = {}
-    for item in (x for raw in items or () for x in raw.replace(",", " ").split()):
-        key, sep, value = item.partition(":")
-        if not sep or key not in GOODPUT_KEYS:
+    """['ttft:500', 'tpot:50'] (or one 'ttft:500,tpot:50') -> {'ttft': 0.5, 'tpot': 0.05} in seconds.
+
+    The SLO rule of the rest of servelab (``workloads.slo``): units may be written
+    (``ttft:0.5s``, ``tpot:50ms``), a bare number is milliseconds here, as in vLLM."""
+    from servelab.workloads.slo import parse_slo
+
+    text = ",".join(x for raw in items or () for x in raw.replace(",", " ").split())
+    if not text:
+        return {}
+    for item in text.split(","):
+        if item.partition(":")[0].strip().lower() not in GOODPUT_KEYS:
             raise UserError(f"--goodput {item!r}: expected KEY:MS with KEY one of {', '.join(GOODPUT_KEYS)}")
-        try:
-            ms = float(value)
-        except ValueError:
-            raise UserError(f"--goodput {item!r}: {value!r} is not a number of milliseconds") from None
-        if not 0 < ms < float("inf"):
-            raise UserError(f"--goodput {item!r}: the target must be > 0 ms")
-        if key in targets:
-            raise UserError(f"--goodput: {key} given twice")
-        targets[key] = ms / 1000.0
-    return targets
+    slo = parse_slo(text, "--goodput", default_unit="ms")
+    return {key: value for key in GOODPUT_KEYS if (value := getattr(slo, f"{key}_s")) is not None}
 
 
 def parse_percentiles(text: str) -> list[float]:

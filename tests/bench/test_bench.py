@@ -20,7 +20,8 @@ from servelab.core.request import RequestSpec
 def test_goodput_spec_like_vllm():
     assert parse_goodput(["ttft:500", "tpot:50"]) == {"ttft": 0.5, "tpot": 0.05}
     assert parse_goodput(["ttft:500 e2el:2000"]) == {"ttft": 0.5, "e2el": 2.0}
-    for bad in (["ttft"], ["itl:5"], ["ttft:-1"], ["ttft:x"], ["ttft:1", "ttft:2"]):
+    assert parse_goodput(["ttft:0.5s", "tpot:50ms", "e2el:2000"]) == {"ttft": 0.5, "tpot": 0.05, "e2el": 2.0}
+    for bad in (["ttft"], ["itl:5"], ["tbt:5"], ["ttft:-1"], ["ttft:x"], ["ttft:1", "ttft:2"], ["ttft:2min"]):
         with pytest.raises(UserError):
             parse_goodput(bad)
 
