@@ -83,7 +83,8 @@ class RayExecutor(Executor):
 
     def __init__(self, worker: Any, states: RequestStates, instance_id: int, *, transport: str,
                  rank: int, kv_shape: tuple[int, ...], block_bytes: int, on_dead: Callable[[int, str], None],
-                 defer: Callable[[Callable[[], None]], None], gloo_max_bytes: int = 0) -> None:
+                 defer: Callable[[Callable[[], None]], None], gloo_max_bytes: int = 0,
+                 carried: dict | None = None) -> None:
         self.runner = None  # the model runs in the actor
         self.states = states
         self.eos_token_ids = states.eos_token_ids
@@ -97,6 +98,7 @@ class RayExecutor(Executor):
         self.defer = defer  # runs a function from the event loop right after the current event
         self.step_times: list[tuple] = []  # (round trip s, compute in the actor s, StepShape) per step
         self.dead = False
+        self.carried = carried if carried is not None else {}  # request id -> sampler state in transit (shared)
         self.kv_shape = kv_shape  # the cache's [L, 2, num_blocks, block_size, kv_heads, head_dim]
         self._open: list[RemoteKV] = []  # exported, not imported yet: their blocks must not change
 
@@ -117,12 +119,32 @@ class RayExecutor(Executor):
         ref = self.worker.step.remote(chunks, sampling, list(applied.swap_copies), padding)
         return RemoteStep(self, ref, batch, t0, applied.shape)
 
+    def admit(self, request) -> None:
+        super().admit(request)
+        state = self.carried.pop(request.request_id, None)
+        if state is not None and not self.dead:  # runs before the request's next step (same actor queue)
+            self.worker.put_generator.remote(request.request_id, state)
+
     def release(self, request_id: int, ended: bool = True) -> str:
         if not ended:
+            self._carry_generator(request_id)
             return ""
         if not self.dead:
             self.worker.release.remote(request_id)  # forgets a seeded generator; nothing to wait for
         return self.states.end(request_id)
+
+    def _carry_generator(self, request_id: int) -> None:
+        """A seeded sampled request leaves with its generator's state, so its next token on the
+        new instance is drawn as it would be here (in process, all instances share one sampler)."""
+        params = self.states.sampling.get(request_id)
+        if params is None or params.seed is None or params.is_greedy or self.dead:
+            return
+        try:
+            state = ray.get(self.worker.take_generator.remote(request_id))
+        except RayActorError:
+            return  # its KV is gone with the actor too: it is recomputed from the seed
+        if state is not None:
+            self.carried[request_id] = state
 
     # ---- KV ----
     def export_kv(self, block_ids: list[int]) -> RemoteKV | None:

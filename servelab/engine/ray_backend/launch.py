@@ -154,9 +154,10 @@ class RayWorkers:
         if transport != "object_store":
             self._init_gloo()
         block_bytes = int(np.prod(self.kv_shape[:2]) * np.prod(self.kv_shape[3:])) * self.itemsize
+        carried: dict = {}  # seeded generators of requests between two actors
         return [RayExecutor(a, states, i, transport=transport, rank=i, kv_shape=self.kv_shape,
                             block_bytes=block_bytes, on_dead=clock.fail, defer=clock.defer,
-                            gloo_max_bytes=cfg.gloo_max_bytes) for i, a in enumerate(self.actors)]
+                            gloo_max_bytes=cfg.gloo_max_bytes, carried=carried) for i, a in enumerate(self.actors)]
 
     def revive(self) -> list[int]:
         """Start a fresh actor in place of each one that died; returns their instance ids

@@ -81,6 +81,16 @@ class InstanceWorker:
     def release(self, request_id: int) -> None:
         self.runner.release(request_id)
 
+    def take_generator(self, request_id: int):
+        """The seeded generator's state of a request leaving this instance (None if it has none)."""
+        gen = self.runner.sampler._generators.pop(request_id, None)  # noqa: SLF001 (the sampler's per-request RNGs)
+        return None if gen is None else gen.get_state()
+
+    def put_generator(self, request_id: int, state) -> None:
+        gen = torch.Generator(device=self.device)
+        gen.set_state(state)
+        self.runner.sampler._generators[request_id] = gen  # noqa: SLF001
+
     # ---- KV through the object store ----
     @ray.method(concurrency_group=KV_GROUP)
     def read_blocks(self, block_ids: list[int]) -> np.ndarray:

@@ -131,6 +131,22 @@ def test_a_dynaserve_split_on_actors_gives_the_tokens_of_running_alone(on_ray, s
     assert chunks > len(specs) if stream else chunks == len(specs)
 
 
+def test_seeded_sampling_crosses_actors_with_its_generator(on_ray, loaded, specs):
+    """temperature > 0 with a seed per request: a distserve hand-off carries the request's
+    generator state, so the tokens are those of the in-process cluster (one shared sampler)."""
+    params = {s.request_id: SamplingParams(temperature=0.9, top_k=50, seed=100 + s.request_id,
+                                           max_tokens=MAX_TOKENS, ignore_eos=True) for s in specs}
+    local = EngineCluster(loaded, "distserve", _config(loaded), num_instances=2).run(specs, params)
+    make, workers = on_ray
+    engine = make("distserve")
+    res = engine.run(specs, params)
+    if not workers:
+        workers.append(engine.ray_workers)
+    assert all(r.status is RequestStatus.FINISHED for r in res.requests)
+    assert res.outputs() == local.outputs()
+    assert len(res.transfers) == len(specs)
+
+
 @pytest.mark.parametrize("transport", ["object_store", "gloo", "auto"])
 def test_kv_parked_in_the_driver_pool_comes_back_intact(on_ray, specs, alone, transport):
     _, res = _run(on_ray, specs, "vllm", "test_ray_via_pool", transport)
