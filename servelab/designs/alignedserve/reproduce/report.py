@@ -61,6 +61,11 @@ def _lines(res: dict) -> list[str]:
         "tokens); LongBench's stand-in is the arXiv summarization lengths.",
         "",
     ]
+    runs = [x for v in res.values() if isinstance(v, list) for x in v if isinstance(x, dict) and "num_finished" in x]
+    short = [f"{x.get('label')} {x.get('model')} {x.get('workload', x.get('short_share', ''))}" for x in runs
+             if x["num_finished"] < x["num_requests"] or not x["conserved"]]
+    out += [f"Every simulated run ({len(runs)}) ended every request finished" if not short else
+            f"Runs with requests not finished ({len(short)} of {len(runs)}): " + "; ".join(short), ""]
     out += _claims(res)
     out += _motivation(res)
     out += _tables(res)
