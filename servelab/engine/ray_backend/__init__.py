@@ -7,11 +7,17 @@ Chosen with ``EngineCluster(..., backend="ray")`` (``--backend ray`` on ``genera
   a step's chunks and samples; reads, writes, sends and receives KV blocks.
 - ``executor.RayExecutor``: the driver's side of ``core.executor.StepExecutor`` for one actor;
   ``launch`` returns a ``RemoteStep`` (a ``PendingStep``), so instances compute concurrently.
-  Sampling parameters, stop checks and detokenizers (``RequestStates``) stay in the driver.
+  Sampling parameters, stop checks and detokenizers (``RequestStates``) stay in the driver; a
+  seeded request that moves carries its generator's state. KV moves by gloo send/recv (small
+  transfers) or Ray's object store (large ones, and the driver's host KV pool, which holds
+  object refs).
 - ``clock.PollingWallClock``: the cluster driver's wall clock, which also waits on the steps in
   flight and turns an actor's death into ``FailInstance`` (its requests recomputed elsewhere).
-- ``launch``: starts or joins Ray, places the actors (a GPU each where Ray sees GPUs).
+- ``launch``: starts or joins Ray, places the actors (a GPU each where Ray sees GPUs), and
+  replaces dead actors when the next cluster is built.
 - ``bench``: KV transfer time vs size, per-step overhead, end-to-end runs -> docs/ray.md.
+
+Not here yet: pipeline groups across actors (the engine cluster has none).
 """
 
 from servelab.engine.ray_backend.config import KV_TRANSPORTS, RayConfig
