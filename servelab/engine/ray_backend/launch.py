@@ -5,7 +5,7 @@
 caller's own cluster). ``RayWorkers`` makes the actors of one ``EngineCluster`` once and
 resets them for every run. Placement follows what Ray sees: with at least one GPU per
 instance each actor asks for one GPU and runs on ``cuda``; fewer GPUs than instances are
-shared (half a GPU each for 2 instances on 1 GPU); with none, the cluster's CPUs are shared
+shared (half a GPU each for 2 instances on 1 GPU); with none, the cluster's CPUs but one are shared
 out evenly and each actor runs that many torch threads (1 each for 2 instances on 2 cores).
 On a multi-node cluster the checkpoint folder must exist at the same path on every node and
 servelab must be installed there.
@@ -63,15 +63,16 @@ def placement(num_instances: int) -> dict[str, Any]:
 
 def placement_for(resources: dict[str, float], num_instances: int) -> dict[str, Any]:
     """A GPU each when there are enough; else the GPUs shared evenly (1/k of one, so k actors
-    pack onto each GPU and all of them fit); with no GPU, the CPUs shared evenly, each actor
-    running that many torch threads (at least one)."""
+    pack onto each GPU and all of them fit); with no GPU, the CPUs but one (the driver's)
+    shared evenly, each actor running that many torch threads (at least one: threads beyond
+    the cores spin against each other)."""
     gpus = int(resources.get("GPU", 0))
     if gpus >= 1:
         per_gpu = -(-num_instances // gpus)  # actors that share one GPU
         return {"num_gpus": 1 if per_gpu == 1 else 1 / per_gpu, "num_cpus": 0 if per_gpu > 1 else 1,
                 "device": "cuda", "threads": 1}
     cpus = max(resources.get("CPU", 1.0), 1.0)
-    share = cpus / num_instances
+    share = (cpus - 1 if cpus >= 2 else cpus) / num_instances  # a core left to the driver and Ray
     num_cpus = int(share) if share >= 1 else share
     return {"num_gpus": 0, "num_cpus": num_cpus, "device": "cpu", "threads": max(1, int(share))}
 

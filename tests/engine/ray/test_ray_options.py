@@ -42,9 +42,10 @@ def test_engine_cluster_rejects_an_unknown_backend(make_checkpoint):
 
 
 @pytest.mark.parametrize("resources, n, expected", [
-    ({"CPU": 2.0}, 2, {"num_gpus": 0, "num_cpus": 1, "device": "cpu", "threads": 1}),
-    ({"CPU": 2.0}, 4, {"num_gpus": 0, "num_cpus": 0.5, "device": "cpu", "threads": 1}),
-    ({"CPU": 16.0}, 2, {"num_gpus": 0, "num_cpus": 8, "device": "cpu", "threads": 8}),
+    ({"CPU": 2.0}, 2, {"num_gpus": 0, "num_cpus": 0.5, "device": "cpu", "threads": 1}),
+    ({"CPU": 2.0}, 1, {"num_gpus": 0, "num_cpus": 1, "device": "cpu", "threads": 1}),
+    ({"CPU": 1.0}, 2, {"num_gpus": 0, "num_cpus": 0.5, "device": "cpu", "threads": 1}),
+    ({"CPU": 16.0}, 2, {"num_gpus": 0, "num_cpus": 7, "device": "cpu", "threads": 7}),
     ({"CPU": 16.0, "GPU": 2.0}, 2, {"num_gpus": 1, "num_cpus": 1, "device": "cuda", "threads": 1}),
     ({"CPU": 16.0, "GPU": 1.0}, 2, {"num_gpus": 0.5, "num_cpus": 0, "device": "cuda", "threads": 1}),
     ({"CPU": 16.0, "GPU": 3.0}, 4, {"num_gpus": 0.5, "num_cpus": 0, "device": "cuda", "threads": 1}),
