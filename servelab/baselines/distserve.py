@@ -18,10 +18,20 @@ from servelab.costmodel.links import LinkSpec
 
 @ROUTERS.register("distserve")
 class DistServeRouter(Router):
+    def __init__(self) -> None:
+        self._had_both = False  # both pools existed once: an empty pool now means failures
+
     def on_arrival(self, now_s: float, request: Request, cluster: ClusterState) -> list[Placement]:
         prefill = cluster.instances_with_role("prefill")
-        if not prefill or not cluster.instances_with_role("decode"):
-            return [Placement(request, None, "distserve router needs prefill and decode instances")]
+        decode = cluster.instances_with_role("decode")
+        self._had_both |= bool(prefill and decode)
+        if not (prefill and decode):
+            if not self._had_both:
+                return [Placement(request, None, "distserve router needs prefill and decode instances")]
+            # a pool lost every instance: the survivors serve whole requests (degraded, not stopped)
+            prefill = prefill or decode
+            if not prefill:
+                return [Placement(request, None, "distserve router: every instance failed")]
         target = min(prefill, key=lambda inst: (inst.num_outstanding_tokens, inst.instance_id))
         return [Placement(request, target.instance_id)]
 

@@ -208,7 +208,6 @@ def test_a_decode_actor_killed_while_kv_lands_on_it_leaves_nothing_lost(on_ray, 
     finished = {r.request_id: r.output_token_ids for r in res.requests if r.status is RequestStatus.FINISHED}
     assert finished and finished == {i: alone[i] for i in finished}
     # those that were decoding on instance 1 went back to the router, which has no decode
-    # instance left and turns them away with its reason (none is lost, none hangs)
-    others = [r for r in res.requests if r.request_id not in finished]
-    assert all(r.num_preemptions == 1 and r.status is RequestStatus.REJECTED and "decode" in r.finish_reason
-               for r in others)
+    # instance left and runs them whole (recomputed) on the prefill instance: every one finishes
+    assert len(finished) == len(specs)
+    assert any(r.num_preemptions == 1 for r in res.requests)
