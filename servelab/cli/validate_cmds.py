@@ -111,6 +111,8 @@ def fidelity_report(
                                               "fidelity/cost_model_<clock>.json beside the report)."),
     clock: str = typer.Option("cpu", help="cpu | wall (see servelab validate)."),
     quick: bool = typer.Option(False, help="Two systems on one workload (about a minute)."),
+    calibrate_each: bool = typer.Option(False, "--calibrate-each", help="A compact calibration right before each "
+                                        "system's runs (CPU time per step drifts with a shared machine's load)."),
     seed: int = typer.Option(0), threads: int = typer.Option(1),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -125,11 +127,12 @@ def fidelity_report(
         command = "servelab fidelity-report --model DIR" + (" --quick" if quick else "") + \
             (f" --clock {clock}" if clock != "cpu" else "") + (f" --out {out}" if out != Path("docs/fidelity.md")
                                                               else "") + \
-            (f" --cost-model {cost_model}" if cost_model is not None else "")
+            (f" --cost-model {cost_model}" if cost_model is not None else "") + \
+            (" --calibrate-each" if calibrate_each else "")
         progress = None if json_out else (lambda text: typer.echo(f"  {text}", err=True))
         result = write_fidelity_doc(out, model=model, cost_model=cost_path, calibration=calibration,
                                     command=command, clock=clock, seed=seed, quick=quick, progress=progress,
-                                    loaded=loaded)
+                                    loaded=loaded, calibrate_each=calibrate_each)
     if json_out:
         emit_json(result)
     else:

@@ -97,6 +97,24 @@ def _wall_ratio(done: list) -> str:
     return f"{float(np.median(ratios)):.2f}x" if ratios else "(not measured)"
 
 
+def drift_text(done: list, global_cost: Any) -> list[str]:
+    """What one shape costs by each run's calibration: the machine's drift over the session."""
+    from servelab.core.plan import StepShape
+
+    shape = StepShape(num_decodes=1, decode_context_sum=128, decode_context_max=128)
+    per_run = [float(v.cost.step_time_s(shape)) for _, _, v in done]
+    if not per_run:
+        return []
+    first = float(global_cost.step_time_s(shape)) if global_cost is not None else None
+    return [f"4. **The machine drifts.** CPU time per step is not immune to the load on this shared VM (the "
+            f"cores are shared, caches too). One decode of 1 row at context 128 costs "
+            + (f"{fmt_s(first)} by the calibration made before the runs, and " if first is not None else "")
+            + f"{fmt_s(min(per_run))} to {fmt_s(max(per_run))} (median {fmt_s(float(np.median(per_run)))}) by the "
+            f"calibration each run was compared with ({len(per_run)} runs). Without a calibration per system "
+            f"(`--calibrate-each` off) one calibration served all runs and the step errors grew (see the "
+            f"git history of this file).", ""]
+
+
 def _transfer_table(done: list) -> str:
     rows = [[s.label, w.name, str(v.metrics["transfers"]["real_n"]), fmt_s(v.metrics["transfers"]["real_s"]),
              str(v.metrics["transfers"]["sim_n"]), fmt_s(v.metrics["transfers"]["sim_s"])]
@@ -116,15 +134,22 @@ def _misses(cells: dict) -> list[str]:
 
 
 def run_grid(model: Path, cost_model: Path, systems, workloads, *, clock: str, seed: int,
-             progress: Callable[[str], None] | None, loaded: Any) -> tuple[list, list]:
+             progress: Callable[[str], None] | None, loaded: Any, calibrate_each: bool = False) -> tuple[list, list]:
+    """One validation per (system, workload); with ``calibrate_each`` a compact calibration
+    right before each system's runs (saved beside ``cost_model`` as ``*.run.json``, overwritten)."""
     done, failed = [], []
     for system in systems:
         for w in workloads:
             if progress:
                 progress(f"{system.label} on {w.name}")
-            options = ValidateOptions(model, cost_model, w, policy=system.policy, router=system.router,
-                                      num_instances=system.num_instances, seed=seed, clock=clock)
             try:
+                cost = cost_model.with_name(f"{cost_model.stem}.run.json") if calibrate_each else cost_model
+                if calibrate_each and w is workloads[0]:
+                    from servelab.validate.calibration import COMPACT_GRID, calibrate_to
+
+                    calibrate_to(loaded, cost, clock, grid=COMPACT_GRID)
+                options = ValidateOptions(model, cost, w, policy=system.policy, router=system.router,
+                                          num_instances=system.num_instances, seed=seed, clock=clock)
                 done.append((system, w, run_validation(options, loaded)))
             except Exception as err:  # noqa: BLE001 - a system that cannot run is reported, not hidden
                 failed.append((system, w, f"{type(err).__name__}: {' '.join(str(err).split())[:160]}"))
@@ -132,12 +157,13 @@ def run_grid(model: Path, cost_model: Path, systems, workloads, *, clock: str, s
 
 
 def write_fidelity_doc(path: Path, *, model: Path, cost_model: Path, calibration: dict, command: str,
-                       clock: str, seed: int = 0, quick: bool = False, progress=None, loaded=None) -> dict:
+                       clock: str, seed: int = 0, quick: bool = False, progress=None, loaded=None,
+                       calibrate_each: bool = False) -> dict:
     systems = QUICK_SYSTEMS if quick else SYSTEMS
     workloads = FIDELITY_WORKLOADS[:1] if quick else FIDELITY_WORKLOADS
     cpu0, wall0, load0 = time.process_time(), time.perf_counter(), os.getloadavg()[0]
     done, failed = run_grid(model, cost_model, systems, workloads, clock=clock, seed=seed, progress=progress,
-                            loaded=loaded)
+                            loaded=loaded, calibrate_each=calibrate_each)
     cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
     assets = path.parent / "fidelity"
     rows, csv_rows, met = [], [], 0
@@ -158,15 +184,18 @@ def write_fidelity_doc(path: Path, *, model: Path, cost_model: Path, calibration
                                    f"vllm on {w.name}: engine (measured, {clock} clock) vs simulator"))
     header = ["system", "workload", *metrics_line(done[0][2].metrics).keys(), "goals missed"] if done else []
     gemm = gemm_rows_table(loaded) if loaded is not None else "(not measured)"
+    from servelab.costmodel.linear import LinearCostModel
+
+    drift = drift_text(done, LinearCostModel.load(cost_model))
     text = _doc_text(command, model, cost_model, calibration, clock, workloads, header, rows, failed, done, plots,
-                     path.parent, met, cpu_s, wall_s, load0, gemm)
+                     path.parent, met, cpu_s, wall_s, load0, gemm, drift, calibrate_each)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return {"num_runs": len(done), "num_failed": len(failed), "num_all_met": met, "cpu_s": cpu_s, "wall_s": wall_s}
 
 
 def _doc_text(command, model, cost_model, calibration, clock, workloads, header, rows, failed, done, plots, base,
-              met, cpu_s, wall_s, load0, gemm) -> str:
+              met, cpu_s, wall_s, load0, gemm, drift, calibrate_each) -> str:
     machine = f"{platform.machine()} {platform.processor() or ''}, {os.cpu_count()} CPUs".strip()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     noise = [v.metrics["noise_floor"]["median"] for _, _, v in done if v.metrics["noise_floor"]["median"]]
@@ -176,8 +205,11 @@ def _doc_text(command, model, cost_model, calibration, clock, workloads, header,
         f"Measured on this machine ({machine}; load average {load0:.1f} when the run began, shared with other "
         f"work) with the bench-30m checkpoint on CPU, one torch thread. Each row runs one workload on the real "
         f"engine cluster (servelab.engine.cluster.EngineCluster, real tokens, outputs run to their length) and "
-        f"in the simulator with the LinearCostModel calibrated on this machine just before "
-        f"(`{cost_model}`, fit over {calibration.get('num_samples')} grid steps: median "
+        f"in the simulator with the LinearCostModel calibrated on this machine "
+        + ("right before each system's three runs (a compact grid, servelab.validate.calibration.COMPACT_GRID; "
+           "the first "
+           if calibrate_each else "") +
+        f"calibration `{cost_model}` fit {calibration.get('num_samples')} grid steps: median "
         f"{pct(calibration.get('median_rel_error'))}, p90 {pct(calibration.get('p90_rel_error'))}), the same "
         f"arrival times, prompt and output lengths, batch limits, block size and KV blocks per instance.", "",
         f"Clock: **{clock}**. " + ("Engine steps are timed in this process's CPU seconds and the engine cluster "
@@ -218,7 +250,7 @@ def _doc_text(command, model, cost_model, calibration, clock, workloads, header,
               "3. **Cluster runs: KV transfers.** The simulator times a hand-off or move by its link model; the "
               "engine copies blocks between in-process caches and measures the copy (wall time). Transfer "
               "seconds summed per run, engine against simulator:", "",
-              _transfer_table(done), ""]
+              _transfer_table(done), "", *drift]
     for p in plots:
         lines += [f"![{p.stem}]({p.relative_to(base)})", ""]
     lines += [f"Run cost: {cpu_s:.0f} CPU-s, {wall_s:.0f} s wall (the engine runs dominate).", ""]
