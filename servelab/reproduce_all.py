@@ -192,11 +192,11 @@ def readme_text(docs_dir: Path, payload: dict) -> str:
         if run.get("error"):
             lines += [f"The reduced run failed: {run['error']}", ""]
         if not full_md.is_file():
-            lines += [f"No full report yet (`{full_md}` is missing).", ""]
+            lines += [f"No full report yet (`{rep.name}.md` is missing).", ""]
             continue
         full = claims_of(full_md.read_text())
         if not full:
-            lines += [f"`{full_md}` has no claims table (a table whose first column is `claim`).", ""]
+            lines += [f"`{rep.name}.md` has no claims table (a table whose first column is `claim`).", ""]
             continue
         reduced = [Claim(**c) for c in reduced_claims.get(rep.name, [])]
         rows = []
