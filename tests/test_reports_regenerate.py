@@ -4,8 +4,9 @@ What is checked, honestly:
 * every generated report under docs/ (design proposals excluded: they are prose) names the
   command that made it, and that command exists: a ``servelab`` (sub)command of the CLI, or a
   script in scripts/;
-* docs/reproduction/README.md is rebuilt by value from what is committed (the full reports
-  and README.json, which keeps the reduced runs' claims) and must be identical;
+* docs/reproduction/README.md is rebuilt by value from what is checked out (the full reports
+  and README.json, which keeps the reduced runs' claims) and must be identical: a design that
+  regenerates its report also runs ``servelab reproduce all --readme-only``;
 * the Multi-Bin Fig. 3 size table in that README is recomputed (deterministic, ~1 s);
 * docs/fidelity.md's results table agrees with the CSV written beside it by the same run.
 The engine runs behind docs/fidelity.md and the reproductions themselves are not rerun here
