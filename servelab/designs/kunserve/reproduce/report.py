@@ -197,7 +197,8 @@ def _ablation(res: dict) -> list[str]:
     if "ablation_memory_bound" in res:
         ab = res["ablation_memory_bound"]
         out += _ablation_table(ab, f"### The same ablation where memory, not compute, throttles (decode-heavy, "
-                                   f"{ab['rate']:.2f} req/s base; not in the paper)")
+                                   f"{ab['rate']:.2f} req/s base, rate x{ab.get('factor', 2)} in the burst; not in "
+                                   "the paper)")
     return out
 
 
