@@ -37,8 +37,9 @@ def drop_plan(groups: Sequence[Sequence[int]], need_bytes: float, copy_bytes: fl
     """Merge the two smallest groups until ``need_bytes`` are freed (``copy_bytes``: the
     parameters of one model copy). ``tie[instance id]``: lower merges first among groups of
     equal size (the smallest over a group's members). ``max_group_size`` caps a merged group
-    (at most the model's layer count: a stage holds at least one layer). A merged group is
-    kept as a pair of its parts and flattened once at the end, so a merge costs O(log N)."""
+    (at most the model's layer count: a stage holds at least one layer). A merge is O(log N)
+    heap work plus one tuple concatenation (a C copy of the members, O(N log N) elements over
+    a whole plan of balanced merges: cheaper here than keeping a tree and flattening it)."""
     get = tie.get if tie is not None else (lambda _i, _d: 0.0)
     heap = [(len(g), get(g[0], 0.0) if len(g) == 1 else min(get(i, 0.0) for i in g), seq, tuple(g))
             for seq, g in enumerate(groups)]
@@ -46,33 +47,21 @@ def drop_plan(groups: Sequence[Sequence[int]], need_bytes: float, copy_bytes: fl
     freed = 0.0
     made: dict[int, None] = {}  # seq numbers of the groups this plan made, in order
     seq = len(heap)
+    pop, replace, cap = heapq.heappop, heapq.heapreplace, max_group_size
     while len(heap) >= 2 and freed < need_bytes:
-        a, b = heapq.heappop(heap), heapq.heappop(heap)
-        if max_group_size is not None and a[0] + b[0] > max_group_size:
+        a = pop(heap)
+        b = heap[0]  # the second smallest: replaced by the merged group in one sift
+        if cap is not None and a[0] + b[0] > cap:
             heapq.heappush(heap, a)
-            heapq.heappush(heap, b)
             break  # the two smallest are too big together: so is every other pair
         freed += copy_bytes  # the two held every layer twice; the new group keeps one copy
         made.pop(a[2], None)
         made.pop(b[2], None)
         made[seq] = None
-        heapq.heappush(heap, (a[0] + b[0], min(a[1], b[1]), seq, (a[3], b[3])))
+        replace(heap, (a[0] + b[0], a[1] if a[1] < b[1] else b[1], seq, a[3] + b[3]))
         seq += 1
-    flat = {h[2]: _flatten(h[3]) for h in heap}
+    flat = {h[2]: h[3] for h in heap}
     return DropPlan(tuple(sorted(flat.values())), tuple(flat[s] for s in made if s in flat), freed, need_bytes)
-
-
-def _flatten(node) -> tuple[int, ...]:
-    out: list[int] = []
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, tuple) and len(n) == 2 and isinstance(n[0], tuple):
-            stack.append(n[1])
-            stack.append(n[0])
-        else:
-            out.extend(n)
-    return tuple(out)
 
 
 def stage_layers(num_layers: int, num_stages: int) -> list[tuple[int, int]]:
