@@ -97,6 +97,26 @@ def _wall_ratio(done: list) -> str:
     return f"{float(np.median(ratios)):.2f}x" if ratios else "(not measured)"
 
 
+def repeat_text(model: Path, cost_model: Path, workloads, *, clock: str, seed: int, loaded: Any,
+                repeats: int = 2) -> list[str]:
+    """Repeatability, measured: vllm x1 on each workload again, each time right after a fresh
+    compact calibration; how far the errors of identical runs spread is how far any single
+    number above can be trusted on this machine."""
+    from servelab.validate.calibration import COMPACT_GRID, calibrate_to
+
+    cost = cost_model.with_name(f"{cost_model.stem}.repeat.json")
+    rows = []
+    for w in workloads:
+        for k in range(repeats):
+            calibrate_to(loaded, cost, clock, grid=COMPACT_GRID)
+            m = run_validation(ValidateOptions(model, cost, w, policy="vllm", seed=seed, clock=clock), loaded).metrics
+            rows.append([w.name, str(k + 1), pct(m["ttft"]["median"]), pct(m["tpot"]["median"]),
+                         pct(m["e2e"]["median"]), pct(m["step"]["median"])])
+    return ["5. **Repeatability.** The same validation (vllm x1, a fresh compact calibration right before "
+            "each) repeated; the spread between repetitions bounds what a single row above can show:", "",
+            markdown_table(["workload", "repetition", "TTFT med", "TPOT med", "e2e med", "step med"], rows), ""]
+
+
 def drift_text(done: list, global_cost: Any) -> list[str]:
     """What one shape costs by each run's calibration: the machine's drift over the session."""
     from servelab.core.plan import StepShape
@@ -187,6 +207,8 @@ def write_fidelity_doc(path: Path, *, model: Path, cost_model: Path, calibration
     from servelab.costmodel.linear import LinearCostModel
 
     drift = drift_text(done, LinearCostModel.load(cost_model))
+    if calibrate_each and loaded is not None:
+        drift += repeat_text(model, cost_model, workloads, clock=clock, seed=seed, loaded=loaded)
     text = _doc_text(command, model, cost_model, calibration, clock, workloads, header, rows, failed, done, plots,
                      path.parent, met, cpu_s, wall_s, load0, gemm, drift, calibrate_each)
     path.parent.mkdir(parents=True, exist_ok=True)
