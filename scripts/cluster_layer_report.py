@@ -94,6 +94,7 @@ def kv_copy_times(block_counts: list[int], repeats: int) -> tuple[dict, list[dic
     from servelab.engine.kv_cache import PagedKVCache
     from servelab.engine.tiny_model import BENCH_200M
 
+    torch.set_num_threads(1)  # 2 threads on 2 shared cores spin against other work (docs/benchmarks.md)
     cfg = BENCH_200M
     head_dim = cfg["hidden_size"] // cfg["num_heads"]
     shape = dict(num_layers=cfg["num_layers"], block_size=16, num_kv_heads=cfg["num_kv_heads"], head_dim=head_dim)
@@ -186,8 +187,9 @@ def write(sim: list[dict], kv: tuple[dict, list[dict]], bub: dict, args: argpars
            "Simulated: the whole `azure_llm_2023_conv` trace (19,366 requests), policy `vllm`, A100-80GB "
            "instances serving Llama-2-7B, profile-fitted roofline cost model with the bubble term, fast-forward "
            f"on. Median CPU seconds of {args.repeats} runs (cost model built once, outside the timed region). "
-           "*decode group on*: all-decode steps advance the running batch in O(1) Python "
-           "(`servelab/core/decode_group.py`); *off*: the per-request path. Both give the same results "
+           "*decode group on*: once 32 requests run "
+           "(`MIN_GROUP_ROWS`), all-decode steps advance the running batch in O(1) Python "
+           "(`servelab/core/decode_group.py`); below that each request is stepped; *off*: the per-request path. Both give the same results "
            "(tokens and makespan columns).", "",
            "| instances | decode group | CPU-s | simulated output tok per CPU-s | output tokens | makespan (s, simulated) |",
            "|---:|---|---:|---:|---:|---:|"]

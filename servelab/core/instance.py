@@ -431,7 +431,7 @@ class InstanceRuntime:
                 joiners.append(req)
         self._remove_leavers(out)
         group = self.group
-        if group is not None and joiners:
+        if group is not None and joiners and (group.n or len(self._running) >= MIN_GROUP_ROWS):
             others = self._others
             for req in joiners:
                 if req.request_id in others:  # still running here (not preempted by its own plan)
@@ -548,3 +548,6 @@ def _owed(req: Request) -> int:
 
 
 _RUNNING = frozenset({RequestStatus.PREFILLING, RequestStatus.DECODING})
+# A decode group is formed once this many requests run: below it, stepping each request is
+# cheaper than the group's bookkeeping (measured in docs/benchmarks/cluster_layer.md).
+MIN_GROUP_ROWS = 32
