@@ -35,6 +35,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+# KunServe's dispatcher balances by KV-use load as Llumnix does: one definition of load
+from servelab.baselines.llumnix import excess_blocks as _excess_blocks
+from servelab.baselines.llumnix import kv_load as _load
+from servelab.baselines.llumnix import queued_blocks as _queued_blocks
 from servelab.cluster.config import ClusterConfig, InstanceGroup
 from servelab.cluster.presets import register_preset
 from servelab.cluster.reconfig import FormPipeline, SetLayers, SplitPipeline
@@ -227,22 +231,6 @@ class KunServeRouter(Router):
     def report(self) -> dict:
         return {"drops": self.drops, "autoscale_requests": self.autoscale_requests,
                 "eq1": dataclasses.asdict(self._eq1) if self._eq1 is not None else None}
-
-
-def _queued_blocks(view) -> int:
-    bs = view.blocks.block_size
-    return sum(-(-r.num_tokens // bs) for r in view.waiting)
-
-
-def _excess_blocks(view) -> int:
-    """Throttling: running KV plus what the head-of-line queue needs, beyond the capacity."""
-    b = view.blocks
-    return b.num_used_gpu_blocks + _queued_blocks(view) - b.num_gpu_blocks
-
-
-def _load(view) -> float:
-    b = view.blocks
-    return (b.num_used_gpu_blocks + _queued_blocks(view)) / max(1, b.num_gpu_blocks)
 
 
 @register_preset("kunserve")
