@@ -19,7 +19,9 @@ A failed instance leaves the schedulable set; its requests are re-queued through
 takes the group down and the others restore their layers from host memory.
 
 The ``factory`` (given by whoever built the cluster) supplies hardware models, policies and
-executors for rebuilt instances; the engine's factory refuses layer changes for now.
+executors for rebuilt instances; where it also has ``group_executor`` (the engine's, built with
+``layer_ranges=True``) a group's executor is its own, and the executors' ``exchange_kv`` /
+``split_kv`` and the factory's ``layers_changed`` move the real bytes (KV, weights).
 """
 
 from __future__ import annotations
@@ -105,7 +107,10 @@ class Reconfigurer:
         hw = factory.hardware(new)
         grow = new.num_layers_held > old.num_layers_held
         self._log("restore" if grow else "drop", instance=a.instance_id, layers=list(new.layer_range))
+        notify = getattr(factory, "layers_changed", None)  # the engine moves weights; the simulator has none
         if not grow:
+            if notify is not None:
+                notify(a.instance_id, new, None)
             self._rebuild(d, new, hw)
             return
         # restore: take the memory now, switch the cost model when the weights have arrived
@@ -119,6 +124,8 @@ class Reconfigurer:
         lk = c.mover.link(source, a.instance_id) if source != POOL else c.mover.link(POOL, a.instance_id)
 
         def landed(now_s: float) -> None:
+            if notify is not None:
+                notify(a.instance_id, new, source)
             self._rebuild(d, new, hw)
             self._log("restored", instance=a.instance_id, layers=list(new.layer_range))
 
@@ -259,7 +266,9 @@ class Reconfigurer:
         gid = ids[0]
         links = [c.mover.link(ids[k], ids[k + 1]) for k in range(len(ids) - 1)]
         model = members[0].spec.model_spec
-        executor = PipelineExecutor([m.cost_model for m in members], links,
+        make_group = getattr(factory, "group_executor", None)  # the engine runs stages; the simulator times them
+        executor = make_group(members, links, a, gid) if make_group is not None else \
+            PipelineExecutor([m.cost_model for m in members], links,
                                     hidden_bytes_per_token=model.hidden_size * members[0].spec.dtype_bytes,
                                     num_microbatches=a.num_microbatches, clock=lambda: c.now_s,
                                     former=a.former if a.former is not None else
@@ -291,6 +300,9 @@ class Reconfigurer:
         c.drivers[gid] = group_driver
         c.view.rebuild()
         self._log("form", group=gid, members=ids)
+        copy_kv = getattr(executor, "exchange_kv", None)  # an executor holding real KV copies it
+        old_tables = {req.request_id: list(members[k].runtime.blocks.block_table(req.request_id))
+                      for req, k, _ in exchange} if copy_kv is not None else {}
         for req, k, tokens in exchange:
             m = members[k]
             m.runtime.blocks.free(req.request_id)
@@ -299,6 +311,9 @@ class Reconfigurer:
                 self._exchange_in(group, req, k, tokens)
         if a.exchange_chunk_bytes is not None:
             self._exchange_chunked(group, exchange, a.exchange_chunk_bytes)
+        if copy_kv is not None:
+            copy_kv([(k, old_tables[req.request_id], list(group_driver.runtime.blocks.block_table(req.request_id)),
+                      tokens) for req, k, tokens in exchange if tokens])
         c.kick(gid)
 
     def _exchange_chunked(self, group: PipelineGroup, exchange: list, chunk_bytes: float) -> None:
@@ -415,6 +430,9 @@ class Reconfigurer:
             self._waiting.append(a)
             return
         reqs = list(gd.runtime.waiting) + list(gd.runtime.running) + list(gd.runtime.reserved.values())
+        copy_kv = getattr(group.executor, "split_kv", None)  # an executor holding real KV copies it
+        old_tables = {r.request_id: list(gd.runtime.blocks.block_table(r.request_id)) for r in reqs} \
+            if copy_kv is not None else {}
         for req in reqs:
             gd.runtime.blocks.free(req.request_id)
             gd.policy.on_finish(c.now_s, req)
@@ -438,6 +456,9 @@ class Reconfigurer:
                 c.add_to(target, req)
                 continue
             target.runtime.reserve(req, tokens)
+            if copy_kv is not None:
+                copy_kv(old_tables[req.request_id], target.executor, target.runtime.blocks.block_table(req.request_id),
+                        tokens)
             req.status = RequestStatus.TRANSFERRING
             others = [m for m in group.members if m is not target]
             pending = [len(others)]

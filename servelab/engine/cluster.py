@@ -10,6 +10,10 @@ Instances in one process run one at a time (steps are serialised; a step's time 
 time), which is exact for one instance and a faithful, slower stand-in for several GPUs;
 the Ray backend puts instances in separate processes behind the same driver.
 
+With ``layer_ranges=True`` (in process) instances can drop layers, form pipeline groups and
+restore, as KunServe does: ``servelab.engine.layer_range`` (the rebuild factory) and
+``servelab.engine.pipeline`` (the group's stage-by-stage executor) move the real weights and KV.
+
 Invariants: every request ends completed, rejected or aborted with a reason; a request whose
 prompt plus ``max_tokens`` exceeds ``max_model_len`` (default: the model's positions) is
 rejected on arrival, or its prompt truncated with ``on_overflow="truncate"``; after
@@ -106,15 +110,20 @@ class EngineResult:
 class EngineCluster:
     """``num_instances`` engine instances of one checkpoint under a policy (or preset) and router."""
 
+    factory: Any = None
+
     def __init__(self, model: str | Path | Any, policy_spec: str = "vllm", config: EngineConfig = EngineConfig(), *,
                  num_instances: int = 1, router: str | None = None, dtype: str | None = None, device: str = "cpu",
                  kv_pool_bytes: int = 0, backend: str = "inprocess", ray_config: Any = None,
-                 ray_workers: Any = None) -> None:
+                 ray_workers: Any = None, layer_ranges: bool = False) -> None:
         from servelab.cluster.presets import cluster_for
 
         if backend not in BACKENDS:
             raise UserError(f"unknown engine backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        if layer_ranges and backend != "inprocess":
+            raise UserError("layer_ranges (layer drops and pipeline groups) runs on the inprocess backend only")
         self.backend = backend
+        self.layer_ranges = layer_ranges  # instances may drop layers and form pipeline groups (KunServe)
         self.ray_config = ray_config  # a ray_backend.RayConfig; None: its defaults
         self._ray_workers = ray_workers  # the actors: made at the first run (or another cluster's), reused
         from servelab.engine.kv_cache import num_blocks_for_budget
@@ -195,8 +204,18 @@ class EngineCluster:
         if self.backend == "ray":
             clock, executors = self._ray_executors(states)
         drivers = []
+        factory = None
+        if self.layer_ranges:
+            from servelab.engine.layer_range import EngineFactory
+
+            factory = EngineFactory(self, states, sampler)
         for iid, group in enumerate(self.groups):
-            if executors is not None:
+            spec = hw = None
+            if factory is not None:
+                spec = factory.spec(iid)
+                hw = factory.hardware(spec)
+                executor = factory.executor(hw.cost)
+            elif executors is not None:
                 executor = executors[iid]
             else:
                 cache = PagedKVCache(c.num_layers, self.kv_config.num_gpu_blocks, cfg.block_size, c.num_kv_heads,
@@ -207,7 +226,8 @@ class EngineCluster:
                                       group.role)
             drivers.append(InstanceDriver(runtime, POLICIES.create(group.policy, dict(group.policy_params)), executor,
                                           collector, flops_per_token=self.flops_per_token, fast_forward=False,
-                                          kv_bytes_per_token=self.kv_bytes_per_token))
+                                          kv_bytes_per_token=self.kv_bytes_per_token, spec=spec,
+                                          cost_model=hw.cost if hw is not None else None))
 
         def on_arrival(req: Request) -> str | None:
             if req.spec.prompt_token_ids is None:
@@ -220,7 +240,8 @@ class EngineCluster:
                                 clock=clock, collector=collector,
                                 admission=AdmissionConfig(self.max_model_len, cfg.on_overflow), pool=pool,
                                 measured_transfers=True, max_output_tokens=lambda s: params_for(s).max_tokens,
-                                on_arrival=on_arrival)
+                                on_arrival=on_arrival, rebuild=factory)
+        self.factory = factory  # the last build's (layer_ranges only): bytes dropped, restored
         if hasattr(clock, "bind"):
             clock.bind(cluster)  # the Ray backend's clock fails instances whose actor died
         return cluster, states

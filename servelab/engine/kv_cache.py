@@ -72,18 +72,29 @@ class PagedKVCache:
     def num_bytes(self) -> int:
         return self.kv.numel() * self.kv.element_size()
 
-    def read_blocks(self, block_ids: Sequence[int]) -> torch.Tensor:
-        """A copy of some blocks, every layer: [L, 2, n, block_size, kv_heads, head_dim]."""
+    def read_blocks(self, block_ids: Sequence[int], layers: tuple[int, int] | None = None) -> torch.Tensor:
+        """A copy of some blocks, every layer (or this cache's layers ``[lo, hi)``):
+        [L, 2, n, block_size, kv_heads, head_dim]."""
         idx = torch.tensor(list(block_ids), dtype=torch.long, device=self.device)
-        return self.kv.index_select(2, idx)
+        kv = self.kv if layers is None else self.kv[self._layer_slice(layers)]
+        return kv.index_select(2, idx)
 
-    def write_blocks(self, block_ids: Sequence[int], data: torch.Tensor) -> None:
+    def write_blocks(self, block_ids: Sequence[int], data: torch.Tensor,
+                     layers: tuple[int, int] | None = None) -> None:
         """Write ``data`` (as ``read_blocks`` returns it, possibly from another cache of the same
-        shape, on any device) into ``block_ids``."""
-        if data.shape[2] != len(block_ids) or data.shape[:2] != self.kv.shape[:2] or data.shape[3:] != self.kv.shape[3:]:
+        shape, on any device) into ``block_ids`` (of this cache's layers ``[lo, hi)`` when given:
+        a pipeline stage's KV moving between caches that hold different layer ranges)."""
+        kv = self.kv if layers is None else self.kv[self._layer_slice(layers)]
+        if data.shape[2] != len(block_ids) or data.shape[:2] != kv.shape[:2] or data.shape[3:] != kv.shape[3:]:
             raise ValueError(f"KV blocks of shape {tuple(data.shape)} do not fit {len(block_ids)} blocks of this cache")
         idx = torch.tensor(list(block_ids), dtype=torch.long, device=self.device)
-        self.kv.index_copy_(2, idx, data.to(self.device, self.dtype))
+        kv.index_copy_(2, idx, data.to(self.device, self.dtype))  # kv is a view: writes land in self.kv
+
+    def _layer_slice(self, layers: tuple[int, int]) -> slice:
+        lo, hi = layers
+        if not 0 <= lo < hi <= self.num_layers:
+            raise ValueError(f"layers {layers} is not a non-empty range of this cache's {self.num_layers}")
+        return slice(lo, hi)
 
     def copy_blocks(self, pairs: Sequence[tuple[int, int]]) -> None:
         """Device-to-device copy of (src, dst) block pairs (copy-on-write, defragmentation)."""

@@ -158,5 +158,26 @@ class Model(nn.Module):
             x = layer(x, cos, sin, kv[i], meta)
         return x
 
+    def forward_layers(self, input_ids: torch.Tensor, positions: torch.Tensor, kv: torch.Tensor,
+                       meta: RaggedMetadata, layers: tuple[int, int], hidden: torch.Tensor | None = None
+                       ) -> torch.Tensor:
+        """One pipeline stage: layers ``[lo, hi)`` over ``kv`` holding only those layers' KV
+        (``kv[j]`` is layer ``lo + j``). The first stage embeds ``input_ids``, a later one takes
+        the previous stage's ``hidden`` [T, hidden]; the last stage returns the logits rows, the
+        others the hidden state to hand on. Layers outside the range are never touched (a stage
+        model may have freed them)."""
+        lo, hi = layers
+        dtype = self.embed_tokens.weight.dtype
+        cos = self.rope_cos.index_select(0, positions).to(dtype).unsqueeze(1)  # [T, 1, D]
+        sin = self.rope_sin.index_select(0, positions).to(dtype).unsqueeze(1)  # [T, 1, D]
+        x = self.embed_tokens(input_ids) if lo == 0 else hidden  # [T, hidden]
+        if x is None:
+            raise ValueError(f"layers {lo}..{hi}: a stage after the first needs the previous stage's hidden state")
+        for j, i in enumerate(range(lo, hi)):
+            x = self.layers[i](x, cos, sin, kv[j], meta)
+        if hi == self.config.num_layers:
+            return self._logits(x.index_select(0, meta.logits_indices))
+        return x
+
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.norm(hidden)).float()  # [R, vocab]

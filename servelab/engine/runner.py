@@ -139,10 +139,18 @@ def build_padded(chunks: Sequence[SeqChunk], num_rows: int, row_tokens: int, con
 
 
 class ModelRunner:
-    def __init__(self, model: Model, kv_cache: PagedKVCache, sampler: Sampler | None = None) -> None:
-        if kv_cache.num_layers != model.config.num_layers or kv_cache.head_dim != model.config.head_dim \
+    """Runs steps of ``model`` over ``kv_cache``; with ``layers=(lo, hi)`` it is one pipeline
+    stage: the cache holds only those layers and ``run_stage`` hands hidden states on."""
+
+    def __init__(self, model: Model, kv_cache: PagedKVCache, sampler: Sampler | None = None, *,
+                 layers: tuple[int, int] | None = None) -> None:
+        num_layers = model.config.num_layers if layers is None else layers[1] - layers[0]
+        if layers is not None and not 0 <= layers[0] < layers[1] <= model.config.num_layers:
+            raise ValueError(f"layers {layers} is not a non-empty range of the model's {model.config.num_layers}")
+        if kv_cache.num_layers != num_layers or kv_cache.head_dim != model.config.head_dim \
                 or kv_cache.num_kv_heads != model.config.num_kv_heads:
             raise ValueError("KV cache shape does not match the model config")
+        self.layers = layers
         self.model = model
         self.kv_cache = kv_cache
         self.device = kv_cache.device
@@ -165,6 +173,19 @@ class ModelRunner:
                                                      self.kv_cache.block_size, self.device, self.workspace)
         logits = self.model.forward_padded(ids, positions, self.kv_cache.kv, meta)
         return [c.request_id for c in sampled], logits
+
+    @torch.inference_mode()
+    def run_stage(self, chunks: Sequence[SeqChunk], hidden: torch.Tensor | None = None
+                  ) -> tuple[list[int], torch.Tensor]:
+        """This stage's layers over a ragged step: the sampled request ids and the logits (last
+        stage) or the hidden state [T, hidden] for the next stage (same row order every stage)."""
+        if self.layers is None:
+            raise ValueError("run_stage needs a runner built with layers=(lo, hi)")
+        ids, positions, meta, sampled = build_ragged(chunks, self.kv_cache.block_size, self.device, self.workspace)
+        if hidden is not None:
+            hidden = hidden.to(self.device)
+        out = self.model.forward_layers(ids, positions, self.kv_cache.kv, meta, self.layers, hidden)
+        return [c.request_id for c in sampled], out
 
     def run(self, chunks: Sequence[SeqChunk], sampling: Mapping[int, SamplingParams] | None = None
             ) -> dict[int, int]:
