@@ -21,8 +21,8 @@ Sources and their keys:
   Order: window, then n, then rate/scale.
 * Synthetic arrivals: ``poisson:rate=R,n=N``, ``gamma:rate=R,cv=C,n=N`` (cv of the
   gaps; 1 = Poisson), ``burst:n=N`` (all at time 0). Lengths come from either
-  ``prompt=DIST,output=DIST`` or ``lengths=SOURCE``; ``max_total=T`` caps prompt + output
-  for ``prompt=/output=`` by truncating the prompt.
+  ``prompt=DIST,output=DIST`` or ``lengths=SOURCE`` (default ``lengths=alpaca``: chat-like
+  lengths); ``max_total=T`` caps prompt + output for ``prompt=/output=`` by truncating the prompt.
 * Length datasets: ``gsm8k``, ``arxiv`` with ``n=N`` (default: every row), ``rate=R``
   (Poisson; with ``cv=C`` gamma; without a rate all arrive at 0) and ``path=FILE``.
   Rows are drawn without replacement while n <= rows, with replacement beyond.
@@ -77,6 +77,7 @@ DEFAULT_FILES = {
 }
 TRACES = ("azure-conv", "azure-code", "mooncake", "burstgpt")
 SYNTHETIC = ("poisson", "gamma", "burst")
+DEFAULT_SYNTHETIC_LENGTHS = "alpaca"  # a synthetic workload without lengths gets chat-like ones
 DATASETS = ("gsm8k", "arxiv")
 _COMMON_KEYS = ("slo", "offline", "priority")
 _TRACE_KEYS = ("path", "window", "n", "rate", "scale")
@@ -243,8 +244,11 @@ def _length_source(spec: WorkloadSpec, data_dir: Path) -> ln.LengthSource:
         if prompt is not None or output is not None or spec.get("max_total") is not None:
             raise WorkloadError("give lengths= or prompt=/output=, not both")
         return parse_length_source(named, data_dir)
+    if prompt is None and output is None:
+        return parse_length_source(DEFAULT_SYNTHETIC_LENGTHS, data_dir)
     if prompt is None or output is None:
-        raise WorkloadError("needs prompt=DIST and output=DIST, or lengths=SOURCE")
+        raise WorkloadError("needs both prompt=DIST and output=DIST (or lengths=SOURCE, or neither: "
+                            f"lengths={DEFAULT_SYNTHETIC_LENGTHS})")
     max_total = spec.get("max_total")
     return ln.IndependentLengths(parse_length_dist(prompt), parse_length_dist(output),
                                  _positive_int("max_total", max_total, MAX_TOKENS) if max_total is not None else None)

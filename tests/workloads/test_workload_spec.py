@@ -62,12 +62,17 @@ def test_dataset_specs(data_dir):
     assert len(arxiv) == 28_257 and describe(arxiv).rate_per_s == pytest.approx(1.0, rel=0.05)
     trace_lengths = parse_workload("burst:n=10,lengths=mooncake", data_dir, seed=0)
     assert len(trace_lengths) == 10
+    # a synthetic workload without lengths gets the alpaca preset's (same draws as naming it)
+    default = parse_workload("poisson:rate=2,n=50", data_dir, seed=3)
+    named = parse_workload("poisson:rate=2,n=50,lengths=alpaca", data_dir, seed=3)
+    assert [(s.num_prompt_tokens, s.num_output_tokens) for s in default] == \
+        [(s.num_prompt_tokens, s.num_output_tokens) for s in named]
 
 
 @pytest.mark.parametrize("text, message", [
     ("azure", r"unknown source 'azure'; valid: \['arxiv', 'azure-code'"),
     ("azure-conv:speed=2", r"unknown key 'speed' for azure-conv; valid: \['path', 'window'"),
-    ("poisson:rate=2,n=10", "needs prompt=DIST and output=DIST, or lengths=SOURCE"),
+    ("poisson:rate=2,n=10,prompt=fixed(5)", r"needs both prompt=DIST and output=DIST \(or lengths=SOURCE"),
     ("poisson:n=10,lengths=alpaca", "poisson needs rate="),
     ("poisson:rate=2,n=10,prompt=uniform(512,32),output=fixed(1)", "uniform needs 1 <= lo <= hi"),
     ("poisson:rate=2,n=10,prompt=normal(5),output=fixed(1)", r"unknown length distribution 'normal'"),
