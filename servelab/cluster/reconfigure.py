@@ -273,7 +273,7 @@ class Reconfigurer:
                                     num_microbatches=a.num_microbatches, clock=lambda: c.now_s,
                                     former=a.former if a.former is not None else
                                     getattr(factory, "microbatch_former", lambda *_: None)(gid))
-        blocks = min(m.runtime.blocks.num_gpu_blocks for m in members)
+        blocks = _group_blocks(executor, members)
         first = members[0].runtime
         kv = KVCacheConfig(first.blocks.block_size, blocks, 0, first.blocks.config.watermark)
         limits = InstanceLimits(a.max_batch_tokens or first.max_batch_tokens, a.max_num_seqs or first.max_num_seqs)
@@ -408,7 +408,7 @@ class Reconfigurer:
         c = self.cluster
         gd = c.drivers[group.group_id]
         group.executor.stage_costs = [m.cost_model for m in group.members]
-        blocks = min(m.runtime.blocks.num_gpu_blocks for m in group.members)
+        blocks = _group_blocks(group.executor, group.members)
         self._quiesce(gd)
         gd.runtime.resize(blocks)
         gd.kv_bytes_per_token = sum(m.kv_bytes_per_token for m in group.members)
@@ -503,6 +503,13 @@ def _chunks(num_bytes: float, chunk_bytes: float | None) -> list[float]:
         return [num_bytes]
     full, rest = divmod(num_bytes, chunk_bytes)
     return [chunk_bytes] * int(full) + ([rest] if rest > 1e-9 * chunk_bytes else [])
+
+
+def _group_blocks(executor: Any, members: list[InstanceDriver]) -> int:
+    """A group's KV blocks: the smallest member's (every token has KV on every stage), or what
+    an executor that holds the stages' caches says they hold (the engine's)."""
+    blocks = getattr(executor, "num_gpu_blocks", None)
+    return blocks if blocks is not None else min(m.runtime.blocks.num_gpu_blocks for m in members)
 
 
 def _fresh_runtime(d: InstanceDriver, factory: Any, spec) -> InstanceRuntime:

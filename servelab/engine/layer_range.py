@@ -14,9 +14,11 @@ final norm and LM head stay on every stage: small, and only the first / last sta
 A restore copies each missing layer's tensors from the peer named by ``SetLayers.restore_from``
 (or from the host checkpoint when it names none): real copies, counted in ``restored_bytes``.
 
-KV. The engine's KV budget per instance does not grow when weights are freed (the block count
-stays the whole-model one): this version shows the mechanics (stages, exchange, restore) with
-the tokens of running alone, not KunServe's memory gain, which the simulator measures.
+KV. A stage's cache spends the instance's KV budget (``EngineConfig.kv_budget_bytes``) on its
+layers only, so a group of two half-model stages holds twice the tokens of one instance (the
+group keeps them until it splits, as in the simulator). The weights freed are not added to the
+KV budget (the engine's budget is a fixed number of bytes): KunServe's memory gain from freed
+weights is the simulator's to measure; this version shows the mechanics with real bytes.
 """
 
 from __future__ import annotations
@@ -165,8 +167,13 @@ class EngineFactory:
         from servelab.engine.pipeline import EnginePipelineExecutor, Stage
         from servelab.engine.runner import ModelRunner
 
+        from servelab.engine.kv_cache import num_blocks_for_budget
+
+        e, c = self.engine, self.engine.loaded.config
         stages = []
-        num_blocks = min(m.runtime.blocks.num_gpu_blocks for m in members)
+        # each member's KV budget now holds only its layers' KV: more tokens (every stage the same count)
+        num_blocks = min(num_blocks_for_budget(e.config.kv_budget_bytes, m.spec.num_layers_held, e.config.block_size,
+                                               c.num_kv_heads, c.head_dim, e.kv_dtype) for m in members)
         for m in members:
             layers = m.spec.layer_range
             before = self.model_of(m.instance_id)

@@ -36,6 +36,10 @@ class Stage:
     layers: tuple[int, int]
     runner: ModelRunner
 
+    @property
+    def runtime_blocks(self) -> int:
+        return self.runner.kv_cache.num_blocks
+
 
 class EnginePipelineExecutor(Executor):
     """Runs a pipeline group's steps on its stages (the engine side of ``PipelineExecutor``)."""
@@ -54,7 +58,9 @@ class EnginePipelineExecutor(Executor):
         self.members = list(members)
         self.factory = factory
         self.stats = PipelineStats()
-        self.stage_costs: list[Any] = []  # what Reconfigurer._refresh_group sets (the engine times by running)
+        # the members' handles, as PipelineExecutor's stage cost models (a policy counts the stages;
+        # Reconfigurer._refresh_group resets them): the engine times steps by running them
+        self.stage_costs: list[Any] = [m.cost_model for m in self.members]
         self.exchanged_bytes = 0  # KV copied to another member's stage at formation
         self.split_bytes = 0  # KV copied back to whole instances at the split
 
@@ -118,6 +124,12 @@ class EnginePipelineExecutor(Executor):
     def import_kv(self, block_ids: list[int], payload: torch.Tensor) -> None:
         for s in self.stages:
             s.runner.kv_cache.write_blocks(block_ids, payload[s.layers[0]:s.layers[1]])
+
+    @property
+    def num_gpu_blocks(self) -> int:
+        """The group's KV blocks: every stage's cache holds them (the reconfigurer sizes the
+        group's block manager by this)."""
+        return min(s.runtime_blocks for s in self.stages)
 
     def _num_blocks(self, tokens: int) -> int:
         return -(-tokens // self.runner.kv_cache.block_size)

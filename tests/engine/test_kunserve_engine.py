@@ -105,6 +105,7 @@ def test_drop_to_one_pipeline_group_and_restore_gives_the_tokens_of_running_alon
     factory = engine.factory
     (executor,) = factory.group_executors
     assert executor.exchanged_bytes > 0 and executor.split_bytes > 0
+    assert executor.num_gpu_blocks == 2 * engine.num_gpu_blocks  # a half-model stage's budget holds twice the tokens
     per_layer = sum(p.numel() * p.element_size() for p in loaded.model.layers[0].parameters())
     assert factory.dropped_bytes == factory.restored_bytes == 2 * (NUM_LAYERS // 2) * per_layer
     for iid in (0, 1):
