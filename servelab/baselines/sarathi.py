@@ -44,11 +44,16 @@ class SarathiPolicy(ContinuousBatchingPolicy):
         for req in running:
             if not is_decode(req) and req.request_id not in b.evicted and b.tokens_left > 0:
                 b.try_add(req, min(req.num_pending_tokens, b.tokens_left))
-        for req in sorted_by(state.waiting, self._key):
+        waiting = sorted_by(state.waiting, self._key)
+        for req in waiting:
             if req.request_id in rejected:
                 continue
             if b.tokens_left < 1 or not b.try_add(req, min(req.num_pending_tokens, b.tokens_left), new_request=True):
                 break
+        if not b.ids and not b.group_ids and waiting and not state.running:
+            # requests holding the blocks wait with their KV behind a head that cannot fit
+            # (hand-offs; a pipeline group's exchanged requests): run them, as vllm does
+            self._run_held_kv(state, waiting, b, chunked=True)
         if not b.ids and not b.group_ids and state.swapped and not b.preempt:
             return self._swap_in_one(state, b)
         plan = b.build()
