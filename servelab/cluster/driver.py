@@ -282,7 +282,8 @@ class ClusterDriver:
         if not specs:
             self._on_arrivals_done()
         ended = self.collector.ended_requests
-        while i < num_specs or len(events):
+        while i < num_specs or len(events) or (len(ended) < len(self.requests) and self.mover.break_stalemate()
+                                               and len(events)):
             if i == num_specs and len(ended) == len(self.requests):
                 break  # every request ended: timers left in the heap (max-wait, wake-ups) are moot
             next_arrival = specs[i].arrival_time_s if i < num_specs else math.inf
@@ -349,7 +350,8 @@ class ClusterDriver:
             try:
                 self._on_message(inbox.get(timeout=wait))
             except queue_mod.Empty:
-                pass
+                if not len(events) and not self.idle():
+                    self.mover.break_stalemate()
         self.now_s = self.clock.now()
         self._abort_leftovers("server shutting down")
 

@@ -218,6 +218,27 @@ class Mover:
             if rid in rt.detached:
                 c.drivers[iid].release_detached(rid)
 
+    def break_stalemate(self) -> int:
+        """Nothing runs or moves anywhere, yet transfers wait for memory: each destination's
+        blocks are held by requests waiting to leave it (two instances handing off to each
+        other, both full). No step can free a block, so the waiting hand-offs are given up:
+        each request goes on from its source (the split was an optimisation, not a must).
+        Returns how many came back; the caller calls this only when the cluster is still."""
+        c = self.cluster
+        if self._active or any(c.drivers[i].busy for i in c.active):
+            return 0
+        back = 0
+        for dst in list(self._blocked):
+            waiting, self._blocked[dst] = self._blocked[dst], []
+            for t in waiting:
+                if t.source == POOL or t.source not in c.active:
+                    self._blocked[dst].append(t)
+                    continue
+                t.final = True  # it had left its source (detached): it comes back there
+                self._return_to_source(t)
+                back += 1
+        return back
+
     def _return_to_source(self, t: Transfer) -> None:
         """A transfer's destination failed before it landed: the request goes on from its source
         (a stream is simply dropped; a detached request runs where it is; a held or pooled one

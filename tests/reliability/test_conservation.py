@@ -129,3 +129,11 @@ def test_handed_off_requests_that_cannot_grow_give_up_their_kv():
     rows = [(0.00091, 31, 28), (0.00204, 47, 121), (0.00248, 96, 95), (0.00298, 48, 22), (0.00299, 63, 190),
             (0.00376, 15, 107), (0.00637, 80, 15), (0.00926, 95, 109), (0.00962, 48, 113)]
     assert _outcomes("distserve x2", rows) == {"finished": 9}
+
+
+def test_two_instances_handing_off_to_each_other_when_both_are_full_go_on_at_home():
+    """DynaServe x2 on a tiny KV cache: each instance's blocks were held by requests waiting to
+    move to the other, both full, nothing running: a stalemate. The hand-offs are given up and
+    the requests finish where they are (before: all four aborted when the run ended)."""
+    rows = [(0.00013, 47, 165), (0.00076, 53, 153), (0.00114, 91, 174), (0.00152, 70, 170)]
+    assert _outcomes("dynaserve x2", rows) == {"finished": 4}
