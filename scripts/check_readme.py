@@ -39,7 +39,7 @@ FAST_REWRITES: tuple[tuple[str, str], ...] = (
     (r"-w azure-conv ", "-w azure-conv:window=0-60 "),
     (r"window=0-600", "window=0-60"),
     (r"(servelab reproduce multibin-engine)\b", r"\1 --num-requests 8 --ks 1,2 --model {workdir}/tiny_fast"),
-    (r"(servelab reproduce (?:multibin|bucketserve|dynaserve))(?= |$)(?! --reduced)", r"\1 --reduced"),
+    (r"(servelab reproduce (?:multibin|bucketserve|dynaserve|alignedserve|kunserve))(?= |$)(?! --reduced)", r"\1 --reduced"),
     (r"(servelab reproduce bucketserve --reduced)", r"\1 --no-engine"),
     (r"(servelab calibrate .*)", r"\1 --grid reduced"),
     (r"(servelab generate .*)", r"\1 --max-tokens 16"),
