@@ -177,8 +177,10 @@ def _peak_flops(cluster: ClusterConfig) -> float | None:
 
 def sweep(workload: Sequence[RequestSpec], policies: Sequence[str], rates: Sequence[float],
           hardware: HardwareChoice = HardwareChoice(), *, slo: SLO | None = None,
-          on_point: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
-    """Every policy at every mean arrival rate (the workload's pattern kept, gaps rescaled)."""
+          on_point: Callable[[dict], None] | None = None,
+          on_requests: Callable[[dict, Sequence[Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Every policy at every mean arrival rate (the workload's pattern kept, gaps rescaled).
+    ``on_requests(row, requests)`` hears each point's requests (the CLI writes them as CSV)."""
     from servelab.workloads.workload import scale_to_rate
 
     if not policies:
@@ -200,6 +202,8 @@ def sweep(workload: Sequence[RequestSpec], policies: Sequence[str], rates: Seque
                    "rejected_context": s.num_rejected_context, "aborted": s.num_aborted,
                    "top_abort_reason": next(iter(top_reasons(s, "aborted", k=1, width=120)), ("", 0))[0], "wall_s": out.wall_s}
             rows.append(row)
+            if on_requests is not None:
+                on_requests(row, out.result.requests)
             if on_point is not None:
                 on_point(row)
     return rows

@@ -182,7 +182,9 @@ def sweep(
         with progress_bar(f"sweeping {len(names)} policies x {len(rate_values)} rates", not json_out) as cb:
             done: list[dict] = []
             rows = api.sweep(wl, names, rate_values, hw, slo=target,
-                             on_point=None if cb is None else lambda r: (done.append(r), cb(len(done) / total)))
+                             on_point=None if cb is None else lambda r: (done.append(r), cb(len(done) / total)),
+                             on_requests=lambda r, reqs: write_requests_csv(
+                                 out / "requests" / f"{_file_safe(r['policy'])}@{r['rate']:g}.csv", reqs))
     context = run_context(workload=workload, seed=seed, slo=target, hardware=hw, policies=clusters,
                           rates=rate_values)
     write_json(out / "sweep.json", {"context": context, "rows": rows})
@@ -196,7 +198,7 @@ def sweep(
         from servelab.cli.common import console
 
         console().print(sweep_table(rows, title))
-        typer.echo(f"wrote {out}/sweep.json and plots")
+        typer.echo(f"wrote {out}/sweep.json, plots and requests/<policy>@<rate>.csv")
     exit_if_aborted([(f"{r['policy']} at rate {r['rate']:g}", r["aborted"], r["arrived"], r["top_abort_reason"])
                      for r in rows])
 
@@ -315,3 +317,8 @@ _register_optional_commands()
 
 if __name__ == "__main__":
     app()
+
+
+def _file_safe(name: str) -> str:
+    """A policy spec as a file name (``sarathi:token_budget=256`` -> ``sarathi_token_budget=256``)."""
+    return "".join(ch if ch.isalnum() or ch in "=-._" else "_" for ch in name)

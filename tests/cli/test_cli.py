@@ -33,6 +33,12 @@ def test_sweep_writes_table_and_plots(tmp_path):
     assert {(r["policy"], r["rate"]) for r in rows} == {(p, r) for p in ("vllm", "static:batch_size=4")
                                                         for r in (5.0, 20.0)}
     assert (tmp_path / "slo_attainment.png").stat().st_size > 0
+    import csv  # a per-request CSV beside every point of the sweep, its rows the point's requests
+
+    for r in rows:
+        name = r["policy"].replace(":", "_")
+        with (tmp_path / "requests" / f"{name}@{r['rate']:g}.csv").open() as f:
+            assert len(list(csv.DictReader(f))) == r["arrived"]
 
 
 def test_unknown_policy_is_a_clear_error():
