@@ -10,9 +10,10 @@ Instances in one process run one at a time (steps are serialised; a step's time 
 time), which is exact for one instance and a faithful, slower stand-in for several GPUs;
 the Ray backend puts instances in separate processes behind the same driver.
 
-With ``layer_ranges=True`` (in process) instances can drop layers, form pipeline groups and
+With ``layer_ranges=True`` instances can drop layers, form pipeline groups and
 restore, as KunServe does: ``servelab.engine.layer_range`` (the rebuild factory) and
-``servelab.engine.pipeline`` (the group's stage-by-stage executor) move the real weights and KV.
+``servelab.engine.pipeline`` (the group's stage-by-stage executor) move the real weights and KV
+(on Ray: ``ray_backend.layers``, the stages in the members' actors).
 
 Invariants: every request ends completed, rejected or aborted with a reason; a request whose
 prompt plus ``max_tokens`` exceeds ``max_model_len`` (default: the model's positions) is
@@ -120,8 +121,6 @@ class EngineCluster:
 
         if backend not in BACKENDS:
             raise UserError(f"unknown engine backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-        if layer_ranges and backend != "inprocess":
-            raise UserError("layer_ranges (layer drops and pipeline groups) runs on the inprocess backend only")
         self.backend = backend
         self.layer_ranges = layer_ranges  # instances may drop layers and form pipeline groups (KunServe)
         self.ray_config = ray_config  # a ray_backend.RayConfig; None: its defaults
@@ -208,7 +207,12 @@ class EngineCluster:
         if self.layer_ranges:
             from servelab.engine.layer_range import EngineFactory
 
-            factory = EngineFactory(self, states, sampler)
+            if executors is not None:  # the Ray backend: weights and caches change in the actors
+                from servelab.engine.ray_backend.layers import RayEngineFactory
+
+                factory = RayEngineFactory(self, states, sampler, executors)
+            else:
+                factory = EngineFactory(self, states, sampler)
         for iid, group in enumerate(self.groups):
             spec = hw = None
             if factory is not None:

@@ -17,7 +17,9 @@ Chosen with ``EngineCluster(..., backend="ray")`` (``--backend ray`` on ``genera
   replaces dead actors when the next cluster is built.
 - ``bench``: KV transfer time vs size, per-step overhead, end-to-end runs -> docs/ray.md.
 
-Not here yet: pipeline groups across actors (the engine cluster has none).
+- ``layers`` / ``stage_worker``: KunServe's layer drops with ``layer_ranges=True``: a pipeline
+  group's stages run in the members' actors (hidden states handed on as object refs), KV
+  exchanged and split and restored weights copied actor to actor.
 """
 
 from servelab.engine.ray_backend.config import KV_TRANSPORTS, RayConfig

@@ -22,6 +22,8 @@ import numpy as np
 import ray
 import torch
 
+from servelab.engine.ray_backend.stage_worker import StageMethods
+
 KV_GROUP = "kv"
 
 
@@ -30,25 +32,35 @@ def _to_bytes(t: torch.Tensor) -> np.ndarray:
     return t.contiguous().view(torch.uint8).cpu().numpy()
 
 
-class InstanceWorker:
+class InstanceWorker(StageMethods):
     def __init__(self, path: str, dtype: str, device: str, num_blocks: int, block_size: int,
                  num_host_blocks: int, seed: int, num_threads: int) -> None:
-        from servelab.engine.kv_cache import PagedKVCache
-        from servelab.engine.loader import load_checkpoint
-        from servelab.engine.runner import ModelRunner
         from servelab.engine.sampling import Sampler
 
         torch.set_num_threads(num_threads)
         self.num_threads = num_threads
+        self.device = torch.device(device)
+        self._ckpt = (path, dtype, device)
+        self._cache_args = (num_blocks, block_size, num_host_blocks)
+        self._sampler_cls = Sampler
+        self._load_whole(Sampler(seed, device=self.device))
+        self._group_ready = False
+
+    def _load_whole(self, sampler=None) -> None:
+        """The whole model from the checkpoint on a fresh whole cache (at start, and after a
+        run that ended with this actor a pipeline stage)."""
+        from servelab.engine.kv_cache import PagedKVCache
+        from servelab.engine.loader import load_checkpoint
+        from servelab.engine.runner import ModelRunner
+
+        path, dtype, device = self._ckpt
+        num_blocks, block_size, num_host_blocks = self._cache_args
         loaded = load_checkpoint(path, dtype=dtype, device=device)
         c = loaded.config
-        self.device = torch.device(device)
         cache = PagedKVCache(c.num_layers, num_blocks, block_size, c.num_kv_heads, c.head_dim,
                              dtype=loaded.model.embed_tokens.weight.dtype, device=self.device,
                              num_host_blocks=num_host_blocks)
-        self.runner = ModelRunner(loaded.model, cache, Sampler(seed, device=self.device))
-        self._sampler_cls = Sampler
-        self._group_ready = False
+        self.runner = ModelRunner(loaded.model, cache, sampler or self._sampler())
 
     @property
     def cache(self):
@@ -60,7 +72,10 @@ class InstanceWorker:
 
     def reset(self, seed: int) -> None:
         """A fresh run: a fresh sampler (seeded as in-process); cache contents need no clearing."""
-        self.runner.sampler = self._sampler_cls(seed, device=self.device)
+        sampler = self._sampler_cls(seed, device=self.device)
+        for runner in (self.runner, self.stage):
+            if runner is not None:
+                runner.sampler = sampler
 
     # ---- steps ----
     def step(self, chunks: Sequence, sampling: Mapping, swap_copies: Sequence, padding: tuple | None
@@ -79,17 +94,17 @@ class InstanceWorker:
         return sampled, time.perf_counter() - t0
 
     def release(self, request_id: int) -> None:
-        self.runner.release(request_id)
+        (self.runner or self.stage).release(request_id)
 
     def take_generator(self, request_id: int):
         """The seeded generator's state of a request leaving this instance (None if it has none)."""
-        gen = self.runner.sampler._generators.pop(request_id, None)  # noqa: SLF001 (the sampler's per-request RNGs)
+        gen = self._sampler()._generators.pop(request_id, None)  # noqa: SLF001 (the sampler's per-request RNGs)
         return None if gen is None else gen.get_state()
 
     def put_generator(self, request_id: int, state) -> None:
         gen = torch.Generator(device=self.device)
         gen.set_state(state)
-        self.runner.sampler._generators[request_id] = gen  # noqa: SLF001
+        self._sampler()._generators[request_id] = gen  # noqa: SLF001
 
     # ---- KV through the object store ----
     @ray.method(concurrency_group=KV_GROUP)
