@@ -50,7 +50,7 @@ class SarathiPolicy(ContinuousBatchingPolicy):
                 continue
             if b.tokens_left < 1 or not b.try_add(req, min(req.num_pending_tokens, b.tokens_left), new_request=True):
                 break
-        if not b.ids and not b.group_ids and waiting and not state.running:
+        if not b.ids and not b.group_ids and waiting and not state.num_running:
             # requests holding the blocks wait with their KV behind a head that cannot fit
             # (hand-offs; a pipeline group's exchanged requests): run them, as vllm does
             self._run_held_kv(state, waiting, b, chunked=True)

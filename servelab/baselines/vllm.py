@@ -89,7 +89,7 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
             if not b.try_add(req, req.num_pending_tokens, new_request=True):
                 break
             admitted_prefill |= req.num_pending_tokens > 1 or req.is_prefill
-        if not b.ids and waiting and not state.running:
+        if not b.ids and waiting and not state.num_running:  # a count: no member synced
             self._run_held_kv(state, waiting, b)
         if admitted_prefill:
             return b.build()

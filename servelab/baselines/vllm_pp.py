@@ -8,8 +8,9 @@ scheduled by chunked prefill with a budget of ``stages x token_budget`` (vLLM ru
 virtual engine per stage, each with its own budget and its own ``max_num_seqs``) and cut into ``num_microbatches``
 microbatches by token count (vLLM's chunking).
 
-Stand-in: vLLM's virtual engines overlap consecutive steps; here a group drains between
-steps (``servelab.cluster.pipeline``), which adds the fill/drain bubble to every step.
+vLLM's virtual engines overlap consecutive steps, and so do the groups here by default
+(``servelab.cluster.pipeline``: microbatch slot m enters stage 0 when its previous pass has
+left the last stage); ``overlap=false`` makes every step fill and drain the pipeline instead.
 KunServe's groups run on the same pipeline model, so the comparison between them is even.
 """
 
@@ -31,6 +32,7 @@ from servelab.costmodel.links import LinkSpec
 class VLLMPPConfig:
     num_stages: int = 2
     num_microbatches: int = 2
+    overlap: bool = True  # consecutive steps overlap, as vLLM's virtual engines run them
 
     def __post_init__(self) -> None:
         if self.num_stages < 2 or self.num_microbatches < 1:
@@ -69,7 +71,8 @@ class VLLMPPRouter(Router):
             first = cluster.instance(members[0])
             actions.append(FormPipeline(members, self.config.num_microbatches,
                                         former=MicrobatchFormer("tokens", self.config.num_microbatches),
-                                        max_num_seqs=s * first.max_num_seqs, max_batch_tokens=s * first.max_batch_tokens))
+                                        max_num_seqs=s * first.max_num_seqs, max_batch_tokens=s * first.max_batch_tokens,
+                                        overlap=self.config.overlap))
         return actions
 
 

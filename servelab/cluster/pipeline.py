@@ -6,11 +6,24 @@ s-1 (the classic GPipe recurrence, forward only):
 
     start[m][s] = max(end[m-1][s], end[m][s-1] + send[m][s-1])     end = start + t[m][s]
 
-The step takes ``end[M-1][S-1]`` (the group drains between steps: one scheduling step at a
-time, as a synchronous scheduler runs it; consecutive steps do not overlap). The bubble is
-the stage time not spent computing: ``S * makespan - sum(t)``. Activations cross the link
-between consecutive stages with priority over KV and parameter traffic, but wait for a
-chunk already on that link (``Link.occupy``).
+Two ways to run consecutive steps (``PipelineExecutor(overlap=...)``):
+
+- **overlapped** (default, vLLM's virtual engines and Sarathi-Serve's pipeline): microbatch
+  slot m of the next step enters stage 0 as soon as stage 0 is free and slot m's previous
+  pass has left the last stage (its tokens are known), so while the group stays busy the
+  pipeline stays full and a step costs its slowest stage, not fill plus drain. The
+  synchronous driver still decides the step when the previous one ends; the slot's start
+  may lie before that decision by at most one pass (a virtual engine decides its own
+  microbatch when its previous pass leaves), and the step ends when its last microbatch
+  leaves the last stage. After an idle gap the pipeline starts empty.
+- **drained** (``overlap=False``): every step fills and drains the pipeline, as one
+  synchronous scheduler with no virtual engines runs it; ``end[M-1][S-1]`` from ``now``.
+
+The bubble is the stage time not spent computing: ``S * makespan - sum(t)`` (per step it
+can be negative when overlapped, the step's work having started inside the previous step's
+window; summed over a run it is the idle stage time). Activations cross the link between
+consecutive stages with priority over KV and parameter traffic, but wait for a chunk already
+on that link (``Link.occupy``).
 
 ``PipelineExecutor`` is the simulator's executor of a group: a cost model per stage (each
 built for its layer range, so only the first stage pays the embedding and only the last the
@@ -33,6 +46,8 @@ class PipelineTiming:
     makespan_s: float
     busy_s: tuple[float, ...]  # per stage
     activation_wait_s: float  # time activations spent waiting for a busy link
+    stage_free_s: tuple[float, ...] = ()  # absolute time each stage finishes its last microbatch
+    exit_s: tuple[float, ...] = ()  # absolute time each microbatch leaves the last stage
 
     @property
     def bubble_s(self) -> float:
@@ -45,18 +60,26 @@ class PipelineTiming:
 
 
 def pipeline_schedule(stage_times: Sequence[Sequence[float]], send_times: Sequence[Sequence[float]] = (),
-                      start_s: float = 0.0, links: Sequence[Any] = ()) -> PipelineTiming:
+                      start_s: float = 0.0, links: Sequence[Any] = (), stage_free_s: Sequence[float] | None = None,
+                      ready_s: Sequence[float] = ()) -> PipelineTiming:
     """Times of ``M`` microbatches over ``S`` stages (``stage_times[m][s]``); ``send_times[m][s]``
     is microbatch m's activation transfer from stage s to s+1 (S-1 entries per row). With
-    ``links`` (one per stage boundary) each send also waits for, and then occupies, its link."""
+    ``links`` (one per stage boundary) each send also waits for, and then occupies, its link.
+
+    A pipeline already running passes ``stage_free_s`` (when each stage finishes the work it
+    holds; default: all free at ``start_s``) and ``ready_s`` (the earliest time microbatch m
+    may enter stage 0; microbatches past its end are ready at once): the step then starts
+    inside the previous one's tail. ``makespan_s`` is always measured from ``start_s``."""
     num_mb = len(stage_times)
     if num_mb == 0:
-        return PipelineTiming(0.0, (), 0.0)
+        return PipelineTiming(0.0, (), 0.0, tuple(stage_free_s or ()), ())
     num_stages = len(stage_times[0])
-    prev_end = [start_s] * num_stages  # end of the previous microbatch on each stage
+    # end of the previous microbatch on each stage
+    prev_end = list(stage_free_s) if stage_free_s is not None else [start_s] * num_stages
     wait = 0.0
+    exits = []
     for m in range(num_mb):
-        arrive = start_s
+        arrive = ready_s[m] if m < len(ready_s) else (start_s if stage_free_s is None else prev_end[0])
         for s in range(num_stages):
             begin = max(prev_end[s], arrive)
             end = begin + stage_times[m][s]
@@ -69,9 +92,10 @@ def pipeline_schedule(stage_times: Sequence[Sequence[float]], send_times: Sequen
                     arrive = done
                 else:
                     arrive = end + send
-    makespan = prev_end[-1] - start_s
+        exits.append(prev_end[-1])
+    makespan = max(exits) - start_s
     busy = tuple(sum(stage_times[m][s] for m in range(num_mb)) for s in range(num_stages))
-    return PipelineTiming(makespan, busy, wait)
+    return PipelineTiming(makespan, busy, wait, tuple(prev_end), tuple(exits))
 
 
 def split_shape(shape: StepShape, groups: Sequence[Sequence[int]]) -> list[StepShape]:
@@ -119,7 +143,7 @@ class PipelineExecutor:
     """Times a group's steps from its stages' cost models and the links between them."""
 
     def __init__(self, stage_costs: Sequence[Any], stage_links: Sequence[Any], *, hidden_bytes_per_token: float,
-                 num_microbatches: int = 2, clock=None, former=None) -> None:
+                 num_microbatches: int = 2, clock=None, former=None, overlap: bool = True) -> None:
         if len(stage_links) != len(stage_costs) - 1:
             raise ValueError("a pipeline of S stages needs S-1 links between them")
         self.stage_costs = list(stage_costs)
@@ -128,7 +152,10 @@ class PipelineExecutor:
         self.num_microbatches = num_microbatches
         self.clock = clock  # () -> now_s, to place activations on the links in time
         self.former = former  # shape -> groups of row indices (None: token-count balancing)
+        self.overlap = overlap  # consecutive steps overlap while the group stays busy (module docstring)
         self.stats = PipelineStats()
+        self._last: PipelineTiming | None = None  # the previous step, when overlapping
+        self._last_end_s = float("-inf")
 
     def time_step(self, shape: StepShape, groups: Sequence[Sequence[int]] | None = None, start_s: float = 0.0
                   ) -> PipelineTiming:
@@ -141,7 +168,14 @@ class PipelineExecutor:
         times = [[cost.step_time_s(p) for cost in self.stage_costs] for p in parts]
         sends = [[lk.spec.transfer_time_s(p.num_tokens * self.hidden_bytes_per_token) for lk in self.stage_links]
                  for p in parts]
-        timing = pipeline_schedule(times, sends, start_s, self.stage_links)
+        carried = self.overlap and self._last is not None and start_s <= self._last_end_s + 1e-9
+        if carried:  # the group stayed busy: this step fills the previous one's drain
+            timing = pipeline_schedule(times, sends, start_s, self.stage_links,
+                                       stage_free_s=self._last.stage_free_s, ready_s=self._last.exit_s)
+        else:
+            timing = pipeline_schedule(times, sends, start_s, self.stage_links)
+        if self.overlap:
+            self._last, self._last_end_s = timing, start_s + timing.makespan_s
         st = self.stats
         st.num_steps += 1
         st.makespan_s += timing.makespan_s

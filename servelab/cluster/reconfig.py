@@ -55,6 +55,9 @@ class FormPipeline:
     # virtual engines' worth of rows in vLLM, so a caller may pass S x the member's
     max_num_seqs: int | None = None
     max_batch_tokens: int | None = None
+    # consecutive steps overlap while the group stays busy (vLLM's virtual engines); False:
+    # every step fills and drains the pipeline (servelab.cluster.pipeline)
+    overlap: bool = True
 
 
 @dataclass(frozen=True, slots=True)

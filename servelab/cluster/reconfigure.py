@@ -270,7 +270,7 @@ class Reconfigurer:
         executor = make_group(members, links, a, gid) if make_group is not None else \
             PipelineExecutor([m.cost_model for m in members], links,
                                     hidden_bytes_per_token=model.hidden_size * members[0].spec.dtype_bytes,
-                                    num_microbatches=a.num_microbatches, clock=lambda: c.now_s,
+                                    num_microbatches=a.num_microbatches, clock=lambda: c.now_s, overlap=a.overlap,
                                     former=a.former if a.former is not None else
                                     getattr(factory, "microbatch_former", lambda *_: None)(gid))
         blocks = _group_blocks(executor, members)

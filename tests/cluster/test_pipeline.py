@@ -10,7 +10,7 @@ import pytest
 from servelab.catalog.models import get_model
 from servelab.cluster.config import ClusterConfig, InstanceGroup
 from servelab.cluster.links import Link
-from servelab.cluster.pipeline import balance_rows, pipeline_schedule
+from servelab.cluster.pipeline import PipelineExecutor, balance_rows, pipeline_schedule
 from servelab.cluster.reconfig import FormPipeline, SetLayers, SplitPipeline
 from servelab.core.plan import StepShape
 from servelab.core.policy import ROUTERS, Placement, Router
@@ -45,6 +45,65 @@ def test_activation_waits_for_the_chunk_on_its_link():
     t = pipeline_schedule([[1.0, 1.0]], [[0.1]], links=[link])
     assert t.activation_wait_s == pytest.approx(2.0)
     assert t.makespan_s == pytest.approx(3.1 + 1.0)
+
+
+def test_a_running_pipeline_starts_the_next_step_in_the_last_ones_tail():
+    # 2 equal microbatches on 2 stages of 1 s: the first step fills and drains (3 s); the next,
+    # decided at 3, began at 2 (slot 0 left the last stage at 2, stage 0 was free): it ends at 5
+    first = pipeline_schedule([[1.0, 1.0], [1.0, 1.0]])
+    assert first.makespan_s == pytest.approx(3.0) and first.exit_s == (2.0, 3.0) and first.stage_free_s == (2.0, 3.0)
+    nxt = pipeline_schedule([[1.0, 1.0], [1.0, 1.0]], start_s=3.0, stage_free_s=first.stage_free_s,
+                            ready_s=first.exit_s)
+    assert nxt.makespan_s == pytest.approx(2.0) and nxt.exit_s == (4.0, 5.0) and nxt.bubble_s == pytest.approx(0.0)
+
+
+class _Scripted:
+    """Stage cost models that answer from one script: the executor asks microbatch by
+    microbatch, stage by stage, so microbatch m costs ``times[m]`` on every stage."""
+
+    def __init__(self, times: list[float], num_stages: int) -> None:
+        self.script = [t for t in times for _ in range(num_stages)]
+        self.k = 0
+
+    def step_time_s(self, shape) -> float:
+        t = self.script[self.k % len(self.script)]
+        self.k += 1
+        return t
+
+
+def _run(overlap: bool, starts, times_per_mb) -> tuple[list[float], float]:
+    """Steps launched at ``starts`` (None: when the previous one ended) on a 2-stage group whose
+    microbatch m takes ``times_per_mb[m]`` on each stage; returns each step's time and the bubble."""
+    shapes = [StepShape((), (), num_decodes=1, decode_context_sum=1, decode_context_max=1) for _ in times_per_mb]
+    cost = _Scripted(times_per_mb, 2)
+    ex = PipelineExecutor([cost, cost], [Link("l", LinkSpec(1e12))], hidden_bytes_per_token=0.0,
+                          former=lambda shape: shapes, overlap=overlap)
+    now, makespans = 0.0, []
+    for start in starts:
+        now = now if start is None else start
+        makespans.append(ex.time_step(shapes[0], start_s=now).makespan_s)
+        now += makespans[-1]
+    return makespans, ex.stats.bubble_share
+
+
+def test_overlapped_steps_cost_their_slowest_stage_and_drained_ones_fill_and_drain():
+    steps = [None] * 10
+    over, over_bubble = _run(True, steps, [1.0, 1.0])
+    drain, drain_bubble = _run(False, steps, [1.0, 1.0])
+    assert drain == pytest.approx([3.0] * 10) and drain_bubble == pytest.approx(1 / 3)
+    assert over == pytest.approx([3.0] + [2.0] * 9)  # fill once, then full
+    assert over_bubble == pytest.approx((2 * 21 - 2 * 20) / (2 * 21))  # 21 s of two stages, 40 s of work
+    # after an idle gap the pipeline starts empty again
+    gap, _ = _run(True, [None, None, 100.0, None], [1.0, 1.0])
+    assert gap == pytest.approx([3.0, 2.0, 3.0, 2.0])
+
+
+def test_unbalanced_microbatches_leave_a_bubble_even_when_overlapped():
+    # KunServe's Fig. 8: microbatches of 1 s and 2 s per stage -> the steady step takes 4 s for
+    # 3 s of work per stage (25% bubble); balanced 1.5 s ones take 3 s (none)
+    unbalanced, _ = _run(True, [None] * 6, [1.0, 2.0])
+    balanced, _ = _run(True, [None] * 6, [1.5, 1.5])
+    assert unbalanced[1:] == pytest.approx([4.0] * 5) and balanced[1:] == pytest.approx([3.0] * 5)
 
 
 def test_balance_rows_spreads_tokens():

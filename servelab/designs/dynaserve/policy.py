@@ -130,7 +130,7 @@ class DynaServePolicy(ContinuousBatchingPolicy):
             self._budget_steps += 1
             b.token_budget = b.num_tokens + max(budget, 0)
             self._add_prefill(b, prefill, {r.request_id for r in running}, self.table_for(state))
-        if not b.ids and not group_ids and waiting and not state.running:
+        if not b.ids and not group_ids and waiting and not state.num_running:
             self._run_held_kv(state, waiting, b, chunked=True)  # KV holders behind a head that cannot fit
         if not b.ids and not group_ids and state.swapped and not b.preempt:
             return self._swap_in_one(state, b)

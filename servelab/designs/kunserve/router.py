@@ -67,6 +67,7 @@ class KunServeConfig:
     autoscale_after_s: float = 30.0
     sample_s: float = 0.5  # memory timeline resolution
     token_budget: int = 512  # the instances' step budget (sizes the exchange chunks)
+    overlap: bool = True  # a group's consecutive steps overlap (False: each fills and drains the pipeline)
 
     def __post_init__(self) -> None:
         if self.former not in _FORMERS:
@@ -196,7 +197,8 @@ class KunServeRouter(Router):
         actions: list = [SetLayers(iid, rng) for iid, rng in zip(members, ranges)]
         n = len(members)  # one virtual engine per stage, as vLLM's pipeline runs
         actions.append(FormPipeline(tuple(members), cfg.num_microbatches, exchange_chunk_bytes=chunk, former=former,
-                                    max_num_seqs=n * first.max_num_seqs, max_batch_tokens=n * first.max_batch_tokens))
+                                    max_num_seqs=n * first.max_num_seqs, max_batch_tokens=n * first.max_batch_tokens,
+                                    overlap=cfg.overlap))
         return actions
 
     def _chunk_bytes(self, view, members, cluster: ClusterState) -> float:

@@ -150,10 +150,13 @@ def _extreme(rate: float, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> dict:
 def _gap_microbatches(rate: float, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> list[dict]:
     specs = st.workload("longbench", rate, sizes.duration_s, sizes.bursts, seed)
     rows = []
-    for m in (2, 4, 8):
-        r = ex.run_system("kunserve", specs, hw, sizes, spec=f"kunserve:num_microbatches={m}")
-        rows.append({"num_microbatches": m, "bubble_share": r.get("pipeline", {}).get("bubble_share"),
-                     "ttft_s": r["ttft_s"], "tpot_s": r["tpot_s"]})
+    for overlap in (True, False):
+        for m in (2, 4, 8):
+            r = ex.run_system("kunserve", specs, hw, sizes,
+                              spec=f"kunserve:num_microbatches={m},overlap={str(overlap).lower()}")
+            rows.append({"num_microbatches": m, "overlap": overlap,
+                         "bubble_share": r.get("pipeline", {}).get("bubble_share"),
+                         "ttft_s": r["ttft_s"], "tpot_s": r["tpot_s"]})
     return rows
 
 
