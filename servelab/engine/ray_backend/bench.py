@@ -7,7 +7,9 @@
    store vs torch.distributed gloo, next to an in-process copy between two caches.
 2. Per-step overhead of the actor boundary: the same workload on two instances in process
    and on Ray; each Ray step's round trip seen by the driver vs its compute in the actor.
-3. End-to-end latency of vllm x2, distserve (1P1D) and dynaserve x2 on a small GSM8K
+3. The activation hand-off between two pipeline stages in two actors (KunServe's group
+   step on Ray: ``bench_pipeline``), by object ref and through the driver.
+4. End-to-end latency of vllm x2, distserve (1P1D) and dynaserve x2 on a small GSM8K
    workload: the engine in process, the engine on Ray, and the simulator with this machine's
    calibrated linear cost model (``servelab calibrate``) and a link fitted to the measured
    transfers of the default ``auto`` transport (per token, so the catalog model's KV size
@@ -63,6 +65,8 @@ class BenchResult:
     fits: dict = field(default_factory=dict)  # transport -> (latency s, bandwidth B/s)
     steps: dict = field(default_factory=dict)
     e2e: list[dict] = field(default_factory=list)
+    pipeline: list[dict] = field(default_factory=list)  # the activation hand-off between two stage actors
+    pipeline_overlap: list[dict] = field(default_factory=list)  # one step's wall time per microbatch count
     gloo_max_bytes: int = 0  # the auto transport's threshold in the runs below
     wall_s: float = 0.0
     cpu_s: float = 0.0
@@ -235,6 +239,11 @@ def run(size: BenchSize, model: str | None, seed: int = 0) -> BenchResult:
         print("per-step overhead", flush=True)
         burst = [replace(s, arrival_time_s=0.0) for s in specs]
         step_overhead(engine, EngineCluster(loaded, "vllm", cfg, num_instances=2), burst, params, cost, out)
+        print("pipeline stage hand-off", flush=True)
+        from servelab.engine.ray_backend.bench_pipeline import pipeline_handoff, pipeline_overlap
+
+        out.pipeline = pipeline_handoff(engine, size.transfer_repeats)
+        out.pipeline_overlap = pipeline_overlap(engine, size.transfer_repeats)
         print("end to end", flush=True)
         end_to_end(loaded, cfg, engine.ray_workers, specs, params, cost, out, size.e2e_repeats)
         engine.close()

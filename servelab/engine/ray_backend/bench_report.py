@@ -120,6 +120,10 @@ def render(r: BenchResult, command: str) -> str:
              "on Ray they run side by side (one core each here), which is what the simulator assumes.",
              "- A Ray step costs its compute plus the overhead above (serialising the step's chunks and tokens, "
              "the actor call, the driver's wait); it matters most for short decode steps.",
-             "- Not measured here: pipeline stages across actors (the engine cluster has no pipeline groups yet: "
-             "KunServe's engine pipeline is being built separately), and a multi-node Ray cluster.", ""]
-    return "\n".join(head + _transfers(r) + steps + _steps(r) + e2e + _e2e(r) + notes)
+             "- Not measured here: a multi-node Ray cluster; consecutive group steps do not overlap on the engine "
+             "(the next is decided when this one's tokens are back), only the microbatches inside a step.", ""]
+    from servelab.engine.ray_backend.bench_pipeline import render_overlap, render_pipeline
+
+    pipe = render_pipeline(r.pipeline, z.transfer_repeats, r.steps.get("overhead_ms_p50"))
+    pipe += render_overlap(getattr(r, "pipeline_overlap", []), z.transfer_repeats)
+    return "\n".join(head + _transfers(r) + steps + _steps(r) + pipe + e2e + _e2e(r) + notes)

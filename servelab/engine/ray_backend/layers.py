@@ -7,14 +7,19 @@ restore copies each missing layer's tensors from the named peer's actor to this 
 the object store: the driver passes the read's ref to the write), and the split gives each
 actor a whole runner again. ``RayPipelineExecutor`` runs a group's step as chained actor
 calls: stage 0 in the first member's actor, its hidden state handed on as an ``ObjectRef`` to
-stage 1 in the next, the last samples; one ``ray.get`` per step (the group's step is
-synchronous: one microbatch, no overlap, as the in-process ``EnginePipelineExecutor``).
+stage 1 in the next, the last samples; one ``ray.get`` per step. The step's rows are cut into
+the group's ``num_microbatches`` (token-count balanced, whole rows) and every microbatch's
+chain is submitted before the wait: an actor runs its calls in submission order, so stage 1
+works on microbatch m while stage 0 works on m+1 (the overlap the in-process
+``EnginePipelineExecutor`` cannot have, its stages sharing one thread). Consecutive steps do
+not overlap: the next is decided when this one's tokens are back.
 
 KV at formation (``exchange_kv``: each request's KV, layer range by layer range, from the
 member's whole cache to every stage's cache) and at the split (``split_kv``: every stage's
 range into the target's new whole cache) goes actor to actor through the object store, the
 driver passing refs only. ``handoff_s`` per step: the step's round trip less the stages'
-compute (the two actor calls and the activation hand-off between them).
+compute (the two actor calls and the activation hand-off between them), measured on steps of
+one microbatch only (with several, stages overlap and the difference is no longer overhead).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ class RayPipelineExecutor(Executor):
     """A pipeline group's steps over its members' actors (the Ray side of ``EnginePipelineExecutor``)."""
 
     def __init__(self, stages: Sequence[RayStage], states: Any, members: Sequence[Any], factory: Any,
-                 num_blocks: int, block_size: int, block_bytes_per_layer: int) -> None:
+                 num_blocks: int, block_size: int, block_bytes_per_layer: int, num_microbatches: int = 1) -> None:
         if len(stages) < 2:
             raise ValueError("a pipeline group needs two or more stages")
         for a, b in zip(stages, stages[1:]):
@@ -60,6 +65,7 @@ class RayPipelineExecutor(Executor):
         self._num_blocks = num_blocks
         self.block_size = block_size
         self.block_bytes_per_layer = block_bytes_per_layer
+        self.num_microbatches = max(1, num_microbatches)
         self.exchanged_bytes = 0
         self.split_bytes = 0
         self.handoff_s: list[float] = []  # per step: round trip - stages' compute
@@ -75,23 +81,37 @@ class RayPipelineExecutor(Executor):
         if not chunks:
             return StepResult(duration_s=0.0)
         sampling = {c.request_id: self.states.sampling[c.request_id] for c in chunks if c.sample}
+        microbatches = _deal(chunks, self.num_microbatches)
         t0 = time.perf_counter()
-        hidden, secs = None, []
-        for stage in self.stages[:-1]:
-            hidden, s = stage.worker.run_stage.remote(chunks, hidden)  # the ref goes on, not the tensor
-            secs.append(s)
-        sampled, last = ray.get(self.stages[-1].worker.run_last_stage.remote(chunks, hidden, sampling))
-        busy = [*ray.get(secs), last]
+        lasts, secs = [], []
+        for mb in microbatches:  # every chain submitted before the wait: the stages overlap
+            hidden = None
+            for stage in self.stages[:-1]:
+                hidden, s = stage.worker.run_stage.remote(mb, hidden)  # the ref goes on, not the tensor
+                secs.append(s)
+            mb_sampling = {c.request_id: sampling[c.request_id] for c in mb if c.request_id in sampling}
+            lasts.append(self.stages[-1].worker.run_last_stage.remote(mb, hidden, mb_sampling))
+        sampled: dict[int, int] = {}
+        last_busy = 0.0
+        for got, took in ray.get(lasts):
+            sampled.update(got)
+            last_busy += took
+        firsts = ray.get(secs)  # [mb0 stage0, mb0 stage1, ..., mb1 stage0, ...]
+        n = len(self.stages) - 1
+        busy = [sum(firsts[k::n]) for k in range(n)] + [last_busy]
         wall = time.perf_counter() - t0
-        self.handoff_s.append(wall - sum(busy))
+        if len(microbatches) == 1:
+            self.handoff_s.append(wall - sum(busy))
         row_bytes = self.factory.model_spec.hidden_size * self.factory.dtype_bytes  # one token's hidden state
         self.hidden_bytes.append(sum(len(c.token_ids) for c in chunks) * row_bytes * (len(self.stages) - 1))
-        self._account(busy)
+        self._account(busy, wall)
         return StepResult(duration_s=wall, sampled_token_ids=sampled, stopped_ids=self._stops(batch, sampled))
 
-    def _account(self, busy: list[float]) -> None:
+    def _account(self, busy: list[float], wall_s: float) -> None:
+        """The step's makespan is its measured round trip (stages overlap across microbatches);
+        the bubble is the stage time inside it not spent computing (Ray's overhead included)."""
         st = self.stats
-        makespan = sum(busy)  # stages run one after another
+        makespan = max(wall_s, max(busy))
         st.num_steps += 1
         st.makespan_s += makespan
         st.stage_capacity_s += len(busy) * makespan
@@ -143,6 +163,19 @@ class RayPipelineExecutor(Executor):
         return -(-tokens // self.block_size)
 
 
+def _deal(chunks: list, num_microbatches: int) -> list[list]:
+    """Whole rows dealt, largest first, to the microbatch with the fewest tokens (token-count
+    chunking without cutting a row); each microbatch keeps the step's row order."""
+    k = max(1, min(num_microbatches, len(chunks)))
+    groups: list[list[int]] = [[] for _ in range(k)]
+    load = [0] * k
+    for i in sorted(range(len(chunks)), key=lambda i: -len(chunks[i].token_ids)):
+        j = load.index(min(load))
+        groups[j].append(i)
+        load[j] += len(chunks[i].token_ids)
+    return [[chunks[i] for i in sorted(g)] for g in groups if g]
+
+
 class RayEngineFactory(EngineFactory):
     """``EngineFactory`` whose instances are actors: weights and caches change there."""
 
@@ -174,7 +207,8 @@ class RayEngineFactory(EngineFactory):
         self.dropped_bytes += sum(dropped)
         self.staged.update(s.instance_id for s in stages)
         per_layer = 2 * e.config.block_size * c.num_kv_heads * c.head_dim * e.kv_dtype.itemsize
-        executor = RayPipelineExecutor(stages, self.states, members, self, num_blocks, e.config.block_size, per_layer)
+        executor = RayPipelineExecutor(stages, self.states, members, self, num_blocks, e.config.block_size, per_layer,
+                                       num_microbatches=getattr(action, "num_microbatches", 1))
         self.group_executors.append(executor)
         return executor
 
