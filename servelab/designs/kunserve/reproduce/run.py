@@ -199,10 +199,12 @@ def _pp_throughput(hw: st.Hardware, seed: int) -> list[dict]:
         o = st._lognormal(rng, n, ln.mean_out, ln.sigma, ln.max_out)
         specs = [RequestSpec(i, 0.0, int(a), int(b)) for i, (a, b) in enumerate(zip(p, o))]
         row = {"workload": wl, "num_requests": n}
-        for name in ("vllm", "vllm-pp"):
-            r = ex.run_system(name, specs, hw, ex.Sizes())
+        for name, spec in (("vllm", None), ("vllm-pp", None), ("vllm-pp drained", "vllm-pp:overlap=false")):
+            r = ex.run_system(name.split()[0], specs, hw, ex.Sizes(), spec=spec)
             row[name] = r["throughput_tok_s"]
+            row[f"{name} bubble"] = r.get("pipeline", {}).get("bubble_share")
         row["pp_vs_dp"] = row["vllm-pp"] / row["vllm"] - 1.0
+        row["pp_drained_vs_dp"] = row["vllm-pp drained"] / row["vllm"] - 1.0
         rows.append(row)
     return rows
 
