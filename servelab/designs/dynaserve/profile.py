@@ -110,7 +110,7 @@ class ProfileTable:
 
     @property
     def ready(self) -> bool:
-        return not np.isnan(self.latency[0, 0, 0])
+        return not math.isnan(self.latency.item(0, 0, 0))  # a Python float: asked several times per decision
 
     # ---- lookups ----
     def latency_s(self, prefill_tokens: float, mean_context: float, num_decodes: float) -> float:
@@ -119,13 +119,17 @@ class ProfileTable:
         j, wj = _locate_one(self._axes[1], mean_context)
         k, wk = _locate_one(self._axes[2], num_decodes)
         item = self.latency.item
-
-        def along_k(a: int, b: int) -> float:
-            low = item(a, b, k)
-            return low + wk * (item(a, b, k + 1) - low)
-
-        c0 = along_k(i, j) + wj * (along_k(i, j + 1) - along_k(i, j))
-        c1 = along_k(i + 1, j) + wj * (along_k(i + 1, j + 1) - along_k(i + 1, j))
+        # along the decode axis at the four (prefill, context) corners, then context, then prefill
+        low = item(i, j, k)
+        v00 = low + wk * (item(i, j, k + 1) - low)
+        low = item(i, j + 1, k)
+        v01 = low + wk * (item(i, j + 1, k + 1) - low)
+        low = item(i + 1, j, k)
+        v10 = low + wk * (item(i + 1, j, k + 1) - low)
+        low = item(i + 1, j + 1, k)
+        v11 = low + wk * (item(i + 1, j + 1, k + 1) - low)
+        c0 = v00 + wj * (v01 - v00)
+        c1 = v10 + wj * (v11 - v10)
         return c0 + wi * (c1 - c0)
 
     def latency_many(self, prefill: np.ndarray, context: np.ndarray, decodes: np.ndarray) -> np.ndarray:

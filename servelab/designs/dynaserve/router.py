@@ -43,7 +43,7 @@ from servelab.core.request import Request
 from servelab.costmodel.links import LinkSpec
 from servelab.designs.dynaserve.policy import DynaServePolicyConfig
 from servelab.designs.dynaserve.profile import ProfileTable
-from servelab.designs.dynaserve.split import choose_split, segments_for, work_after
+from servelab.designs.dynaserve.split import alpha_segment, beta_segment, choose_split, segments_for, work_after
 from servelab.designs.dynaserve.timeline import Segment, Timeline
 
 _SPLIT_MODES = ("dynamic", "fixed")
@@ -118,7 +118,7 @@ class DynaServeRouter(Router):
             return [Placement(request, insts[0].instance_id)]
         alpha, beta = self._pair(insts, now_s)
         ta, tb = self.timelines[alpha.instance_id], self.timelines[beta.instance_id]
-        transfer = self._transfer_fn(alpha, beta, cluster, prompt)
+        link = self._link(alpha, beta, cluster)
         if self.config.split == "fixed":
             split = prompt + int(round(self.config.decode_fraction * request.spec.expected_output_tokens))
             split = min(max(split, 1), total)
@@ -132,7 +132,7 @@ class DynaServeRouter(Router):
             split = self._keep_handoff_gap(self._snap(choice.split_tokens, total), prompt, total, ta, tb)
         split = self._snap(split, total)
         self.decisions.append((request.request_id, prompt, total, split))
-        return [self._place(request, prompt, total, split, alpha.instance_id, beta.instance_id, now_s, transfer)]
+        return [self._place(request, prompt, total, split, alpha.instance_id, beta.instance_id, now_s, link)]
 
     def _keep_handoff_gap(self, split: int, prompt: int, total: int, ta: Timeline, tb: Timeline) -> int:
         """A hand-off after the first token puts one gap across two instances: the KV's last
@@ -160,15 +160,13 @@ class DynaServeRouter(Router):
         return total if total - split < m else split
 
     def _place(self, request: Request, prompt: int, total: int, split: int, alpha: int, beta: int, now_s: float,
-               transfer) -> Placement:
+               link: tuple[float, float]) -> Placement:
         ta, tb = self.timelines[alpha], self.timelines[beta]
         if not (ta.table.ready and tb.table.ready):
             return self._placement(request, split, total, alpha, beta)
-        a_seg, _ = segments_for(split, prompt, total, now_s, now_s)
-        alpha_end = ta.add(a_seg) if a_seg is not None else now_s
-        _, b_seg = segments_for(split, prompt, total, now_s, alpha_end + transfer(split))
-        if b_seg is not None:
-            tb.add(b_seg)
+        alpha_end = ta.add(alpha_segment(split, prompt, now_s)) if split > 0 else now_s
+        if split < total:
+            tb.add(beta_segment(split, prompt, total, now_s, alpha_end + self._transfer_s(link, split, prompt)))
         if 0 < split < total:
             self._splits[request.request_id] = _Split(request, total, split, alpha, beta, alpha_end)
         return self._placement(request, split, total, alpha, beta)
@@ -192,14 +190,24 @@ class DynaServeRouter(Router):
             half = (len(insts) + 1) // 2
             return self._least_loaded(insts[:half], now_s), self._least_loaded(insts[half:], now_s)
         keys = []
+        timelines = self.timelines
         for inst in insts:
-            t = self._timeline(inst)
+            t = timelines.get(inst.instance_id)
+            if t is None:
+                t = self._timeline(inst)
             t.advance(now_s)
             work = t.work_s
             keys.append((round(t.prefill_wait_s, 3), work, inst))  # ties (no prefill waiting): less work
-        alpha = min(keys, key=lambda k: k[:2])[2]
-        beta = min((k for k in keys if k[2] is not alpha), key=lambda k: k[1])[2]
-        return alpha, beta
+        best = keys[0]
+        for k in keys:  # the first smallest (wait, work), as min() picks it
+            if (k[0], k[1]) < (best[0], best[1]):
+                best = k
+        alpha = best[2]
+        beta_key = None
+        for k in keys:
+            if k[2] is not alpha and (beta_key is None or k[1] < beta_key[1]):
+                beta_key = k
+        return alpha, beta_key[2]
 
     def _least_loaded(self, insts: Sequence[InstanceState], now_s: float) -> InstanceState:
         best, best_t = insts[0], float("inf")
@@ -225,24 +233,23 @@ class DynaServeRouter(Router):
             t = self.timelines[inst.instance_id] = Timeline(table, target_s=target, max_num_seqs=inst.max_num_seqs)
         return t
 
-    def _transfer_fn(self, alpha: InstanceState, beta: InstanceState, cluster: ClusterState, prompt: int):
-        """Seconds for the KV still to cross after alpha's last token: one chunk when streamed,
-        all ``s`` tokens when bulk (decode-phase splits unless ``stream_decode_splits``)."""
+    def _link(self, alpha: InstanceState, beta: InstanceState, cluster: ClusterState) -> tuple[float, float]:
+        """(latency, seconds per KV token) of the link from alpha to beta, looked up once per pair."""
         key = (alpha.instance_id, beta.instance_id)
         got = self._transfer.get(key)
         if got is None:
             spec: LinkSpec = cluster.link(*key).spec
             per_token = getattr(alpha, "kv_bytes_per_token", 0.0) / spec.bandwidth_bytes_per_s
             got = self._transfer[key] = (spec.latency_s, per_token)
-        latency, per_token = got
+        return got
+
+    def _transfer_s(self, link: tuple[float, float], split: int, prompt: int) -> float:
+        """Seconds for the KV still to cross after alpha's last token: one chunk when streamed,
+        all ``s`` tokens when bulk (decode-phase splits unless ``stream_decode_splits``)."""
+        latency, per_token = link
         chunk = self.config.stream_kv_tokens
-        every = self.config.stream_decode_splits
-
-        def transfer_s(split: int) -> float:
-            streamed = chunk and (every or split <= prompt)
-            return latency + per_token * (min(split, chunk) if streamed else split)
-
-        return transfer_s
+        streamed = chunk and (self.config.stream_decode_splits or split <= prompt)
+        return latency + per_token * (min(split, chunk) if streamed else split)
 
     # ---- feedback ----
     def on_step_done(self, now_s: float, instance_id: int, shape, finished: Sequence[Request],

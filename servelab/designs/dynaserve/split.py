@@ -17,13 +17,12 @@ chosen parts land is worked out once, when they are placed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from servelab.designs.dynaserve.timeline import Segment, Timeline
 
 
-@dataclass(frozen=True, slots=True)
-class SplitChoice:
+class SplitChoice(NamedTuple):
     split_tokens: int  # s: alpha computes [0, s), beta [s, N)
     alpha_work_s: float  # work ahead of alpha's instance with its part added
     beta_work_s: float
@@ -33,12 +32,20 @@ class SplitChoice:
 def segments_for(split: int, prompt: int, total: int, now_s: float, beta_ready_s: float
                  ) -> tuple[Segment | None, Segment | None]:
     """The two micro-requests of a request split at ``split`` (None for an empty side)."""
-    alpha = Segment(now_s, min(split, prompt), max(0, split - prompt), prompt) if split > 0 else None
-    beta = None
-    if split < total:
-        beta = Segment(beta_ready_s if split > 0 else now_s, max(0, prompt - split), total - max(split, prompt),
-                       max(split, prompt))
+    alpha = alpha_segment(split, prompt, now_s) if split > 0 else None
+    beta = beta_segment(split, prompt, total, now_s, beta_ready_s) if split < total else None
     return alpha, beta
+
+
+def alpha_segment(split: int, prompt: int, now_s: float) -> Segment:
+    """``segments_for``'s alpha part (``split > 0``), built alone: a decision needs each once."""
+    return Segment(now_s, min(split, prompt), max(0, split - prompt), prompt)
+
+
+def beta_segment(split: int, prompt: int, total: int, now_s: float, beta_ready_s: float) -> Segment:
+    """``segments_for``'s beta part (``split < total``)."""
+    return Segment(beta_ready_s if split > 0 else now_s, max(0, prompt - split), total - max(split, prompt),
+                   max(split, prompt))
 
 
 def work_after(split: int, prompt: int, total: int, alpha: Timeline, beta: Timeline) -> tuple[float, float]:
@@ -52,20 +59,35 @@ def work_after(split: int, prompt: int, total: int, alpha: Timeline, beta: Timel
 
 def choose_split(prompt: int, total: int, alpha: Timeline, beta: Timeline, *, max_probes: int = 6,
                  tolerance: float = 0.02) -> SplitChoice:
-    """The bounded bisection of Algorithm 1 over ``s`` in [0, total], starting at ``prompt``."""
+    """The bounded bisection of Algorithm 1 over ``s`` in [0, total], starting at ``prompt``.
+
+    Each probe is ``work_after``'s arithmetic on the two instances' work ahead and linear
+    costs, read once per search (the same operations in the same order, so the same
+    floats: ``tests/designs/dynaserve/test_split_fast.py`` pins it against ``work_after``)."""
+    wa, wb = alpha.work_s, beta.work_s
+    ca, cb = alpha.coef, beta.coef
+    pa, ra, xa = ca.full_pass_token_s, ca.row_s + ca.decode_share_s, ca.row_ctx_s
+    pb, rb, xb = cb.full_pass_token_s, cb.row_s + cb.decode_share_s, cb.row_ctx_s
     lo, hi = 0, total
     split = min(prompt, total)
-    best = SplitChoice(split, float("nan"), float("nan"), 0)
+    best_split, best_a, best_b, best_n = split, float("nan"), float("nan"), 0
     best_gap = float("inf")
     tried: set[int] = set()
     n = 0
     for n in range(1, max_probes + 1):
         tried.add(split)
-        a, b = work_after(split, prompt, total, alpha, beta)
+        a, b = wa + 0.0, wb  # as work_after: + 0.0 when alpha takes nothing
+        if split > 0:  # alpha: segment_work(min(s, P), max(0, s - P), P)
+            d = split - prompt if split > prompt else 0
+            a = wa + ((split if split < prompt else prompt) * pa + d * (ra + xa * (prompt + (d - 1) / 2)))
+        if split < total:  # beta: segment_work(max(0, P - s), N - max(s, P), max(s, P))
+            m = split if split > prompt else prompt
+            d = total - m
+            b = wb + ((prompt - split if prompt > split else 0) * pb + d * (rb + xb * (m + (d - 1) / 2)))
         gap = a - b
         if abs(gap) < best_gap:
             best_gap = abs(gap)
-            best = SplitChoice(split, a, b, n)
+            best_split, best_a, best_b, best_n = split, a, b, n
         if abs(gap) <= tolerance * max(a, b):
             break
         if gap > 0:
@@ -78,4 +100,4 @@ def choose_split(prompt: int, total: int, alpha: Timeline, beta: Timeline, *, ma
             if nxt in tried or not lo <= nxt <= hi:
                 break
         split = nxt
-    return SplitChoice(best.split_tokens, best.alpha_work_s, best.beta_work_s, n)
+    return SplitChoice(best_split, best_a, best_b, n)

@@ -31,7 +31,8 @@ passes; ``cumfree[k]`` / ``cumwork[k]`` are the free prefill budget / work of pa
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from bisect import bisect_left, bisect_right
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,10 +42,11 @@ from servelab.designs.dynaserve.profile import ProfileTable
 MAX_PENDING = 32
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
+class Segment(NamedTuple):
     """A micro-request's work on one instance: ``prefill_tokens`` then ``decode_tokens``
-    passes of one token each; its first decode runs on a context of ``context`` tokens."""
+    passes of one token each; its first decode runs on a context of ``context`` tokens.
+    (Segments and probes are immutable values built a few times per decision: a NamedTuple
+    costs less than half a frozen dataclass to build.)"""
 
     ready_s: float  # earliest start: now, or when its KV has arrived
     prefill_tokens: int
@@ -52,8 +54,7 @@ class Segment:
     context: int
 
 
-@dataclass(frozen=True, slots=True)
-class Probe:
+class Probe(NamedTuple):
     finish_s: float  # when the instance would finish all its work with the segment added
     segment_end_s: float  # when the segment's last token would be computed
     work_s: float  # busy time the instance would have ahead (idle waits for KV not counted)
@@ -66,6 +67,8 @@ class Timeline:
         self.target_s = target_s
         self.max_num_seqs = max_num_seqs
         self._alloc(capacity)
+        self._hw = 0  # high-water mark: passes at and past it are zero in every array (so are the sums past it + 1)
+        self._stale = False  # emptied by ``_reset``: passes below the mark not zeroed yet (see ``_reset``)
         self._reset(now_s)
         self.pending: list[Segment] = []  # placed but not laid into passes yet (``add``)
         self.pending_work = 0.0
@@ -87,13 +90,29 @@ class Timeline:
         self.cumwork = np.zeros(capacity + 1, np.float64)
 
     def _reset(self, now_s: float) -> None:
-        for a in self._arrays():
-            a[:] = 0.0
+        """Empty the timeline. The arrays are zeroed later, before the next pass is written
+        (``_append``, ``_lay``): an empty timeline reads none of them, and zeroing thousands of
+        passes here cost the decision whose clock passed the last pass 10-20 us."""
+        self._stale = True
+        self.cumfree[0] = self.cumwork[0] = 0.0
         self.t0 = now_s  # start of pass 0
         self.now_s = now_s
         self.head = 0
         self.size = 0
         self.prefill_tail = 0  # the last pass holding assigned prefill (FCFS: new prefill goes after)
+
+    def _clear(self, n: int) -> None:
+        """Zero every array from pass ``n`` up to the high-water mark (what lies past it is
+        zero already: a timeline that once grew to thousands of passes does not zero them all
+        each time; ``tests/designs/dynaserve/test_fast_paths.py`` pins it against doing so)."""
+        hw = self._hw + 2
+        arrays = self._arrays()
+        for a in arrays[:-2]:
+            a[n:hw] = 0.0
+        for a in arrays[-2:]:  # the sums: [k] covers passes [0, k)
+            a[n + 1:hw] = 0.0
+        self._hw = n
+        self._stale = False
 
     def _arrays(self) -> tuple[np.ndarray, ...]:
         return (self.rows, self.ctx, self.pre, self.gap, self.dur, self.free, self.end, self.work, self.cumfree,
@@ -106,16 +125,18 @@ class Timeline:
     @property
     def work_s(self) -> float:
         """Work ahead (see the module docstring), the pass in flight and pending segments included."""
-        laid = float(self.cumwork[self.size] - self.cumwork[self.head]) if self.size > self.head else 0.0
+        size, head = self.size, self.head
+        laid = self.cumwork.item(size) - self.cumwork.item(head) if size > head else 0.0
         return laid + self.pending_work
 
     def add(self, seg: Segment) -> float:
         """Place ``seg`` in O(1): it is queued and its work counted now, and laid into the
         passes by ``flush`` (the router calls it after steps, off the decision path, and
         here when ``MAX_PENDING`` segments wait). Returns the segment's predicted end."""
-        probe = self.probe(seg)
+        before = self.work_s
+        probe = self._probe(seg, before)
         self.pending.append(seg)
-        self.pending_work = probe.work_s - self.work_s + self.pending_work
+        self.pending_work = probe.work_s - before + self.pending_work
         self.pending_prefill += seg.prefill_tokens
         if len(self.pending) >= MAX_PENDING:
             self.flush()
@@ -138,9 +159,11 @@ class Timeline:
 
     def advance(self, now_s: float) -> None:
         """Drop the passes the clock has passed; an empty timeline restarts at ``now_s``."""
-        self.now_s = max(self.now_s, now_s)
-        if self.size > self.head:
-            self.head += int(self.end[self.head:self.size].searchsorted(self.now_s, side="right"))
+        if now_s > self.now_s:
+            self.now_s = now_s
+        head, size = self.head, self.size
+        if size > head and self.end.item(head) <= self.now_s:  # else no pass has ended
+            self.head = bisect_right(self.end, self.now_s, head + 1, size)
         if self.head >= self.size:
             self._reset(self.now_s)
             return
@@ -153,10 +176,9 @@ class Timeline:
         self.t0 = self._start(h)
         for a in self._arrays()[:-2]:
             a[:n] = a[h:self.size]
-            a[n:] = 0.0
         for a in (self.cumfree, self.cumwork):
             a[:n + 1] = a[h:self.size + 1] - a[h]
-            a[n + 1:] = 0.0
+        self._clear(n)
         self.prefill_tail = max(0, self.prefill_tail - h)
         self.head, self.size = 0, n
 
@@ -188,7 +210,7 @@ class Timeline:
         size = self.size
         k = self.head + 1 if size > self.head else size
         if ready_s > self.now_s and size > k:
-            j = int(self.end[:size].searchsorted(ready_s, side="left")) + 1
+            j = bisect_left(self.end, ready_s, 0, size) + 1
             k = j if j > k else k
         return k if k < size else size
 
@@ -196,11 +218,13 @@ class Timeline:
     def prefill_wait_s(self) -> float:
         """How long a new prefill would wait: for the prefill already assigned here (FCFS), and
         for a free row when the passes ahead hold ``max_num_seqs`` decodes."""
-        tail = self._start(self.prefill_tail) if self.head < self.prefill_tail < self.size else self.now_s
-        room = self._admit_pass(self.head + 1) if self.size > self.head + 1 else self.size
-        if room > self.head + 1:
-            tail = max(tail, self._start(room) if room < self.size else self.drain_s)
-        return tail - self.now_s + self.pending_prefill * self.coef.full_pass_token_s
+        head, size, tail_pass, now = self.head, self.size, self.prefill_tail, self.now_s
+        end = self.end
+        tail = end.item(tail_pass - 1) if head < tail_pass < size else now
+        if size > head + 1 and self.rows.item(head + 1) >= self.max_num_seqs:  # the next pass is full
+            room = self._admit_pass(head + 1)  # > head + 1: start of the pass with room, or the drain
+            tail = max(tail, end.item(room - 1))
+        return tail - now + self.pending_prefill * self.coef.full_pass_token_s
 
     def step_s_at(self, t: float) -> float:
         """Predicted duration of the pass running at time ``t`` (a lone decode past the horizon)."""
@@ -209,10 +233,17 @@ class Timeline:
 
     def _admit_pass(self, k: int) -> int:
         """Decode rows cannot join a full pass (``max_num_seqs``): the first pass with room."""
-        if k >= self.size or self.rows.item(k) < self.max_num_seqs:
+        size, cap = self.size, self.max_num_seqs
+        if k >= size or self.rows.item(k) < cap:
             return k
-        room = np.nonzero(self.rows[k:self.size] < self.max_num_seqs)[0]
-        return k + int(room[0]) if len(room) else self.size
+        lo, step = k, 64  # the room is usually within a few dozen passes: look there first
+        while lo < size:
+            hi = min(lo + step, size)
+            room = np.flatnonzero(self.rows[lo:hi] < cap)
+            if len(room):
+                return lo + int(room[0])
+            lo, step = hi, step * 4
+        return size
 
     def segment_work(self, prefill_tokens: int, decode_tokens: int, context: int) -> float:
         """Work a segment adds wherever it lands: a prefill token costs a full pass's share, a
@@ -224,14 +255,22 @@ class Timeline:
 
     def probe(self, seg: Segment) -> Probe:
         """What ``seg`` would add, without adding it (O(log passes))."""
+        return self._probe(seg, self.work_s)
+
+    def _probe(self, seg: Segment, work_ahead: float) -> Probe:
         c = self.coef
-        size, end = self.size, self.end
-        drain = end.item(size - 1) if size > self.head else self.now_s
-        work_ahead = self.work_s
+        size, end, head = self.size, self.end, self.head
+        drain = end.item(size - 1) if size > head else self.now_s
         added = 0.0  # time the segment adds to the passes it shares
-        p, d, ready = seg.prefill_tokens, seg.decode_tokens, seg.ready_s
-        work = self.segment_work(p, d, seg.context)
-        k = self._first_pass(ready)
+        ready, p, d, ctx0 = seg
+        # segment_work(p, d, ctx0) and _first_pass(ready), inline (the same operations)
+        work = p * c.full_pass_token_s + d * (c.row_s + c.base_s / c.full_rows + c.row_ctx_s * (ctx0 + (d - 1) / 2))
+        if ready > self.now_s:
+            k = self._first_pass(ready)
+        else:
+            k = head + 1 if size > head else size
+            if k > size:
+                k = size
         beyond = k >= size  # its remaining work runs after the horizon
         t = drain if beyond else self._start(k)  # where the segment has got to
         if ready > t:
@@ -242,7 +281,7 @@ class Timeline:
             cumfree = self.cumfree
             avail = cumfree.item(size) - cumfree.item(kp) - queued if kp < size else 0.0
             if p <= avail:
-                ke = int(cumfree[:size + 1].searchsorted(cumfree.item(kp) + queued + p, side="left")) - 1
+                ke = bisect_left(cumfree, cumfree.item(kp) + queued + p, 0, size + 1) - 1
                 added += p * c.prefill_token_s
                 t = end.item(ke) + added + queued * c.prefill_token_s
                 k = ke + 1
@@ -251,7 +290,6 @@ class Timeline:
                 added += avail * c.prefill_token_s
                 t = max(drain + added, ready) + (p - avail) * c.full_pass_token_s
                 beyond = True
-        ctx0 = seg.context
         if d > 0 and not beyond:
             k = self._admit_pass(k)
             inside = min(k + d, size) - k
@@ -331,6 +369,8 @@ class Timeline:
     def _append(self, n: int) -> None:
         """``n`` empty passes after the horizon (from now when the timeline is empty): each
         may take a full pass of prefill."""
+        if self._stale:
+            self._clear(0)
         self._grow(self.size + n + 1)
         start = self.drain_s if self.size > self.head else max(self.now_s, self._start(self.size))
         if self.size == self.head:
@@ -341,6 +381,8 @@ class Timeline:
         self.cumfree[self.size + 1:self.size + n + 1] = self.cumfree[self.size]
         self.cumwork[self.size + 1:self.size + n + 1] = self.cumwork[self.size]
         self.size += n
+        if self.size > self._hw:
+            self._hw = self.size
 
     def _reset_to(self, start: float) -> None:
         self.head = self.size = self.prefill_tail = 0
@@ -412,8 +454,9 @@ class Timeline:
         """Passes ``[0, len(rows))`` from now with these contents, timed from the table."""
         n = len(rows)
         self._grow(n + 1)
-        for a in self._arrays():
-            a[:] = 0.0
+        self._clear(0)
+        self.cumfree[0] = self.cumwork[0] = 0.0
+        self._hw = n
         self.t0, self.head, self.size = now_s, 0, n
         if not n:
             return
