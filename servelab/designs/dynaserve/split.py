@@ -63,32 +63,36 @@ def choose_split(prompt: int, total: int, alpha: Timeline, beta: Timeline, *, ma
 
     Each probe is ``work_after``'s arithmetic on the two instances' work ahead and linear
     costs, read once per search (the same operations in the same order, so the same
-    floats: ``tests/designs/dynaserve/test_split_fast.py`` pins it against ``work_after``)."""
+    floats: ``tests/designs/dynaserve/test_fast_paths.py`` pins it against ``work_after``)."""
     wa, wb = alpha.work_s, beta.work_s
     ca, cb = alpha.coef, beta.coef
     pa, ra, xa = ca.full_pass_token_s, ca.row_s + ca.decode_share_s, ca.row_ctx_s
     pb, rb, xb = cb.full_pass_token_s, cb.row_s + cb.decode_share_s, cb.row_ctx_s
     lo, hi = 0, total
     split = min(prompt, total)
-    best_split, best_a, best_b, best_n = split, float("nan"), float("nan"), 0
+    best_split, best_a, best_b = split, float("nan"), float("nan")
     best_gap = float("inf")
     tried: set[int] = set()
     n = 0
     for n in range(1, max_probes + 1):
         tried.add(split)
-        a, b = wa + 0.0, wb  # as work_after: + 0.0 when alpha takes nothing
         if split > 0:  # alpha: segment_work(min(s, P), max(0, s - P), P)
             d = split - prompt if split > prompt else 0
             a = wa + ((split if split < prompt else prompt) * pa + d * (ra + xa * (prompt + (d - 1) / 2)))
+        else:
+            a = wa + 0.0  # as work_after
         if split < total:  # beta: segment_work(max(0, P - s), N - max(s, P), max(s, P))
             m = split if split > prompt else prompt
             d = total - m
             b = wb + ((prompt - split if prompt > split else 0) * pb + d * (rb + xb * (m + (d - 1) / 2)))
+        else:
+            b = wb
         gap = a - b
-        if abs(gap) < best_gap:
-            best_gap = abs(gap)
-            best_split, best_a, best_b, best_n = split, a, b, n
-        if abs(gap) <= tolerance * max(a, b):
+        size = gap if gap >= 0 else -gap  # abs() and max() spelled out: the same comparisons, no calls
+        if size < best_gap:
+            best_gap = size
+            best_split, best_a, best_b = split, a, b
+        if size <= tolerance * (b if b > a else a):
             break
         if gap > 0:
             hi = split

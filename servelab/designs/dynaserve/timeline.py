@@ -42,6 +42,30 @@ from servelab.designs.dynaserve.profile import ProfileTable
 MAX_PENDING = 32
 
 
+def gallop_left(a: np.ndarray, x: float, lo: int, hi: int) -> int:
+    """``bisect_left(a, x, lo, hi)`` on the sorted ``a``, searched outwards from ``lo``: the
+    answer is usually a few passes from the head of thousands, so this reads a few nearby
+    cache lines instead of a dozen spread over the arrays (the decision runs with cold caches)."""
+    item, step = a.item, 1
+    while lo < hi and item(lo) < x:
+        lo, hi_probe = lo + 1, lo + step
+        if hi_probe >= hi or not item(hi_probe) < x:
+            return bisect_left(a, x, lo, min(hi_probe, hi))
+        lo, step = hi_probe + 1, step * 2
+    return lo
+
+
+def gallop_right(a: np.ndarray, x: float, lo: int, hi: int) -> int:
+    """``bisect_right(a, x, lo, hi)`` on the sorted ``a``, searched outwards from ``lo``."""
+    item, step = a.item, 1
+    while lo < hi and item(lo) <= x:
+        lo, hi_probe = lo + 1, lo + step
+        if hi_probe >= hi or item(hi_probe) > x:
+            return bisect_right(a, x, lo, min(hi_probe, hi))
+        lo, step = hi_probe + 1, step * 2
+    return lo
+
+
 class Segment(NamedTuple):
     """A micro-request's work on one instance: ``prefill_tokens`` then ``decode_tokens``
     passes of one token each; its first decode runs on a context of ``context`` tokens.
@@ -163,7 +187,7 @@ class Timeline:
             self.now_s = now_s
         head, size = self.head, self.size
         if size > head and self.end.item(head) <= self.now_s:  # else no pass has ended
-            self.head = bisect_right(self.end, self.now_s, head + 1, size)
+            self.head = gallop_right(self.end, self.now_s, head + 1, size)
         if self.head >= self.size:
             self._reset(self.now_s)
             return
@@ -210,7 +234,7 @@ class Timeline:
         size = self.size
         k = self.head + 1 if size > self.head else size
         if ready_s > self.now_s and size > k:
-            j = bisect_left(self.end, ready_s, 0, size) + 1
+            j = gallop_left(self.end, ready_s, self.head, size) + 1  # from the head: the same max with k
             k = j if j > k else k
         return k if k < size else size
 
@@ -281,7 +305,7 @@ class Timeline:
             cumfree = self.cumfree
             avail = cumfree.item(size) - cumfree.item(kp) - queued if kp < size else 0.0
             if p <= avail:
-                ke = bisect_left(cumfree, cumfree.item(kp) + queued + p, 0, size + 1) - 1
+                ke = gallop_left(cumfree, cumfree.item(kp) + queued + p, kp, size + 1) - 1  # sums below kp are smaller
                 added += p * c.prefill_token_s
                 t = end.item(ke) + added + queued * c.prefill_token_s
                 k = ke + 1

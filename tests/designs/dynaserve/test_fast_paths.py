@@ -2,7 +2,8 @@
 
 The decision was made cheaper (``choose_split`` reads each instance's work once, ``add``
 probes once, an emptied timeline zeroes its arrays before the next write instead of at once,
-``advance`` skips the search when no pass has ended, ``_admit_pass`` looks near first,
+``advance`` skips the search when no pass has ended, searches gallop from the head,
+``_admit_pass`` looks near first,
 ``latency_s`` without a closure, ``_pair`` without key tuples). The references below are
 the code as it was; each fast path must give the same floats, and a whole simulation run
 with every reference swapped in must make the same decisions and the same tokens at the
@@ -10,6 +11,7 @@ same times."""
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -22,7 +24,7 @@ from servelab.designs.dynaserve import router as router_mod
 from servelab.designs.dynaserve.passes import coefficients
 from servelab.designs.dynaserve.profile import ProfileTable, _locate_one
 from servelab.designs.dynaserve.split import SplitChoice, choose_split, segments_for, work_after
-from servelab.designs.dynaserve.timeline import Probe, Segment, Timeline
+from servelab.designs.dynaserve.timeline import Probe, Segment, Timeline, gallop_left, gallop_right
 
 TARGET = 0.09
 TABLE = ProfileTable.from_cost_model(ToyCostModel(step_s=0.02, token_s=1e-4, ctx_s=1e-7), 4096, 64)
@@ -306,6 +308,17 @@ def test_timeline_fast_paths_match_the_straightforward_timeline(program, seed, m
             fast.rebuild(now, left, ctx, segs)
             ref.rebuild(now, left, ctx, segs)
         _assert_same_state(fast, ref)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 12), max_size=70), st.integers(0, 80), st.integers(0, 80),
+       st.sampled_from([-1.0, 0.0, 0.5, 3.0, 3.5, 12.0, 13.0]))
+def test_gallop_is_bisect_on_sorted_arrays(values, lo, hi, x):
+    a = np.array(sorted(values), np.float64)
+    lo = min(lo, len(a))
+    hi = min(max(hi, lo), len(a))
+    assert gallop_left(a, x, lo, hi) == bisect.bisect_left(a, x, lo, hi)
+    assert gallop_right(a, x, lo, hi) == bisect.bisect_right(a, x, lo, hi)
 
 
 @settings(max_examples=80, deadline=None)
