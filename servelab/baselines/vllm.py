@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from servelab.core.plan import EMPTY_PLAN, StepPlan
 from servelab.core.policy import POLICIES, InstanceState, SchedulingPolicy
 from servelab.core.request import Request
-from servelab.core.planning import ORDERS, PlanBuilder, admission_error, sorted_by
+from servelab.core.planning import ORDERS, PlanBuilder, admission_error, run_held_kv, sorted_by
 
 
 @dataclass(frozen=True)
@@ -100,24 +100,7 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
         plan = b.build()
         return plan if not plan.is_empty else EMPTY_PLAN
 
-    @staticmethod
-    def _run_held_kv(state: InstanceState, waiting: list[Request], b: PlanBuilder, *, chunked: bool = False) -> None:
-        """The head of the queue does not fit and nothing runs: if what holds the blocks is
-        waiting here with its KV (requests handed off to this instance, queued behind a
-        preempted one that must recompute), run those; otherwise no step would ever free a
-        block and the queue would be stranded (found by tests/reliability/test_conservation.py:
-        distserve on a tiny KV cache). When even those cannot grow (every block is theirs), the
-        last of them gives its KV up (recompute), as vLLM preempts its lowest-priority request.
-        ``chunked``: a held request's pending tokens may run in part (chunked prefill)."""
-        held = [r for r in waiting if state.blocks.is_on_gpu(r.request_id)]
-        while held:
-            for req in held:
-                n = min(req.num_pending_tokens, b.tokens_left) if chunked else req.num_pending_tokens
-                if not b.try_add(req, n, new_request=True):
-                    break
-            if b.ids:
-                return
-            b.evict_waiting(held.pop())
+    _run_held_kv = staticmethod(run_held_kv)  # the shared fallback (servelab/core/planning.py)
 
     def _swap_in_one(self, state: InstanceState, b: PlanBuilder) -> StepPlan:
         req = min(state.swapped, key=self._key)

@@ -185,3 +185,22 @@ def sorted_by(requests: Sequence[Request], key: OrderKey) -> Sequence[Request]:
     if key is fcfs_key:
         return requests
     return sorted(requests, key=key)
+
+
+def run_held_kv(state: InstanceState, waiting: list[Request], b: PlanBuilder, *, chunked: bool = False) -> None:
+    """The head of the queue does not fit and nothing runs: if what holds the blocks is
+    waiting here with its KV (requests handed off to this instance, queued behind a
+    preempted one that must recompute), run those; otherwise no step would ever free a
+    block and the queue would be stranded (found by tests/reliability/test_conservation.py:
+    distserve on a tiny KV cache). When even those cannot grow (every block is theirs), the
+    last of them gives its KV up (recompute), as vLLM preempts its lowest-priority request.
+    ``chunked``: a held request's pending tokens may run in part (chunked prefill)."""
+    held = [r for r in waiting if state.blocks.is_on_gpu(r.request_id)]
+    while held:
+        for req in held:
+            n = min(req.num_pending_tokens, b.tokens_left) if chunked else req.num_pending_tokens
+            if not b.try_add(req, n, new_request=True):
+                break
+        if b.ids:
+            return
+        b.evict_waiting(held.pop())

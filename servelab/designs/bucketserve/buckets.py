@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from dataclasses import dataclass
-from typing import Iterator, Literal
+from typing import Iterator, Literal, Sequence
 
 import numpy as np
 
@@ -189,6 +189,39 @@ class BucketManager:
             self._arrivals = [item for item in self._arrivals if self._where.get(item[2], (0, -1))[1] == item[1]]
             heapq.heapify(self._arrivals)  # bound the stale items so memory tracks the queue
         return entry  # its heap item goes stale and are dropped lazily
+
+    def remove_many(self, keys: Sequence[int]) -> list[BucketEntry]:
+        """``remove`` for a batch leaving together (the decision's hot path): one size update per
+        bucket, and a bucket's FCFS head, the usual batch, cut from its arrival order in one slice."""
+        where = self._where
+        if len(set(keys)) != len(keys) or any(k not in where for k in keys):
+            raise KeyError(f"requests {[k for k in keys if k not in where] or list(keys)} are not all bucketed "
+                           f"(or repeat)")
+        by_index: dict[int, list[int]] = {}
+        for key in keys:
+            by_index.setdefault(self.bucket_index(where[key][0]), []).append(key)
+        out: list[BucketEntry] = []
+        for index, ks in by_index.items():
+            bucket = self._buckets[index]
+            entries = [bucket.live.pop(k) for k in ks]
+            for k in ks:
+                del where[k]
+            by_len, by_arrival = bucket.by_len, bucket.by_arrival
+            for e in entries:
+                del by_len[bisect.bisect_left(by_len, (e.length, e.seq, e.key))]
+            gone = sorted((e.arrival_s, e.seq, e.key) for e in entries)
+            n = len(gone)
+            if by_arrival[:n] == gone:
+                del by_arrival[:n]
+            else:
+                for item in gone:
+                    del by_arrival[bisect.bisect_left(by_arrival, item)]
+            self._sizes[index] -= n
+            out.extend(entries)
+        if len(self._arrivals) > 64 and len(self._arrivals) > 4 * len(where):
+            self._arrivals = [item for item in self._arrivals if where.get(item[2], (0, -1))[1] == item[1]]
+            heapq.heapify(self._arrivals)
+        return out
 
     # ---- selection ----
     def oldest_bucket(self) -> int | None:

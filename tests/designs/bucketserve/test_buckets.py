@@ -55,6 +55,36 @@ def test_every_request_in_exactly_one_matching_bucket(script, theta, m, split_hi
     assert edges[0] == 0 and edges[-1] == MAX_LEN and all(a < b for a, b in zip(edges, edges[1:]))
 
 
+@settings(max_examples=150, deadline=None)
+@given(ops, st.lists(st.integers(0, 10**6), max_size=40), st.sampled_from(["fcfs", "sjf", "any"]))
+def test_removing_a_batch_at_once_equals_removing_it_one_by_one(script, picks, how):
+    """``remove_many`` (the decision's fast path) leaves the state ``remove`` would, entry for entry."""
+    one, many = BucketManager(BucketingConfig(MAX_LEN)), BucketManager(BucketingConfig(MAX_LEN))
+    live = _run(one, script)
+    _run(many, script)
+    if live:
+        if how == "any":
+            keys = list(dict.fromkeys(sorted(live)[p % len(live)] for p in picks))
+        else:
+            index = one.oldest_bucket()
+            keys = [e.key for e in one.candidates(index, how, max(1, len(picks)))]
+        assert [one.remove(k) for k in keys] == many.remove_many(keys)
+        many.check_invariants()
+    assert one.views() == many.views()
+    assert [one.entries(i) for i in range(one.num_buckets)] == [many.entries(i) for i in range(many.num_buckets)]
+    assert one.oldest_bucket() == many.oldest_bucket() and one.longest() == many.longest()
+
+
+def test_removing_a_batch_names_what_is_not_there():
+    manager = BucketManager(BucketingConfig(MAX_LEN))
+    manager.add(1, 10, 0.0)
+    with pytest.raises(KeyError, match="2"):
+        manager.remove_many([1, 2])
+    with pytest.raises(KeyError):
+        manager.remove_many([1, 1])
+    assert len(manager) == 1  # nothing removed by a refused batch
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, MAX_LEN), min_size=1, max_size=200), st.integers(0, 50))
 def test_lookup_is_bisection_consistent_with_intervals(lengths, n_max):

@@ -144,3 +144,17 @@ def test_simulated_coupled_and_pd_runs_finish_every_request():
     assert all(r.num_transfers == int(r.spec.num_output_tokens > 1) for r in res.requests)
     for inst in sim.instances:
         assert inst.runtime.blocks.num_free_gpu_blocks == inst.runtime.blocks.num_gpu_blocks
+
+
+def test_a_burst_of_hand_offs_that_fills_the_decode_cache_does_not_strand_it():
+    """Offline reproduction, all at t=0: the prefill worker's KV hand-offs filled every block of
+    the decode worker while nothing ran there, and the watermark kept each from joining the batch
+    (980 of 1,100 requests ended stranded). The decode step now runs them, or gives the last
+    one's KV up, as vllm does."""
+    from servelab.designs.bucketserve.reproduce import experiments as ex
+
+    specs = [RequestSpec(i, 0.0, 60, 50) for i in range(1100)]
+    res = Simulation(specs, ex.cluster_for("bucketserve", 8, ex.Setting())).run()
+    assert res.conserved
+    assert all(r.status.value == "finished" for r in res.requests), \
+        sorted({r.finish_reason for r in res.requests if r.status.value != "finished"})

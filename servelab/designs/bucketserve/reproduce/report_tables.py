@@ -274,6 +274,8 @@ def measured(results: dict) -> list[str]:
     for b in results["breakdown"]:
         out.append(f"| {b['client_rps']:g} | {b['bucketing_s']:.2e} | {b['num_decisions']} | {b['overhead_frac']:.2e} |")
     out += ["", "### Fig. 6b: bucketing decision time (measured)", "",
+            "CPU time of the thread per decision (`servelab/designs/bucketserve/overhead.py`: place one request, "
+            "ADJUSTBUCKETS, pick the oldest bucket, take its batch), 200 decisions per row at a constant queue.", "",
             "| queued | buckets | median us | mean us | p99 us |", "|---|---|---|---|---|"]
     for o in results["overhead"]:
         out.append(f"| {o['num_queued']} | {o['num_buckets']} | {o['median_s'] * 1e6:.1f} | {o['mean_s'] * 1e6:.1f} | "
@@ -331,6 +333,10 @@ def padding(results: dict) -> list[str]:
 
 def stalls(results: dict) -> list[str]:
     out = []
+    for r in results.get("offline", []):
+        if r.get("num_stalled"):
+            out.append(f"{r['system']}, {r['workload']} offline at batch {r['batch_size']}: {r['num_stalled']} of "
+                       f"{r['num_requests']}")
     for r in _online(results):
         if r["num_stalled"]:
             out.append(f"{r['system']}, {r['workload']} {r['client_rps']:g} RPS: {r['num_stalled']} of "
