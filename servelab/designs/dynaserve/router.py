@@ -119,12 +119,13 @@ class DynaServeRouter(Router):
         alpha, beta = self._pair(insts, now_s)
         ta, tb = self.timelines[alpha.instance_id], self.timelines[beta.instance_id]
         link = self._link(alpha, beta, cluster)
+        ready = ta.table.ready and tb.table.ready
         if self.config.split == "fixed":
             split = prompt + int(round(self.config.decode_fraction * request.spec.expected_output_tokens))
             split = min(max(split, 1), total)
         elif self._kv.get(beta.instance_id, 0.0) > self.config.kv_limit >= self._kv.get(alpha.instance_id, 0.0):
             split = total  # beta's HBM is nearly full: keep the request whole where there is room
-        elif not (ta.table.ready and tb.table.ready):
+        elif not ready:
             split = prompt  # nothing measured yet (engine start): plain disaggregation
         else:
             choice = choose_split(prompt, total, ta, tb, max_probes=self.config.max_probes,
@@ -132,7 +133,9 @@ class DynaServeRouter(Router):
             split = self._keep_handoff_gap(self._snap(choice.split_tokens, total), prompt, total, ta, tb)
         split = self._snap(split, total)
         self.decisions.append((request.request_id, prompt, total, split))
-        return [self._place(request, prompt, total, split, alpha.instance_id, beta.instance_id, now_s, link)]
+        if not ready:
+            return [self._placement(request, split, total, alpha.instance_id, beta.instance_id)]
+        return [self._place(request, prompt, total, split, alpha.instance_id, beta.instance_id, ta, tb, now_s, link)]
 
     def _keep_handoff_gap(self, split: int, prompt: int, total: int, ta: Timeline, tb: Timeline) -> int:
         """A hand-off after the first token puts one gap across two instances: the KV's last
@@ -159,11 +162,9 @@ class DynaServeRouter(Router):
             return 0
         return total if total - split < m else split
 
-    def _place(self, request: Request, prompt: int, total: int, split: int, alpha: int, beta: int, now_s: float,
-               link: tuple[float, float]) -> Placement:
-        ta, tb = self.timelines[alpha], self.timelines[beta]
-        if not (ta.table.ready and tb.table.ready):
-            return self._placement(request, split, total, alpha, beta)
+    def _place(self, request: Request, prompt: int, total: int, split: int, alpha: int, beta: int, ta: Timeline,
+               tb: Timeline, now_s: float, link: tuple[float, float]) -> Placement:
+        """Commit both parts to the (ready) timelines ``ta`` / ``tb`` and place the request."""
         alpha_end = ta.add(alpha_segment(split, prompt, now_s)) if split > 0 else now_s
         if split < total:
             tb.add(beta_segment(split, prompt, total, now_s, alpha_end + self._transfer_s(link, split, prompt)))

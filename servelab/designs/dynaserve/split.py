@@ -66,8 +66,8 @@ def choose_split(prompt: int, total: int, alpha: Timeline, beta: Timeline, *, ma
     floats: ``tests/designs/dynaserve/test_fast_paths.py`` pins it against ``work_after``)."""
     wa, wb = alpha.work_s, beta.work_s
     ca, cb = alpha.coef, beta.coef
-    pa, ra, xa = ca.full_pass_token_s, ca.row_s + ca.decode_share_s, ca.row_ctx_s
-    pb, rb, xb = cb.full_pass_token_s, cb.row_s + cb.decode_share_s, cb.row_ctx_s
+    pa, ra, xa = ca.full_pass_token_s, ca.row_s + ca.base_s / ca.full_rows, ca.row_ctx_s  # base / rows: decode_share_s
+    pb, rb, xb = cb.full_pass_token_s, cb.row_s + cb.base_s / cb.full_rows, cb.row_ctx_s
     lo, hi = 0, total
     split = min(prompt, total)
     best_split, best_a, best_b = split, float("nan"), float("nan")

@@ -230,7 +230,7 @@ def ref_pair(self, insts, now_s):
     return alpha, beta
 
 
-def ref_place(self, request, prompt, total, split, alpha, beta, now_s, link):
+def ref_place(self, request, prompt, total, split, alpha, beta, _ta, _tb, now_s, link):
     ta, tb = self.timelines[alpha], self.timelines[beta]
     if not (ta.table.ready and tb.table.ready):
         return self._placement(request, split, total, alpha, beta)
