@@ -31,39 +31,15 @@ passes; ``cumfree[k]`` / ``cumwork[k]`` are the free prefill budget / work of pa
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
 from typing import NamedTuple
 
 import numpy as np
 
 from servelab.designs.dynaserve.passes import Coefficients, coefficients, decode_rows, lay_out
 from servelab.designs.dynaserve.profile import ProfileTable
+from servelab.designs.dynaserve.search import gallop_left, gallop_right
 
 MAX_PENDING = 32
-
-
-def gallop_left(a: np.ndarray, x: float, lo: int, hi: int) -> int:
-    """``bisect_left(a, x, lo, hi)`` on the sorted ``a``, searched outwards from ``lo``: the
-    answer is usually a few passes from the head of thousands, so this reads a few nearby
-    cache lines instead of a dozen spread over the arrays (the decision runs with cold caches)."""
-    item, step = a.item, 1
-    while lo < hi and item(lo) < x:
-        lo, hi_probe = lo + 1, lo + step
-        if hi_probe >= hi or not item(hi_probe) < x:
-            return bisect_left(a, x, lo, min(hi_probe, hi))
-        lo, step = hi_probe + 1, step * 2
-    return lo
-
-
-def gallop_right(a: np.ndarray, x: float, lo: int, hi: int) -> int:
-    """``bisect_right(a, x, lo, hi)`` on the sorted ``a``, searched outwards from ``lo``."""
-    item, step = a.item, 1
-    while lo < hi and item(lo) <= x:
-        lo, hi_probe = lo + 1, lo + step
-        if hi_probe >= hi or item(hi_probe) > x:
-            return bisect_right(a, x, lo, min(hi_probe, hi))
-        lo, step = hi_probe + 1, step * 2
-    return lo
 
 
 class Segment(NamedTuple):

@@ -23,8 +23,9 @@ from simkit import ToyCostModel
 from servelab.designs.dynaserve import router as router_mod
 from servelab.designs.dynaserve.passes import coefficients
 from servelab.designs.dynaserve.profile import ProfileTable, _locate_one
+from servelab.designs.dynaserve.search import gallop_left, gallop_right
 from servelab.designs.dynaserve.split import SplitChoice, choose_split, segments_for, work_after
-from servelab.designs.dynaserve.timeline import Probe, Segment, Timeline, gallop_left, gallop_right
+from servelab.designs.dynaserve.timeline import Probe, Segment, Timeline
 
 TARGET = 0.09
 TABLE = ProfileTable.from_cost_model(ToyCostModel(step_s=0.02, token_s=1e-4, ctx_s=1e-7), 4096, 64)
