@@ -149,7 +149,14 @@ class InstanceRuntime:
         self.waiting.append(request)
 
     def can_reserve(self, num_tokens: int) -> bool:
-        return self.blocks.blocks_for(num_tokens) <= self.blocks.num_free_gpu_blocks
+        """Incoming KV is admitted as a new request is: it leaves the watermark free for the
+        requests already here to grow (vLLM's decode worker pulls a prefill's KV only when its
+        scheduler admits it). Without that, a burst of hand-offs fills every block while nothing
+        runs, and each arrival must then give its KV up and recompute. An empty cache takes
+        anything that fits."""
+        blocks = self.blocks
+        reserve = blocks.watermark_blocks if blocks.num_used_gpu_blocks else 0
+        return blocks.blocks_for(num_tokens) + reserve <= blocks.num_free_gpu_blocks
 
     def reserve(self, request: Request, num_tokens: int) -> None:
         """Set aside KV slots for ``num_tokens`` of a request that is not queued here (its KV is

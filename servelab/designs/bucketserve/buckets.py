@@ -200,7 +200,7 @@ class BucketManager:
         by_index: dict[int, list[int]] = {}
         for key in keys:
             by_index.setdefault(self.bucket_index(where[key][0]), []).append(key)
-        out: list[BucketEntry] = []
+        out: dict[int, BucketEntry] = {}
         for index, ks in by_index.items():
             bucket = self._buckets[index]
             entries = [bucket.live.pop(k) for k in ks]
@@ -217,11 +217,11 @@ class BucketManager:
                 for item in gone:
                     del by_arrival[bisect.bisect_left(by_arrival, item)]
             self._sizes[index] -= n
-            out.extend(entries)
+            out.update((e.key, e) for e in entries)
         if len(self._arrivals) > 64 and len(self._arrivals) > 4 * len(where):
             self._arrivals = [item for item in self._arrivals if where.get(item[2], (0, -1))[1] == item[1]]
             heapq.heapify(self._arrivals)
-        return out
+        return [out[k] for k in keys]  # in the order asked, as one ``remove`` after another
 
     # ---- selection ----
     def oldest_bucket(self) -> int | None:
