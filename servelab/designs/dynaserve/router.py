@@ -167,7 +167,7 @@ class DynaServeRouter(Router):
         """Commit both parts to the (ready) timelines ``ta`` / ``tb`` and place the request."""
         alpha_end = ta.add(alpha_segment(split, prompt, now_s)) if split > 0 else now_s
         if split < total:
-            tb.add(beta_segment(split, prompt, total, now_s, alpha_end + self._transfer_s(link, split, prompt)))
+            tb.queue(beta_segment(split, prompt, total, now_s, alpha_end + self._transfer_s(link, split, prompt)))
         if 0 < split < total:
             self._splits[request.request_id] = _Split(request, total, split, alpha, beta, alpha_end)
         return self._placement(request, split, total, alpha, beta)

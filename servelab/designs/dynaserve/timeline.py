@@ -135,12 +135,21 @@ class Timeline:
         here when ``MAX_PENDING`` segments wait). Returns the segment's predicted end."""
         before = self.work_s
         probe = self._probe(seg, before)
+        self._enqueue(seg, probe.work_s - before)
+        return probe.segment_end_s
+
+    def queue(self, seg: Segment) -> None:
+        """``add`` without predicting the segment's end (a beta part: nothing waits on it), so
+        without the search for where it lands: the work it adds is the same closed form."""
+        before = self.work_s
+        self._enqueue(seg, before + self.segment_work(seg.prefill_tokens, seg.decode_tokens, seg.context) - before)
+
+    def _enqueue(self, seg: Segment, work: float) -> None:
         self.pending.append(seg)
-        self.pending_work = probe.work_s - before + self.pending_work
+        self.pending_work = work + self.pending_work
         self.pending_prefill += seg.prefill_tokens
         if len(self.pending) >= MAX_PENDING:
             self.flush()
-        return probe.segment_end_s
 
     def flush(self) -> None:
         """Lay the pending segments into the passes, in the order they were placed."""
