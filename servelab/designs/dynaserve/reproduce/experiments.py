@@ -33,6 +33,7 @@ class Sizes:
     sigmas: tuple[float, ...] = (0.0, 10.0, 50.0, 100.0)
     queue_sizes: tuple[int, ...] = (0, 10, 100, 250)
     queue_repeats: int = 300
+    timing_runs: int = 3  # runs per workload for the scheduler time; each percentile is their median
 
 
 CAPACITY_LO = 0.05

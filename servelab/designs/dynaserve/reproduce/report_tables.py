@@ -127,6 +127,12 @@ def overhead_table(overhead: dict) -> str:
             f"{fmt(r['queue_median'], 0)} / {r['queue_max']}"] for r in overhead["runs"]]
     table = md_table(["workload (in a run at DynaServe's capacity)", "req/s", "decision p50 us", "decision p99 us",
                       "max us", "calibration us per request", "requests queued or running (median / max)"], out)
+    n = max((r.get("runs", 1) for r in overhead["runs"]), default=1)
+    if n > 1:
+        per_run = "; ".join(f"{r['workload']} " + " / ".join(fmt(p, 0) for p in r["decision_p99_us_per_run"])
+                            for r in overhead["runs"])
+        table = (f"Each workload's run repeated {n} times (the same simulation); each column is the median over "
+                 f"the runs. Every run's p99 (us): {per_run}.\n\n" + table)
     bench = [[str(b["queue"]), fmt(b["p50"], 0), fmt(b["p99"], 0), fmt(b["max"], 0)] for b in overhead["benchmark"]]
     return table + "\n\nIsolated benchmark (`timing.queue_benchmark`), both timelines preloaded:\n\n" + md_table(
         ["running requests per instance", "decision p50 us", "p99 us", "max us"], bench)
