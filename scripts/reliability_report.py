@@ -150,7 +150,8 @@ def conservation_matrix(config: ReportConfig) -> str:
              "(hypothesis, the seed above), each simulated twice (simulated: `ToyCostModel` step times, the case's "
              "GPU and model for KV sizes and context). Counts are summed over the cell's runs as "
              "completed / rejected / aborted; **ok** means every run conserved its requests (arrived = completed + "
-             "rejected + aborted, all ended), gave every rejection and abort a reason, finished no request over the "
+             "rejected + aborted, all ended), gave every rejection and abort a reason, stranded none (no case injects a "
+             "fault, so a request aborted because the run ended is a problem), finished no request over the "
              "context, and repeated byte for byte. The test suite (`tests/reliability/test_conservation.py`) runs "
              f"the same cells with fresh workloads. {len(rows)} systems x {len(cases)} cases, {seconds:.0f} s.", "",
              "| case | what is generated | hardware |", "|---|---|---|"]
