@@ -9,12 +9,9 @@ Every request's greedy tokens equal those of running alone, and no KV block is l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
-from servelab.cluster.reconfig import FormPipeline, SetLayers, SplitPipeline
-from servelab.core.policy import ROUTERS, Placement, Router
+from drop_restore_router import NUM_LAYERS  # registers test_drop_restore
 from servelab.core.request import RequestSpec, RequestStatus
 from servelab.engine.cluster import EngineCluster, EngineConfig
 from servelab.engine.layer_range import _Dropped
@@ -23,48 +20,6 @@ from servelab.engine.sampling import SamplingParams
 
 MAX_TOKENS = 24
 GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
-NUM_LAYERS = 4
-
-
-@dataclass(frozen=True)
-class DropAt:
-    drop_step: int = 4  # steps (over both instances) before the drop
-    group_steps: int = 12  # the group's steps before the restore
-
-
-@ROUTERS.register("test_engine_drop_restore")
-class EngineDropRestoreRouter(Router):
-    """Round-robin; halves two instances into one group after ``drop_step`` steps, restores
-    from the peer after ``group_steps`` more, splits once both hold every layer again."""
-
-    Config = DropAt
-
-    def __init__(self, config: DropAt = DropAt()) -> None:
-        self.config = config
-        self.phase = self.steps = self.next = 0
-        self.in_flight_at_drop: list[int] = []
-
-    def on_arrival(self, now_s, request, cluster):
-        ids = [v.instance_id for v in cluster.instances]
-        self.next += 1
-        return [Placement(request, ids[self.next % len(ids)])]
-
-    def on_step_done(self, now_s, instance_id, shape, finished, cluster):
-        self.steps += 1
-        if self.phase == 0 and self.steps >= self.config.drop_step and cluster.can_change_layers:
-            if len(cluster.instances) < 2 or any(not v.running for v in cluster.instances):
-                return []  # wait until both have requests in flight
-            self.phase, self.steps = 1, 0
-            self.in_flight_at_drop = [v.num_running for v in cluster.instances]
-            half = NUM_LAYERS // 2
-            return [SetLayers(0, (0, half)), SetLayers(1, (half, NUM_LAYERS)), FormPipeline((0, 1), 1)]
-        if self.phase == 1 and self.steps >= self.config.group_steps:
-            self.phase = 2
-            return [SetLayers(0, (0, NUM_LAYERS), restore_from=1), SetLayers(1, (0, NUM_LAYERS), restore_from=0)]
-        if self.phase == 2 and all(spec.layers is None for _, spec in cluster.instance(0).members):
-            self.phase = 3
-            return [SplitPipeline(0)]
-        return []
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +42,7 @@ def test_drop_to_one_pipeline_group_and_restore_gives_the_tokens_of_running_alon
     specs = _specs(prompts)
     single = EngineCluster(loaded, "vllm", _config(loaded))
     alone = {s.request_id: single.run([s], GREEDY).requests[0].output_token_ids for s in specs}
-    engine = EngineCluster(loaded, "vllm", _config(loaded), num_instances=2, router="test_engine_drop_restore",
+    engine = EngineCluster(loaded, "vllm", _config(loaded), num_instances=2, router="test_drop_restore",
                            layer_ranges=True)
     cluster, states = engine.build(lambda spec: GREEDY)
     run = cluster.run(specs)
