@@ -18,6 +18,7 @@ class DropAt:
     microbatches: int = 1  # the group's step cut into this many microbatches (chains overlapping in the actors)
 
 
+@ROUTERS.register("test_engine_drop_restore")
 class DropRestoreRouter(Router):
     """Round-robin; halves both instances into one group after ``drop_step`` steps, restores
     from the peer after ``group_steps`` more, splits once both hold every layer again."""
@@ -42,7 +43,8 @@ class DropRestoreRouter(Router):
             self.phase, self.steps = 1, 0
             self.in_flight_at_drop = [v.num_running for v in cluster.instances]
             half = NUM_LAYERS // 2
-            return [SetLayers(0, (0, half)), SetLayers(1, (half, NUM_LAYERS)), FormPipeline((0, 1), self.config.microbatches)]
+            return [SetLayers(0, (0, half)), SetLayers(1, (half, NUM_LAYERS)),
+                    FormPipeline((0, 1), self.config.microbatches)]
         if self.phase == 1 and self.steps >= self.config.group_steps:
             self.phase = 2
             return [SetLayers(0, (0, NUM_LAYERS), restore_from=1), SetLayers(1, (0, NUM_LAYERS), restore_from=0)]
@@ -50,9 +52,3 @@ class DropRestoreRouter(Router):
             self.phase = 3
             return [SplitPipeline(0)]
         return []
-
-
-# pytest's importlib mode may import this helper once per test module that uses it; the first
-# registration stands (the classes are the same code)
-if not ROUTERS.has("test_drop_restore"):
-    ROUTERS.register("test_drop_restore")(DropRestoreRouter)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from drop_restore_router import NUM_LAYERS  # registers test_drop_restore
+from drop_restore_router import NUM_LAYERS  # registers test_engine_drop_restore
 from servelab.core.request import RequestSpec, RequestStatus
 from servelab.engine.cluster import EngineCluster, EngineConfig
 from servelab.engine.layer_range import _Dropped
@@ -42,7 +42,7 @@ def test_drop_to_one_pipeline_group_and_restore_gives_the_tokens_of_running_alon
     specs = _specs(prompts)
     single = EngineCluster(loaded, "vllm", _config(loaded))
     alone = {s.request_id: single.run([s], GREEDY).requests[0].output_token_ids for s in specs}
-    engine = EngineCluster(loaded, "vllm", _config(loaded), num_instances=2, router="test_drop_restore",
+    engine = EngineCluster(loaded, "vllm", _config(loaded), num_instances=2, router="test_engine_drop_restore",
                            layer_ranges=True)
     cluster, states = engine.build(lambda spec: GREEDY)
     run = cluster.run(specs)

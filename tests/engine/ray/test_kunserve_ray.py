@@ -14,7 +14,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from drop_restore_router import NUM_LAYERS  # noqa: E402 (registers test_drop_restore)
+from drop_restore_router import NUM_LAYERS  # noqa: E402 (registers test_engine_drop_restore)
 from servelab.core.request import RequestSpec, RequestStatus  # noqa: E402
 from servelab.engine.cluster import EngineCluster, EngineConfig  # noqa: E402
 from servelab.engine.loader import load_checkpoint  # noqa: E402
@@ -49,8 +49,9 @@ def test_drop_group_restore_split_across_actors_gives_the_tokens_of_running_alon
              for i, p in enumerate(prompts[:8])]
     single = EngineCluster(loaded, "vllm", _config(loaded))
     alone = {s.request_id: single.run([s], GREEDY).requests[0].output_token_ids for s in specs}
-    engine = EngineCluster(loaded, "vllm", _config(loaded), num_instances=2, router=f"test_drop_restore:microbatches={microbatches}",
-                           layer_ranges=True, backend="ray")
+    engine = EngineCluster(loaded, "vllm", _config(loaded), num_instances=2,
+                           router=f"test_engine_drop_restore:microbatches={microbatches}", layer_ranges=True,
+                           backend="ray")
     try:
         cluster, states = engine.build(lambda spec: GREEDY)
         run = cluster.run(specs)
@@ -71,7 +72,8 @@ def test_drop_group_restore_split_across_actors_gives_the_tokens_of_running_alon
     (executor,) = factory.group_executors
     assert type(executor).__name__ == "RayPipelineExecutor" and executor.num_microbatches == microbatches
     # the hand-off overhead is measured on one-microbatch steps only (several overlap in the actors)
-    assert (len(executor.handoff_s) == group["steps"]) if microbatches == 1 else len(executor.handoff_s) < group["steps"]
+    one_each = len(executor.handoff_s) == group["steps"]
+    assert one_each if microbatches == 1 else len(executor.handoff_s) < group["steps"]
     assert executor.exchanged_bytes > 0 and executor.split_bytes > 0 and all(b > 0 for b in executor.hidden_bytes)
     assert executor.num_gpu_blocks == 2 * engine.num_gpu_blocks
     per_layer = sum(p.numel() * p.element_size() for p in loaded.model.layers[0].parameters())
