@@ -26,6 +26,7 @@ from servelab.designs.dynaserve.reproduce import plots
 from servelab.designs.dynaserve.reproduce import setting as st
 from servelab.designs.dynaserve.reproduce.report import write_report
 from servelab.designs.dynaserve.reproduce.timing import percentiles_us, queue_benchmark
+from servelab.metrics.plain_json import plain
 
 FULL = ex.Sizes(goodput_rates={"fractions": (0.5, 0.75, 1.0, 1.25)})
 REDUCED = ex.Sizes(num_requests=120, min_duration_s=45.0, max_requests=300, capacity_rel_tol=0.2, capacity_hi=20.0, goodput_rates={"fractions": (0.5, 1.0, 1.5)},
@@ -44,8 +45,8 @@ def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, pro
     sizes = sizes if sizes is not None else (REDUCED if reduced else FULL)
     say = print if progress else (lambda _msg: None)
     timings: dict[str, float] = {}
-    results: dict = {"reduced": reduced, "seed": seed, "setting": _jsonable(dataclasses.asdict(setting)),
-                     "sizes": _jsonable(dataclasses.asdict(sizes))}
+    results: dict = {"reduced": reduced, "seed": seed, "setting": plain(dataclasses.asdict(setting)),
+                     "sizes": plain(dataclasses.asdict(sizes))}
 
     def step(name, fn):
         t0 = time.process_time()
@@ -73,7 +74,7 @@ def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, pro
     results["cdf_points_ms"] = CDF_POINTS_MS
     results["timings_cpu_s"] = timings
     results["figures"] = [f"dynaserve/{f}" for f in plots.all_figures(results, fig_dir)]
-    (out_dir / "dynaserve.json").write_text(json.dumps(_jsonable(results), indent=1))
+    (out_dir / "dynaserve.json").write_text(json.dumps(plain(results), indent=1))
     write_report(results, out_dir / "dynaserve.md")
     return results
 
@@ -152,15 +153,3 @@ def _gap_overhead(setting, sizes, seed, capacity: list[dict]) -> list[dict]:
                      "coloc_chunk": coloc["chunk"], "dynaserve_rps": dyna["capacity_rps"],
                      "ratio": ex.ratio(dyna["capacity_rps"], coloc["capacity_rps"])})
     return rows
-
-
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (np.floating, np.integer)):
-        return value.item()
-    if isinstance(value, float) and not np.isfinite(value):
-        return None
-    return value

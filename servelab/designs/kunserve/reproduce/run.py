@@ -20,6 +20,7 @@ import numpy as np
 from servelab.designs.kunserve.drop_plan import time_drop_plan
 from servelab.designs.kunserve.reproduce import experiments as ex
 from servelab.designs.kunserve.reproduce import setting as st
+from servelab.metrics.plain_json import plain
 
 FULL = ex.Sizes()
 REDUCED = ex.Sizes(duration_s=150.0, bursts=((40.0, 100.0),), long_duration_s=300.0,
@@ -79,7 +80,7 @@ def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, pro
     from servelab.designs.kunserve.reproduce.report import write_report
 
     results["figures"] = [f"kunserve/{f}" for f in plots.all_figures(results, fig_dir)]
-    clean = _jsonable(_strip_raw(results))
+    clean = plain(_strip_raw(results))
     (out_dir / "kunserve.json").write_text(json.dumps(clean, indent=1))
     write_report(clean, out_dir / "kunserve.md")
     return clean
@@ -214,16 +215,4 @@ def _strip_raw(value):
         return {k: _strip_raw(v) for k, v in value.items() if k != "raw"}
     if isinstance(value, list):
         return [_strip_raw(v) for v in value]
-    return value
-
-
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (np.floating, np.integer)):
-        return value.item()
-    if isinstance(value, float) and not np.isfinite(value):
-        return None
     return value
