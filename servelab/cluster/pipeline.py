@@ -115,7 +115,12 @@ def split_shape(shape: StepShape, groups: Sequence[Sequence[int]]) -> list[StepS
 
 def balance_rows(shape: StepShape, num_microbatches: int) -> list[list[int]]:
     """Token-count chunking: deal rows (largest first) to the microbatch with fewest tokens."""
-    sizes = list(shape.prefill_tokens) + [1] * shape.num_decodes
+    return deal_by_size(list(shape.prefill_tokens) + [1] * shape.num_decodes, num_microbatches)
+
+
+def deal_by_size(sizes: Sequence[int], num_microbatches: int) -> list[list[int]]:
+    """Indices of ``sizes`` dealt, largest first, to the group with the smallest total; each
+    group in index order, empty groups dropped (the engine's Ray groups cut steps this way too)."""
     k = max(1, min(num_microbatches, len(sizes)))
     groups: list[list[int]] = [[] for _ in range(k)]
     load = [0] * k

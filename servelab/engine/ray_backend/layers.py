@@ -31,7 +31,7 @@ from typing import Any
 
 import ray
 
-from servelab.cluster.pipeline import PipelineStats
+from servelab.cluster.pipeline import PipelineStats, deal_by_size
 from servelab.core.plan import StepPlan, StepResult
 from servelab.core.policy import POOL
 from servelab.core.request import Request
@@ -164,16 +164,9 @@ class RayPipelineExecutor(Executor):
 
 
 def _deal(chunks: list, num_microbatches: int) -> list[list]:
-    """Whole rows dealt, largest first, to the microbatch with the fewest tokens (token-count
-    chunking without cutting a row); each microbatch keeps the step's row order."""
-    k = max(1, min(num_microbatches, len(chunks)))
-    groups: list[list[int]] = [[] for _ in range(k)]
-    load = [0] * k
-    for i in sorted(range(len(chunks)), key=lambda i: -len(chunks[i].token_ids)):
-        j = load.index(min(load))
-        groups[j].append(i)
-        load[j] += len(chunks[i].token_ids)
-    return [[chunks[i] for i in sorted(g)] for g in groups if g]
+    """Whole rows, token-balanced (the simulator's token-count chunking), each microbatch in the step's row order."""
+    groups = deal_by_size([len(c.token_ids) for c in chunks], num_microbatches)
+    return [[chunks[i] for i in g] for g in groups]
 
 
 class RayEngineFactory(EngineFactory):
