@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from servelab.core.plan import EMPTY_PLAN, StepPlan
 from servelab.core.policy import POLICIES, InstanceState
-from servelab.core.planning import PlanBuilder, is_decode, sorted_by
+from servelab.core.planning import PlanBuilder, is_decode, run_held_kv, sorted_by
 from servelab.baselines.vllm import ContinuousBatchingPolicy, ContinuousConfig
 
 
@@ -53,7 +53,7 @@ class SarathiPolicy(ContinuousBatchingPolicy):
         if not b.ids and not b.group_ids and waiting and not state.num_running:
             # requests holding the blocks wait with their KV behind a head that cannot fit
             # (hand-offs; a pipeline group's exchanged requests): run them, as vllm does
-            self._run_held_kv(state, waiting, b, chunked=True)
+            run_held_kv(state, waiting, b, chunked=True)
         if not b.ids and not b.group_ids and state.swapped and not b.preempt:
             return self._swap_in_one(state, b)
         plan = b.build()

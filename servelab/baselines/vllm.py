@@ -90,7 +90,7 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
                 break
             admitted_prefill |= req.num_pending_tokens > 1 or req.is_prefill
         if not b.ids and waiting and not state.num_running:  # a count: no member synced
-            self._run_held_kv(state, waiting, b)
+            run_held_kv(state, waiting, b)
         if admitted_prefill:
             return b.build()
         if not b.add_group_decodes():  # the common case costs O(1); shortages take the full path
@@ -99,8 +99,6 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
             return self._swap_in_one(state, b)
         plan = b.build()
         return plan if not plan.is_empty else EMPTY_PLAN
-
-    _run_held_kv = staticmethod(run_held_kv)  # the shared fallback (servelab/core/planning.py)
 
     def _swap_in_one(self, state: InstanceState, b: PlanBuilder) -> StepPlan:
         req = min(state.swapped, key=self._key)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from servelab.baselines.vllm import ContinuousBatchingPolicy, PreemptionConfig
 from servelab.core.plan import EMPTY_PLAN, StepPlan, StepResult, StepShape
-from servelab.core.planning import PlanBuilder, is_decode
+from servelab.core.planning import PlanBuilder, is_decode, run_held_kv
 from servelab.core.policy import POLICIES, InstanceState
 from servelab.core.request import Request
 from servelab.designs.dynaserve.profile import ProfileTable
@@ -131,7 +131,7 @@ class DynaServePolicy(ContinuousBatchingPolicy):
             b.token_budget = b.num_tokens + max(budget, 0)
             self._add_prefill(b, prefill, {r.request_id for r in running}, self.table_for(state))
         if not b.ids and not group_ids and waiting and not state.num_running:
-            self._run_held_kv(state, waiting, b, chunked=True)  # KV holders behind a head that cannot fit
+            run_held_kv(state, waiting, b, chunked=True)  # KV holders behind a head that cannot fit
         if not b.ids and not group_ids and state.swapped and not b.preempt:
             return self._swap_in_one(state, b)
         plan = b.build()
