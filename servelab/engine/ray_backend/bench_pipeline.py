@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import contextmanager
 from typing import Any
 
 SHAPES = (("decode, 1 row", 1, 1), ("decode, 16 rows", 16, 1), ("prefill, 256 tokens", 1, 256))
@@ -38,6 +39,23 @@ def _step(a, b, chunks, sampling, via_driver: bool) -> tuple[float, float]:
     return wall - compute, compute
 
 
+@contextmanager
+def _two_stages(engine: Any):
+    """The engine's two actors as stages of half the layers each (a KunServe group's members),
+    whole again afterwards; yields both actors and the block size."""
+    import ray
+
+    a, b = engine.ray_workers.actors
+    c, kv = engine.loaded.config, engine.kv_config
+    half = c.num_layers // 2
+    ray.get([a.become_stage.remote((0, half), kv.num_gpu_blocks),
+             b.become_stage.remote((half, c.num_layers), kv.num_gpu_blocks)])
+    try:
+        yield a, b, kv.block_size
+    finally:
+        ray.get([w.reset_layers.remote() for w in (a, b)])
+
+
 OVERLAP_SHAPE = ("prefill, 8 rows x 64 tokens", 8, 64)
 OVERLAP_MICROBATCHES = (1, 2, 4)
 
@@ -60,20 +78,13 @@ def _microbatched_step(a, b, chunks, sampling, num_mb: int) -> float:
 
 def pipeline_overlap(engine: Any, repeats: int) -> list[dict]:
     """Median wall time of one two-stage step per microbatch count (stages overlap in the actors)."""
-    import ray
-
     from servelab.engine.sampling import SamplingParams
 
-    a, b = engine.ray_workers.actors
-    c, kv = engine.loaded.config, engine.kv_config
-    half = c.num_layers // 2
-    ray.get([a.become_stage.remote((0, half), kv.num_gpu_blocks),
-             b.become_stage.remote((half, c.num_layers), kv.num_gpu_blocks)])
     _, rows, tokens = OVERLAP_SHAPE
-    chunks = _chunks(rows, tokens, kv.block_size)
-    sampling = {ch.request_id: SamplingParams(temperature=0.0) for ch in chunks}
     out = []
-    try:
+    with _two_stages(engine) as (a, b, block_size):
+        chunks = _chunks(rows, tokens, block_size)
+        sampling = {ch.request_id: SamplingParams(temperature=0.0) for ch in chunks}
         _microbatched_step(a, b, chunks, sampling, 1)  # warm-up
         got: dict[int, list] = {m: [] for m in OVERLAP_MICROBATCHES}
         for _ in range(repeats):
@@ -81,26 +92,18 @@ def pipeline_overlap(engine: Any, repeats: int) -> list[dict]:
                 got[m].append(_microbatched_step(a, b, chunks, sampling, m))
         for m in OVERLAP_MICROBATCHES:
             out.append({"microbatches": m, "wall_s": statistics.median(got[m])})
-    finally:
-        ray.get([w.reset_layers.remote() for w in (a, b)])
     return out
 
 
 def pipeline_handoff(engine: Any, repeats: int) -> list[dict]:
     """Median overhead and compute per step shape, ref-passing vs through the driver."""
-    import ray
-
     from servelab.engine.sampling import SamplingParams
 
-    a, b = engine.ray_workers.actors
-    c, kv = engine.loaded.config, engine.kv_config
-    half = c.num_layers // 2
-    ray.get([a.become_stage.remote((0, half), kv.num_gpu_blocks),
-             b.become_stage.remote((half, c.num_layers), kv.num_gpu_blocks)])
+    c = engine.loaded.config
     rows_out = []
-    try:
+    with _two_stages(engine) as (a, b, block_size):
         for label, rows, tokens in SHAPES:
-            chunks = _chunks(rows, tokens, kv.block_size)
+            chunks = _chunks(rows, tokens, block_size)
             sampling = {ch.request_id: SamplingParams(temperature=0.0) for ch in chunks}
             _step(a, b, chunks, sampling, False)  # warm-up
             got: dict[bool, list] = {False: [], True: []}
@@ -113,8 +116,6 @@ def pipeline_handoff(engine: Any, repeats: int) -> list[dict]:
                              "hidden_bytes": rows * tokens * c.hidden_size * engine.loaded.model.embed_tokens.weight
                              .element_size(), "compute_s": med[False][1], "ref_overhead_s": med[False][0],
                              "driver_overhead_s": med[True][0]})
-    finally:
-        ray.get([w.reset_layers.remote() for w in (a, b)])
     return rows_out
 
 
