@@ -81,7 +81,7 @@ def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, pro
 
     results["figures"] = [f"kunserve/{f}" for f in plots.all_figures(results, fig_dir)]
     clean = plain(_strip_raw(results))
-    (out_dir / "kunserve.json").write_text(json.dumps(clean, indent=1))
+    (out_dir / "kunserve.json").write_text(json.dumps(_short_series(clean), indent=1))
     write_report(clean, out_dir / "kunserve.md")
     return clean
 
@@ -208,6 +208,17 @@ def _pp_throughput(hw: st.Hardware, seed: int) -> list[dict]:
         row["pp_drained_vs_dp"] = row["vllm-pp drained"] / row["vllm"] - 1.0
         rows.append(row)
     return rows
+
+
+def _short_series(value):
+    """The JSON's memory timelines (every run's, sampled each ``sample_s``) to 4 significant
+    digits: seconds and GB need no more, and at full precision they made the file 2 MB."""
+    if isinstance(value, dict):
+        return {k: ({s: [float(f"{x:.4g}") for x in xs] for s, xs in v.items()} if k == "memory" else _short_series(v))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_short_series(v) for v in value]
+    return value
 
 
 def _strip_raw(value):
