@@ -114,16 +114,18 @@ def load_workload(spec: str, *, data_dir: Path | str = DEFAULT_DATA_DIR, seed: i
 
 def run_simulation(workload: Sequence[RequestSpec], policy: str, hardware: HardwareChoice = HardwareChoice(), *,
                    cluster: ClusterConfig | None = None, slo: SLO | None = None, cost_model: Any = None,
-                   progress: Callable[[float], None] | None = None, recorder: Any = None) -> SimulationOutput:
+                   progress: Callable[[float], None] | None = None, recorder: Any = None,
+                   watchdog: Any = None) -> SimulationOutput:
     """Simulate ``workload`` under ``policy`` (``name[:k=v,...]`` or a preset such as ``distserve``);
-    ``recorder`` (a ``servelab.trace.StepRecorder``) hears every step, for a trace."""
+    ``recorder`` (a ``servelab.trace.StepRecorder``) hears every step, for a trace; ``watchdog`` (a
+    ``servelab.cluster.watchdog.WatchdogConfig``, default on) ends a run that stops progressing."""
     import time
 
     from servelab.simulator.run import Simulation
 
     cluster = cluster or check_policy(policy, hardware)
     cpu0 = time.process_time()
-    sim = Simulation(workload, cluster, cost_model=cost_model, progress=progress)
+    sim = Simulation(workload, cluster, cost_model=cost_model, progress=progress, watchdog=watchdog)
     if recorder is not None:
         recorder.attach_cluster(sim.driver)
     result = sim.run()

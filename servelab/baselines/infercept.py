@@ -15,7 +15,13 @@ back when memory frees.
   ``headroom`` of its capacity, or runs nothing and has room (swapped requests wait while
   the queue is served: their TPOT suffers, as the paper observes). The oldest running
   request is never swapped out and one swapped back in decodes a token before it may
-  leave again, so swapping cannot livelock.
+  leave again, so swapping never undoes itself.
+- Why a run ends: a request swapped back in waits in its instance's queue with its KV, and
+  Sarathi runs such KV holders whenever its step would otherwise be empty. It used to do so
+  only when nothing ran: with a recompute-preempted request at the queue's head (it cannot
+  fit) and the one running request's next chunk short of blocks, no step was ever planned
+  while this router's swap-in poll re-armed every ``poll_s``, for ever (issue 22). Any
+  other stall is ended by the cluster's progress watchdog (``cluster/watchdog.py``).
 
 Stand-in: InferCept swaps at layer granularity inside the forward pass; here a swap is a
 request-sized PCIe transfer beside the steps, the same overlap at coarser grain.

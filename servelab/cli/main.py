@@ -88,6 +88,9 @@ def simulate(
     config: Optional[Path] = config_option(),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Also write a Chrome/Perfetto trace JSON of the run "
                                          "(a track per instance: steps, swaps, transfers, request flows)."),
+    watchdog: str = typer.Option("on", help="End a run in which no request progresses, aborting what is left with a "
+                                 "reason: 'on' (50,000 events or a simulated day), 'off', or events=N,idle_s=S "
+                                 "(0 turns one limit off)."),
 ) -> None:
     """Simulate one policy on one workload and print its summary.
 
@@ -103,6 +106,9 @@ def simulate(
         from servelab.cli.vocab import check_utilization, policy_with_vllm_flags
 
         check_utilization(gpu_memory_utilization)
+        from servelab.cluster.watchdog import parse_watchdog
+
+        stop_when_stuck = parse_watchdog(watchdog)
         policy = policy_with_vllm_flags(policy, enable_chunked_prefill=enable_chunked_prefill,
                                         preemption_mode=preemption_mode, max_num_batched_tokens=max_num_batched_tokens)
         hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs, swap_space, max_model_len, on_overflow,
@@ -117,7 +123,8 @@ def simulate(
 
             recorder = StepRecorder()
         with progress_bar(f"simulating {policy}", not json_out) as cb:
-            res = api.run_simulation(wl, policy, hw, slo=target, cost_model=costs, progress=cb, recorder=recorder)
+            res = api.run_simulation(wl, policy, hw, slo=target, cost_model=costs, progress=cb, recorder=recorder,
+                                     watchdog=stop_when_stuck)
     context = run_context(workload=workload, seed=seed, slo=target, hardware=hw, policies={policy: cluster},
                           cost_model_path=cost_model, cost=costs)
     payload = {"context": context, **res.to_dict()}

@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 from servelab.cluster.kv_pool import ClusterKVPool
 from servelab.cluster.links import Link, Topology
+from servelab.cluster.watchdog import Watchdog, WatchdogConfig
 from servelab.core.admission import AdmissionConfig, admit
 from servelab.core.driver import ASYNC, InstanceDriver
 from servelab.core.policy import POOL, Move, Placement, Router
@@ -260,6 +261,7 @@ class ClusterDriver:
         self._router_timer_s: float | None = None
         self._router_hears_steps = type(router).on_step_done is not Router.on_step_done
         self._arrivals_done = False
+        self.watchdog = WatchdogConfig()  # ends a run that stops making progress (cluster/watchdog.py)
         for d in drivers:
             problem = d.policy.check_instance(d.runtime)
             if problem is not None:
@@ -282,6 +284,7 @@ class ClusterDriver:
         if not specs:
             self._on_arrivals_done()
         ended = self.collector.ended_requests
+        watchdog = Watchdog(self, self.watchdog)
         while i < num_specs or len(events) or (len(ended) < len(self.requests) and self.mover.break_stalemate()
                                                and len(events)):
             if i == num_specs and len(ended) == len(self.requests):
@@ -300,7 +303,9 @@ class ClusterDriver:
             t, kind, payload = events.pop()
             self.now_s = self.clock.advance(t)
             self._dispatch(kind, payload)
-        self._abort_leftovers()
+            if watchdog.stalled(self.now_s):
+                break
+        self._abort_leftovers(watchdog.reason)
         return self._result(time.perf_counter() - wall0)
 
     def _dispatch(self, kind: EventKind, payload: Any) -> None:

@@ -17,6 +17,7 @@ from servelab.cluster.config import ClusterConfig, InstanceGroup
 from servelab.cluster.driver import ClusterDriver, ClusterResult, SimClock
 from servelab.cluster.kv_pool import ClusterKVPool
 from servelab.cluster.links import Topology
+from servelab.cluster.watchdog import WatchdogConfig
 from servelab.core.admission import AdmissionConfig
 from servelab.core.driver import InstanceDriver
 from servelab.core.executor import CostModelExecutor
@@ -74,7 +75,8 @@ def admission_for(cluster: ClusterConfig) -> AdmissionConfig:
 
 class Simulation:
     def __init__(self, workload: Sequence[RequestSpec], cluster: ClusterConfig, *, cost_model=None,
-                 collector=None, fast_forward: bool = True, progress: Callable[[float], None] | None = None) -> None:
+                 collector=None, fast_forward: bool = True, progress: Callable[[float], None] | None = None,
+                 watchdog: WatchdogConfig | None = None) -> None:
         self.specs = list(workload)
         self.cluster = cluster
         self.collector = collector if collector is not None else MetricsCollector()
@@ -98,6 +100,8 @@ class Simulation:
                                     collector=self.collector, admission=admission_for(cluster), pool=pool,
                                     rebuild=self.factory)
         self.driver.progress = progress
+        if watchdog is not None:
+            self.driver.watchdog = watchdog
 
     @property
     def instances(self) -> list[InstanceDriver]:

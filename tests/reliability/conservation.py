@@ -189,9 +189,10 @@ def check_run(specs: list[RequestSpec], result, limit: int, on_overflow: str) ->
     for req in result.requests:
         if req.status in (RequestStatus.REJECTED, RequestStatus.ABORTED) and not (req.finish_reason or "").strip():
             problems.append(f"request {req.request_id} {req.status.value} without a reason")
-        if req.status is RequestStatus.ABORTED and (req.finish_reason or "").startswith("the run ended"):
+        if req.status is RequestStatus.ABORTED and (req.finish_reason or "").startswith(("the run ended", "stuck:")):
             # no case injects a fault: a request still there when the events ran out was stranded
-            # (a scheduling deadlock), however politely it was then aborted
+            # (a scheduling deadlock), and one the progress watchdog stopped was in a livelock,
+            # however politely either was then aborted
             problems.append(f"request {req.request_id} stranded: {req.finish_reason}")
         if req.status is RequestStatus.FINISHED:
             spec = original[req.request_id]
