@@ -15,7 +15,7 @@ from servelab.cluster.config import ClusterConfig, default_link
 from servelab.cluster.presets import cluster_for
 from servelab.core.admission import OVERFLOW_MODES
 from servelab.core.errors import UnknownNameError, UserError
-from servelab.core.limits import MAX_INSTANCES, MAX_PARAM_INT, MAX_SWAP_SPACE_GB
+from servelab.core.limits import MAX_INSTANCES, MAX_PARAM_INT, MAX_SWAP_SPACE_GB, step_limits_error
 from servelab.core.request import SLO, RequestSpec
 from servelab.costmodel.links import LinkSpec
 from servelab.metrics import RequestTable, RunSummary, capacity_search, summarize
@@ -53,6 +53,8 @@ class HardwareChoice:
         for name in ("tp", "pp", "max_num_seqs", "max_batch_tokens", "block_size"):
             if not 1 <= getattr(self, name) <= MAX_PARAM_INT:
                 raise UserError(f"{name} must be in [1, {MAX_PARAM_INT:,}], got {getattr(self, name)}")
+        if (why := step_limits_error(self.max_batch_tokens, self.max_num_seqs)) is not None:
+            raise UserError(why)
         if not 0 <= self.swap_space_gb <= MAX_SWAP_SPACE_GB:
             raise UserError(f"swap_space_gb must be in [0, {MAX_SWAP_SPACE_GB:g}] GiB, got {self.swap_space_gb}")
         if not 0 < self.gpu_memory_utilization <= 1:

@@ -28,6 +28,7 @@ class SarathiConfig(ContinuousConfig):
 @POLICIES.register("sarathi")
 class SarathiPolicy(ContinuousBatchingPolicy):
     Config = SarathiConfig
+    chunks_prefills = True
 
     def schedule(self, now_s: float, state: InstanceState) -> StepPlan:
         budget = min(self.config.token_budget, state.max_batch_tokens)

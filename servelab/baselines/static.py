@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from servelab.core.plan import EMPTY_PLAN, PaddedBatch, StepPlan
 from servelab.core.policy import POLICIES, InstanceState, SchedulingPolicy
 from servelab.core.request import Request
-from servelab.core.planning import admission_error
+from servelab.core.planning import admission_error, step_limit_error
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,8 @@ class StaticBatchingPolicy(SchedulingPolicy):
             self._oldest_waiting_s = None
             return EMPTY_PLAN
         unchecked, self._unchecked = self._unchecked, []
-        rejects = [(r.request_id, why) for r in unchecked
-                   if not r.status.is_terminal and (why := admission_error(r, state)) is not None]
+        rejects = [(r.request_id, why) for r in unchecked if not r.status.is_terminal
+                   and (why := admission_error(r, state) or step_limit_error(r, state)) is not None]
         if rejects:
             # the wait clock restarts from the oldest request left: a stale start (a rejected
             # request's arrival) would ask for a wake-up in the past on an instance with
@@ -94,7 +94,8 @@ class StaticBatchingPolicy(SchedulingPolicy):
         full = len(waiting) >= self.config.batch_size
         if not full and self._oldest_waiting_s is not None and now_s < self._oldest_waiting_s + self.config.max_wait_s:
             return EMPTY_PLAN
-        batch = fit_batch(self.candidates(waiting), state.blocks, self.config.padded_kv)
+        rows = self.candidates(waiting)[: state.max_num_seqs]  # batch_size may exceed the instance's row limit
+        batch = fit_batch(rows, state.blocks, self.config.padded_kv, state.max_batch_tokens)
         if not batch:
             return EMPTY_PLAN
         self._batch = batch
@@ -106,16 +107,20 @@ class StaticBatchingPolicy(SchedulingPolicy):
         return StepPlan(tuple(r.request_id for r in batch), tuple(r.num_pending_tokens for r in batch), padding=pad)
 
 
-def fit_batch(candidates: list[Request], blocks, padded_kv: bool) -> list[Request]:
-    """The longest prefix of ``candidates`` whose KV fits the free blocks: the padded rectangle
-    rows x (longest prompt + longest remaining output) when ``padded_kv``, else the sum of
-    each row's own prompt + remaining output."""
+def fit_batch(candidates: list[Request], blocks, padded_kv: bool, max_tokens: int) -> list[Request]:
+    """The longest prefix of ``candidates`` whose padded prefill, rows x longest prompt, stays
+    within ``max_tokens`` (the step limit) and whose KV fits the free blocks: the padded
+    rectangle rows x (longest prompt + longest remaining output) when ``padded_kv``, else the
+    sum of each row's own prompt + remaining output."""
     batch: list[Request] = []
     free, prompt, output = blocks.num_free_gpu_blocks, 0, 0
     for req in candidates:
         remaining = req.max_output_tokens - req.num_generated_tokens
+        prompt = max(prompt, req.num_tokens)
+        if (len(batch) + 1) * prompt > max_tokens:
+            break
         if padded_kv:
-            prompt, output = max(prompt, req.num_tokens), max(output, remaining)
+            output = max(output, remaining)
             if (len(batch) + 1) * blocks.blocks_for(prompt + output) > free:
                 break
         else:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from servelab.core.plan import EMPTY_PLAN, StepPlan
 from servelab.core.policy import POLICIES, InstanceState, SchedulingPolicy
 from servelab.core.request import Request
-from servelab.core.planning import ORDERS, PlanBuilder, admission_error, run_held_kv, sorted_by
+from servelab.core.planning import ORDERS, PlanBuilder, admission_error, run_held_kv, sorted_by, step_limit_error
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,7 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
     fixed_order: str | None = None
     stable_under_decode = True
     uses_decode_group = True  # reads running requests one by one only when decodes do not all fit
+    chunks_prefills = False  # a prefill runs whole: a prompt over the step limit can never run
 
     def __init__(self, config: PreemptionConfig | None = None) -> None:
         self.config = config if config is not None else self.Config()
@@ -69,6 +70,8 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
             if req.status.is_terminal:
                 continue
             reason = admission_error(req, state)
+            if reason is None and not self.chunks_prefills:
+                reason = step_limit_error(req, state)
             if reason is not None:
                 out.append((req.request_id, reason))
         self._unchecked.clear()
@@ -80,14 +83,16 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
         waiting = sorted_by(state.waiting, self._key)
         if rejected:
             waiting = [r for r in waiting if r.request_id not in rejected]
-        # a prompt longer than the step limit runs alone rather than blocking the queue forever
-        budget = max(state.max_batch_tokens, waiting[0].num_pending_tokens if waiting else 0)
-        b = PlanBuilder(state, token_budget=budget)
+        b = PlanBuilder(state, token_budget=state.max_batch_tokens)
         b.reject = rejects
         admitted_prefill = False
         for req in waiting:
             if not b.try_add(req, req.num_pending_tokens, new_request=True):
-                break
+                over = step_limit_error(req, state)  # preempted by recompute, its tokens no longer fit a step
+                if over is None:
+                    break
+                b.reject.append((req.request_id, over))
+                continue
             admitted_prefill |= req.num_pending_tokens > 1 or req.is_prefill
         if not b.ids and waiting and not state.num_running:  # a count: no member synced
             run_held_kv(state, waiting, b)

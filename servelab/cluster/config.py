@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from servelab.cluster.links import TopologyConfig
 from servelab.core.admission import OVERFLOW_MODES
 from servelab.core.errors import UserError
+from servelab.core.limits import step_limits_error
 from servelab.costmodel.links import LinkSpec
 
 _ROLES = ("mixed", "prefill", "decode")
@@ -46,6 +47,8 @@ class InstanceGroup:
             raise UserError(f"tp and pp must be >= 1, got tp={self.tp} pp={self.pp}")
         if self.max_batch_tokens < 1 or self.max_num_seqs < 1 or self.block_size < 1:
             raise UserError("max_batch_tokens, max_num_seqs and block_size must be >= 1")
+        if (why := step_limits_error(self.max_batch_tokens, self.max_num_seqs)) is not None:
+            raise UserError(f"InstanceGroup: {why}")
         if not 0 <= self.memory_reserve_fraction < 1:
             raise UserError(f"memory_reserve_fraction must be in [0, 1), got {self.memory_reserve_fraction}")
         if not self.host_kv_gb >= 0:

@@ -27,8 +27,8 @@ class InstanceLimits:
     max_num_seqs: int = 256  # rows in one step
 
     def __post_init__(self) -> None:
-        if self.max_batch_tokens < 1 or self.max_num_seqs < 1:
-            raise ValueError(f"instance limits must be >= 1, got {self}")
+        if not 1 <= self.max_num_seqs <= self.max_batch_tokens:  # vLLM's rule: a step can decode every row
+            raise ValueError(f"instance limits need 1 <= max_num_seqs <= max_batch_tokens, got {self}")
 
 
 @dataclass(slots=True)
@@ -283,6 +283,11 @@ class InstanceRuntime:
             ctx_max = max(ctx_max, group.context_max_next())
             batch = group.requests + batch
         self._inflight_group = group_rows
+        pad = plan.padding
+        step_tokens = sum(prefill_tokens) + num_decodes if pad is None else pad.num_rows * pad.row_tokens
+        if step_tokens > self.max_batch_tokens:
+            raise PlanError(f"instance {self.instance_id}: a step of {step_tokens} tokens > max_batch_tokens "
+                            f"{self.max_batch_tokens}")
         if admitted:
             self._admit(admitted)
         shape = StepShape(tuple(prefill_tokens), tuple(prefill_context), num_decodes, ctx_sum, ctx_max,

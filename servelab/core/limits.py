@@ -36,3 +36,14 @@ MAX_PARAM_INT = 2**31 - 1
 # Host (CPU) memory for swapped-out KV per instance, in GiB (vLLM's swap_space). 1 TiB is
 # more than a serving host has; the block free lists grow with it.
 MAX_SWAP_SPACE_GB = 1024.0
+
+
+def step_limits_error(max_batch_tokens: int, max_num_seqs: int) -> str | None:
+    """vLLM's rule for the two step limits, or None: every running row must be able to decode
+    in one step, so ``max_num_batched_tokens >= max_num_seqs`` (vLLM refuses to start
+    otherwise; a smaller token budget would leave decodes that no step can take)."""
+    if max_batch_tokens < max_num_seqs:
+        return (f"the step token limit (--max-num-batched-tokens, max_batch_tokens) of {max_batch_tokens} must be "
+                f">= --max-num-seqs (max_num_seqs) of {max_num_seqs}, as vLLM requires: every running request must "
+                f"be able to decode in one step")
+    return None

@@ -51,6 +51,20 @@ def admission_error(req: Request, state: InstanceState) -> str | None:
     return None
 
 
+def step_limit_error(req: Request, state: InstanceState) -> str | None:
+    """Why a policy that runs a prefill whole (no chunking) can never run ``req`` here: its
+    pending tokens exceed the step limit (``max_batch_tokens``, vLLM's
+    ``max_num_batched_tokens``). vLLM without chunked prefill ignores such a prompt, and one
+    preempted by recompute whose prompt and output so far no longer fit one step; or None."""
+    n, limit = req.num_pending_tokens, state.max_batch_tokens
+    if n <= limit:
+        return None
+    what = "its prompt" if not req.num_generated_tokens else "its prompt and output so far, to recompute"
+    return (f"needs {n} tokens in one step ({what}) but the step limit is {limit} tokens "
+            f"(--max-num-batched-tokens) and this policy does not chunk prefills (sarathi, or "
+            f"--enable-chunked-prefill, would)")
+
+
 class PlanBuilder:
     def __init__(self, state: InstanceState, *, token_budget: int) -> None:
         self.state = state

@@ -35,7 +35,7 @@ from servelab.core.driver import InstanceDriver
 from servelab.core.errors import UserError
 from servelab.core.instance import InstanceLimits, InstanceRuntime
 from servelab.core.kv_blocks import KVCacheConfig
-from servelab.core.limits import MAX_SWAP_SPACE_GB
+from servelab.core.limits import MAX_SWAP_SPACE_GB, step_limits_error
 from servelab.core.policy import POLICIES, ROUTERS
 from servelab.core.registry import parse_name_params
 from servelab.core.request import Request, RequestSpec
@@ -67,6 +67,8 @@ class EngineConfig:
         for name in ("block_size", "max_batch_tokens", "max_num_seqs"):
             if getattr(self, name) < 1:
                 raise UserError(f"engine {name} must be >= 1, got {getattr(self, name)}")
+        if (why := step_limits_error(self.max_batch_tokens, self.max_num_seqs)) is not None:
+            raise UserError(f"engine {why}")
         if self.num_host_blocks < 0:
             raise UserError(f"engine num_host_blocks must be >= 0, got {self.num_host_blocks}")
         if not 0 <= self.watermark < 1:

@@ -50,7 +50,7 @@ def test_simulate_and_generate_take_the_vllm_names(tmp_path):
     runner = CliRunner()
     workload = "poisson:rate=4,n=20,prompt=fixed(64),output=fixed(8)"
     r = runner.invoke(app, ["simulate", "-w", workload, "--enable-chunked-prefill", "--max-num-batched-tokens", "128",
-                            "--preemption-mode", "recompute", "--json", "--out", str(tmp_path)])
+                            "--max-num-seqs", "64", "--preemption-mode", "recompute", "--json", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     assert '"policy": "sarathi:token_budget=128,preemption=recompute"' in r.output
     r = runner.invoke(app, ["simulate", "-w", workload, "--gpu-memory-utilization", "0", "--out", str(tmp_path)])

@@ -59,6 +59,7 @@ class DynaServePolicyConfig(PreemptionConfig):
 class DynaServePolicy(ContinuousBatchingPolicy):
     Config = DynaServePolicyConfig
     fixed_order = "fcfs"  # Algorithm 2 takes prefill in arrival order
+    chunks_prefills = True
 
     def __init__(self, config: DynaServePolicyConfig | None = None) -> None:
         super().__init__(config)
@@ -130,7 +131,7 @@ class DynaServePolicy(ContinuousBatchingPolicy):
             self._budget_steps += 1
             b.token_budget = b.num_tokens + max(budget, 0)
             self._add_prefill(b, prefill, {r.request_id for r in running}, self.table_for(state))
-        if not b.ids and not group_ids and waiting and not state.num_running:
+        if not b.ids and not group_ids and waiting and not b.preempt:
             run_held_kv(state, waiting, b, chunked=True)  # KV holders behind a head that cannot fit
         if not b.ids and not group_ids and state.swapped and not b.preempt:
             return self._swap_in_one(state, b)

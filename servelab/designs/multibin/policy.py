@@ -28,7 +28,7 @@ from servelab.designs.multibin.binning import (BinBatcher, BinEdges, FormedBatch
 from servelab.core.plan import EMPTY_PLAN, PaddedBatch, StepPlan
 from servelab.core.policy import POLICIES, InstanceState, SchedulingPolicy
 from servelab.core.request import Request, RequestStatus
-from servelab.core.planning import admission_error
+from servelab.core.planning import admission_error, step_limit_error
 
 _BOUNDARIES = ("uniform", "exponential", "explicit", "online")
 
@@ -116,16 +116,19 @@ class PaddedBatchRunner:
 
 
 def fit_members(members: list[Request], state: InstanceState) -> tuple[list[Request], list[tuple[int, str]]]:
-    """Split a batch into what fits in free KV now (prompt + max output each) and what never can."""
-    rejects = [(r.request_id, why) for r in members if (why := admission_error(r, state)) is not None]
+    """Split a batch into what fits now (free KV for prompt + max output each, a padded prefill
+    of rows x longest prompt within the step limit) and what never can."""
+    rejects = [(r.request_id, why) for r in members
+               if (why := admission_error(r, state) or step_limit_error(r, state)) is not None]
     rejected = {rid for rid, _ in rejects}
-    fits, free = [], state.blocks.num_free_gpu_blocks
+    fits, free, longest = [], state.blocks.num_free_gpu_blocks, 0
     for req in members:
         if req.request_id in rejected or len(fits) >= state.max_num_seqs:
             continue
         need = state.blocks.blocks_for(req.num_tokens + req.max_output_tokens - req.num_generated_tokens)
-        if need <= free:
+        if need <= free and (len(fits) + 1) * max(longest, req.num_pending_tokens) <= state.max_batch_tokens:
             free -= need
+            longest = max(longest, req.num_pending_tokens)
             fits.append(req)
     return fits, rejects
 
