@@ -1,7 +1,10 @@
 """The ASGI app: OpenAI routes over an ``EngineService``, plus /health and /metrics.
 
 A request is validated (pydantic, then ``Translator``'s limits) before it is submitted, so
-bad input is a 4xx with an OpenAI error body. Once submitted, the handler waits for the
+bad input is a 4xx with an OpenAI error body: a body that fails validation is a 400, as vLLM
+answers it, and the OpenAPI document (``/openapi.json``) says so, with the error object's
+schema, instead of FastAPI's default 422; ``/metrics`` is documented as the Prometheus text it
+is, and a 405 names the allowed methods (``Allow``). Once submitted, the handler waits for the
 request's first event before answering, so a request the engine refuses on arrival is a 4xx
 too, and a stream's headers go out with its first token. While it waits (and while a
 non-streaming request runs) the client's connection is polled; a client that goes away
@@ -17,12 +20,13 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from servelab.core.request import RequestStatus
-from servelab.server.errors import APIError, error_response, validation_message
+from servelab.server.errors import APIError, error_response, error_responses, validation_message
 from servelab.server.metrics import openai_finish_reason
 from servelab.server.responses import DONE, ResponseBuilder, sse_error
 from servelab.server.schemas import ChatCompletionRequest, CompletionRequest
@@ -52,7 +56,13 @@ def build_app(service: EngineService, translator: Translator, *, api_key: str | 
         if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), api_key.encode()):
             raise APIError(401, "missing or wrong API key (send 'Authorization: Bearer KEY')")
 
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(check_key)])
+    keyed = (401,) if api_key is not None else ()
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(check_key)], responses=error_responses(*keyed))
+    event = {"type": "object", "required": ["data"],  # one server-sent event: a chunk's JSON, or [DONE]
+             "properties": {"data": {"type": "string"}, "event": {"type": "string"}}}
+    generation = {**error_responses(400, 404, 500, 503),
+                  200: {"description": "The completion (JSON), or with stream=true its server-sent events",
+                        "content": {"application/json": {}, "text/event-stream": {"schema": event}}}}
 
     @v1.get("/models")
     async def models() -> dict:
@@ -60,27 +70,46 @@ def build_app(service: EngineService, translator: Translator, *, api_key: str | 
                                             "owned_by": "servelab", "root": str(service.engine.loaded.path),
                                             "max_model_len": translator.max_model_len}]}
 
-    @v1.post("/completions", response_model=None)
+    @v1.post("/completions", response_model=None, responses=generation)
     async def completions(body: CompletionRequest, request: Request) -> Response:
         return await _respond(service, translator.completion(body), False, request)
 
-    @v1.post("/chat/completions", response_model=None)
+    @v1.post("/chat/completions", response_model=None, responses=generation)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         return await _respond(service, translator.chat(body), True, request)
 
     app.include_router(v1)
 
-    @app.get("/health")
+    @app.get("/health", responses=error_responses(503))
     async def health() -> Response:
         if not service.alive:
             return error_response(503, f"engine not running{': ' + service.failed if service.failed else ''}")
         return JSONResponse({})
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse,
+             responses={200: {"description": "Prometheus text exposition format"}})
     async def metrics() -> Response:
         return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    _document_400(app)
     return app
+
+
+def _document_400(app: FastAPI) -> None:
+    """The OpenAPI document with the validation answer this server gives (400 and the error
+    object, documented on each route) in place of FastAPI's 422 and its schemas."""
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    operation.get("responses", {}).pop("422", None)
+            for name in ("HTTPValidationError", "ValidationError"):
+                schema.get("components", {}).get("schemas", {}).pop(name, None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
 
 
 def _error_handlers(app: FastAPI) -> None:
@@ -94,8 +123,10 @@ def _error_handlers(app: FastAPI) -> None:
         return error_response(400, message, param)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
-        return error_response(exc.status_code, str(exc.detail))
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        allowed = (exc.headers or {}).get("Allow")  # a 405 names the methods the path takes
+        message = f"{exc.detail}: {request.method} {request.url.path}" + (f" (allowed: {allowed})" if allowed else "")
+        return error_response(exc.status_code, message, headers=exc.headers)
 
 
 async def _next(stream: RequestStream, request: Request) -> Delta | None:

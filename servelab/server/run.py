@@ -45,8 +45,16 @@ class ServerConfig:
             raise UserError(f"--port must be in [0, 65535], got {self.port}")
         if not 0 <= self.shutdown_timeout_s <= 3600:
             raise UserError(f"--shutdown-timeout must be in [0, 3600] seconds, got {self.shutdown_timeout_s}")
-        if self.api_key is not None and not self.api_key.strip():
-            raise UserError("--api-key must not be empty")
+        if self.api_key is not None:
+            key = self.api_key
+            if not key.strip():
+                raise UserError("--api-key must not be empty")
+            if key != key.strip() or not all(" " <= c <= "~" for c in key):
+                # HTTP drops the spaces around a header value and carries only ASCII reliably: no
+                # client could send such a key, so every request would get a 401
+                raise UserError(f"--api-key must be printable ASCII with no space at either end (a client's "
+                                f"'Authorization: Bearer KEY' header cannot carry it), got {len(key)} characters "
+                                f"starting {key[:1]!r} and ending {key[-1:]!r}")
 
     @property
     def model_name(self) -> str:
