@@ -22,6 +22,7 @@ from servelab.core.limits import MAX_DURATION_S
 from servelab.core.request import SLO, RequestSpec, ServiceClass
 from servelab.workloads.arrivals import ArrivalProcess
 from servelab.workloads.lengths import LengthSource, LengthTable
+from servelab.workloads.memory import check_workload_memory
 
 Workload = list[RequestSpec]
 
@@ -61,6 +62,7 @@ def compose(arrival_s: np.ndarray, lengths: LengthTable) -> Workload:
     if len(arrival_s) == 0:
         return []
     arrival_s = np.asarray(arrival_s, dtype=np.float64)
+    check_workload_memory(len(arrival_s), int(lengths.num_output_tokens.sum()))  # before any object exists
     order = np.argsort(arrival_s, kind="stable")
     times_s = arrival_s[order] - arrival_s[order[0]]
     _check_span(times_s)
