@@ -6,7 +6,7 @@ file by hand; run
 It needs the test dependencies (hypothesis: ``requirements-test.lock``). The report is a
 list of section writers (``SECTIONS``), each a function of the run's
 ``ReportConfig`` returning markdown. The bad-input section runs the hypothesis case classes
-of ``tests/reliability/cases.py`` (the ones the test suite runs) with a fixed seed and a
+of ``tests/reliability/cases.py`` and ``flag_cases.py`` (the ones the test suite runs) with a fixed seed and a
 fixed number of examples, and tallies how each case ended: a clean ``UserError`` naming the
 input, a verified correct result, or anything else. The conservation matrix runs the cells of
 ``tests/reliability/conservation.py`` (every policy, router and preset x adversarial case)
@@ -60,13 +60,14 @@ def header(config: ReportConfig) -> str:
 
 def bad_input_cases(config: ReportConfig) -> str:
     from reliability.cases import CASE_CLASSES, CLEAN, CORRECT, OTHER, tally
+    from reliability.flag_cases import FLAG_CASES
 
     lines = ["## Generated bad input", "",
              "| class | what is generated | cases | clean error | correct result | other | seconds |",
              "|---|---|---:|---:|---:|---:|---:|"]
     totals = {CLEAN: 0, CORRECT: 0, OTHER: 0}
     examples_of_other = []
-    for case_class in CASE_CLASSES:
+    for case_class in CASE_CLASSES + FLAG_CASES:
         start = time.perf_counter()
         counts, others = tally(case_class, config.examples, config.seed)
         seconds = time.perf_counter() - start

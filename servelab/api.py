@@ -52,7 +52,8 @@ class HardwareChoice:
             raise UserError(f"num_instances must be in [1, {MAX_INSTANCES}], got {self.num_instances}")
         for name in ("tp", "pp", "max_num_seqs", "max_batch_tokens", "block_size"):
             if not 1 <= getattr(self, name) <= MAX_PARAM_INT:
-                raise UserError(f"{name} must be in [1, {MAX_PARAM_INT:,}], got {getattr(self, name)}")
+                label = "max_batch_tokens (--max-num-batched-tokens)" if name == "max_batch_tokens" else name
+                raise UserError(f"{label} must be in [1, {MAX_PARAM_INT:,}], got {getattr(self, name)}")
         if (why := step_limits_error(self.max_batch_tokens, self.max_num_seqs)) is not None:
             raise UserError(why)
         if not 0 <= self.swap_space_gb <= MAX_SWAP_SPACE_GB:

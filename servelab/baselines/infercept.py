@@ -35,7 +35,7 @@ from typing import Any
 from servelab.baselines.llumnix import excess_blocks, least_loaded, queued_blocks, router_preset
 from servelab.cluster.config import ClusterConfig
 from servelab.cluster.presets import register_preset
-from servelab.core.registry import coerce_param
+from servelab.core.registry import RegistryError, coerce_param
 from servelab.core.policy import POOL, ROUTERS, ClusterState, Move, Placement, Router
 from servelab.core.request import Request, RequestStatus
 from servelab.costmodel.links import LinkSpec
@@ -144,5 +144,8 @@ class InferCeptRouter(Router):
 def _infercept(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkSpec) -> ClusterConfig:
     """Sarathi instances behind the ``infercept`` router, with ``host_gb`` of host KV per instance."""
     host = coerce_param(params.get("host_gb", InferCeptConfig.host_gb), float, "preset 'infercept' parameter 'host_gb'")
+    if not host > 0:  # checked here: the cluster's pool (host_gb x instances) would be refused under its own name
+        raise RegistryError(f"preset 'infercept' parameter 'host_gb': host memory for swapped KV per instance, in "
+                            f"GiB, must be > 0, got {host:g}")
     return router_preset("infercept", "infercept", InferCeptConfig, "sarathi", params, group, link, num_instances,
                          kv_pool_gb=host * num_instances)

@@ -24,6 +24,7 @@ from servelab.cluster.config import ClusterConfig
 from servelab.cluster.presets import register_preset
 from servelab.cluster.reconfig import FormPipeline, SetLayers
 from servelab.core.policy import ROUTERS, ClusterState, Placement, Router
+from servelab.core.registry import RegistryError, coerce_param
 from servelab.core.request import Request
 from servelab.costmodel.links import LinkSpec
 
@@ -79,5 +80,12 @@ class VLLMPPRouter(Router):
 @register_preset("vllm-pp")
 def _vllm_pp(num_instances: int, params: dict[str, Any], group: dict[str, Any], link: LinkSpec) -> ClusterConfig:
     """Static two-stage pipelines of ``kunserve``-policy instances (chunked prefill whose step budget
-    is stages x ``token_budget``) behind the ``vllm-pp`` router."""
+    is stages x ``token_budget``) behind the ``vllm-pp`` router. A cluster with fewer instances than
+    ``num_stages`` would form no pipeline and run plain chunked prefill under vLLM-PP's name:
+    refused."""
+    stages = coerce_param(params.get("num_stages", VLLMPPConfig.num_stages), int, "preset 'vllm-pp' parameter "
+                          "'num_stages'")
+    if num_instances < stages:
+        raise RegistryError(f"preset 'vllm-pp' parameter 'num_stages': {stages} pipeline stages need at least "
+                            f"{stages} instances, the cluster has {num_instances} (--instances)")
     return router_preset("vllm-pp", "vllm-pp", VLLMPPConfig, "kunserve", params, group, link, num_instances)

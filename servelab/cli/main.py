@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from servelab.cli.common import (EXIT_ABORTED, abort_record, emit_json, exit_if_aborted,
+from servelab.cli.common import (EXIT_ABORTED, abort_record, check_out_file, emit_json, exit_if_aborted,
                                  parse_floats, parse_slo, progress_bar, progress_log, user_errors, write_json, write_timeseries)
 from servelab.cli.config_file import config_option
 from servelab.cli.outputs import (hardware_title, probe_table, resolve_out, run_context, sweep_table,
@@ -102,6 +102,8 @@ def simulate(
 
     with user_errors():
         out = resolve_out(out, "simulate")
+        if trace is not None:
+            check_out_file(trace, "--trace")  # before the run, not after it
         target = parse_slo(slo)
         from servelab.cli.vocab import check_utilization, policy_with_vllm_flags
 

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from servelab.cli.common import check_out_dir, emit_json, user_errors
+from servelab.cli.common import check_out_dir, check_out_file, emit_json, user_errors
 from servelab.cli.vocab import engine_kv_budget_mb, policy_with_vllm_flags
 from servelab.core.errors import UserError
 
@@ -58,6 +58,8 @@ def serve(
         from servelab.server.run import ServerConfig, run_server
 
         _set_threads(threads)
+        if request_log is not None:
+            check_out_file(request_log, "--request-log")  # before the model loads, not at the first request
         ray_config = ray_config_for(backend, ray_address)
         policy = policy_with_vllm_flags(policy, enable_chunked_prefill=enable_chunked_prefill,
                                         preemption_mode=preemption_mode, max_num_batched_tokens=max_num_batched_tokens)

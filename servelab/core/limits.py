@@ -29,6 +29,11 @@ MAX_DURATION_S = 1e9
 # (nearly every gap is 0, a few are huge); beyond it the shape underflows.
 MAX_CV = 100.0
 
+# A duration parameter of a policy or router (any ``*_s``: a batch's wait, a poll interval, a
+# cool-down), in seconds. A batch that waits an hour for company is already no serving system;
+# beyond that, a wait (``static:max_wait_s=1e300``) only turns into a TTFT of 1e300 s.
+MAX_PARAM_SECONDS = 3600.0
+
 # Integer policy parameters (batch sizes, budgets, bin counts): a C int, so no policy meets
 # an overflow when it hands the value to numpy.
 MAX_PARAM_INT = 2**31 - 1

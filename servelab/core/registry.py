@@ -10,8 +10,9 @@ Parameters are validated against the Config's annotations with pydantic, one fie
 time. Strings (the CLI's spec strings) are read leniently as their type (``"8"`` -> 8,
 ``"yes"`` -> True, ``"none"`` -> None, ``"1;2"`` -> a tuple); other values (the Python API) must
 already have the type, so ``True`` is never read as 1. Every float must be finite and every
-int must fit ``MAX_PARAM_INT``: an infinite wait or a 10^30 batch size is a typo, not a
-setting. The Config's own ``__post_init__`` then checks ranges and relations.
+int must fit ``MAX_PARAM_INT``, and every duration (a field named ``*_s``) ``MAX_PARAM_SECONDS``:
+an infinite wait or a 10^30 batch size is a typo, not a setting. The Config's own
+``__post_init__`` then checks ranges and relations.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from servelab.core.errors import UserError, shown
-from servelab.core.limits import MAX_PARAM_INT
+from servelab.core.limits import MAX_PARAM_INT, MAX_PARAM_SECONDS
 
 T = TypeVar("T")
 
@@ -109,6 +110,11 @@ def build_config(config_cls: type | None, params: dict[str, Any], where: str):
         raise RegistryError(f"{where}: unknown parameter(s) {unknown}; valid: {sorted(fields)}")
     hints = typing.get_type_hints(config_cls, include_extras=True)
     kwargs = {k: coerce_param(v, hints[k], f"{where} parameter {k!r}") for k, v in params.items()}
+    for key, value in kwargs.items():
+        if key.endswith("_s") and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and value > MAX_PARAM_SECONDS:
+            raise RegistryError(f"{where} parameter {key!r}: a duration of at most {MAX_PARAM_SECONDS:g} s, "
+                                f"got {shown(value)}")
     try:
         return config_cls(**kwargs)
     except (TypeError, ValueError) as exc:

@@ -92,6 +92,9 @@ class LinearCostModel:
             if not (_is_number(value) and 0 <= value <= MAX_COEFFICIENT_S):
                 raise ValueError(f"LinearCostModel.{name} must be a finite number >= 0 "
                                  f"(at most {MAX_COEFFICIENT_S:g} s), got {shown(value)}")
+        if not (self.c_step or self.c_token or self.c_row):  # every step runs >= 1 row of >= 1 token
+            raise ValueError("c_step, c_token and c_row are all 0, so a step could take 0 s and simulated time "
+                             "would not advance (every rate divides by it); at least one must be > 0")
 
     # ---- the CostModel protocol ----
     def step_time_s(self, shape: StepShape) -> float:

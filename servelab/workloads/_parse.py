@@ -130,10 +130,20 @@ def read_jsonl(path: Path | str, required: tuple[str, ...]) -> tuple[Path, list[
     return path, records, line_numbers
 
 
+def _json_strings(values: list, name: str, path: Path, line_numbers: list[int]) -> None:
+    """A JSON file's numbers are JSON numbers: ``"350"`` is a string that only looks like one
+    (a reader that took it would read rows the producer never wrote as numbers)."""
+    for i, value in enumerate(values):
+        if isinstance(value, str):
+            raise fail(path, line_numbers[i], f"{name} must be a JSON number, got the string {shown(value)}")
+
+
 def int_column(values: list, name: str, path: Path, line_numbers: list[int], min_value: int,
-               max_value: int = MAX_TOKENS) -> np.ndarray:
+               max_value: int = MAX_TOKENS, *, json: bool = False) -> np.ndarray:
     """Convert a column to int64 in [min_value, max_value]; on any bad value, raise naming
-    the first offending line."""
+    the first offending line. ``json``: the values came from JSON, where a string is wrong."""
+    if json:
+        _json_strings(values, name, path, line_numbers)
     array = _try_int_array(values)
     if array is None:
         numbers = []
@@ -182,8 +192,12 @@ def _as_int(value: object) -> int | None:
     return None
 
 
-def float_column(values: list, name: str, path: Path, line_numbers: list[int], min_value: float) -> np.ndarray:
-    """Convert a column to finite float64 (>= ``min_value``), naming the first bad line."""
+def float_column(values: list, name: str, path: Path, line_numbers: list[int], min_value: float, *,
+                 json: bool = False) -> np.ndarray:
+    """Convert a column to finite float64 (>= ``min_value``), naming the first bad line.
+    ``json``: the values came from JSON, where a string is wrong."""
+    if json:
+        _json_strings(values, name, path, line_numbers)
     array = None
     if all(isinstance(value, (str, int, float)) and not isinstance(value, bool) for value in values):
         try:

@@ -176,8 +176,9 @@ class LogNormal:
 class IndependentLengths:
     """Prompt and output drawn independently; ``max_total_tokens`` truncates the prompt.
 
-    With a context limit the output keeps its length (capped at limit - 1) and the prompt is
-    cut to fit, mirroring how long-context benchmarks truncate inputs, not answers.
+    With a context limit the output keeps its length and the prompt is cut to fit, mirroring
+    how long-context benchmarks truncate inputs, not answers. An output that leaves no room
+    for a one-token prompt is an error naming the request, never a silently shorter output.
     """
 
     prompt: LengthDist
@@ -193,8 +194,14 @@ class IndependentLengths:
         prompt = self.prompt.sample(num_requests, rng)
         output = self.output.sample(num_requests, rng)
         if self.max_total_tokens is not None:
-            output = np.minimum(output, self.max_total_tokens - 1)
-            prompt = np.minimum(prompt, self.max_total_tokens - output)
+            limit = self.max_total_tokens
+            over = np.flatnonzero(output >= limit)
+            if over.size:
+                i = int(over[0])
+                raise UserError(f"max_total={limit} truncates prompts only, but request {i} draws an output of "
+                                f"{int(output[i])} tokens ({over.size} of {num_requests} reach {limit}), which "
+                                f"leaves no room for its prompt: raise max_total or cap output= below it")
+            prompt = np.minimum(prompt, limit - output)
         return LengthTable(prompt, output, None, self.name)
 
 

@@ -55,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servelab.core.errors import UserError
+from servelab.core.errors import UserError, shown
 from servelab.core.limits import MAX_NUM_REQUESTS, MAX_PARAM_INT, MAX_TOKENS
 from servelab.core.request import RequestSpec
 from servelab.workloads import arrivals as arr
@@ -108,17 +108,23 @@ class WorkloadSpec:
         return dict(self.options).get(key)
 
 
+def quoted(spec: str) -> str:
+    """The spec as an error quotes it: in full up to 200 characters (a generated 12 KB spec
+    would flood the one line an error gets)."""
+    return shown(spec, 200)
+
+
 def parse_spec(spec: str) -> WorkloadSpec:
     """Split and check a spec string (names and keys only; values are checked when built)."""
     source, _, rest = spec.strip().partition(":")
     source = source.strip()
     if source not in VALID_KEYS:
-        raise WorkloadError(f"workload spec {spec!r}: unknown source {source!r}; valid: {sorted(VALID_KEYS)}")
+        raise WorkloadError(f"workload spec {quoted(spec)}: unknown source {source!r}; valid: {sorted(VALID_KEYS)}")
     options: list[list[str]] = []
     try:
         pieces = split_top_level(rest) if rest.strip() else []
     except WorkloadError as err:
-        raise WorkloadError(f"workload spec {spec!r}: {err}") from None
+        raise WorkloadError(f"workload spec {quoted(spec)}: {err}") from None
     for piece in pieces:
         key, eq, value = piece.partition("=")
         if eq and "(" not in key:
@@ -126,14 +132,14 @@ def parse_spec(spec: str) -> WorkloadSpec:
         elif options:
             options[-1][1] += "," + piece.strip()
         else:
-            raise WorkloadError(f"workload spec {spec!r}: expected KEY=VALUE, got {piece!r}")
+            raise WorkloadError(f"workload spec {quoted(spec)}: expected KEY=VALUE, got {piece!r}")
     keys = [k for k, _ in options]
     for key in keys:
         if key not in VALID_KEYS[source]:
-            raise WorkloadError(f"workload spec {spec!r}: unknown key {key!r} for {source}; "
+            raise WorkloadError(f"workload spec {quoted(spec)}: unknown key {key!r} for {source}; "
                                 f"valid: {list(VALID_KEYS[source])}")
         if keys.count(key) > 1:
-            raise WorkloadError(f"workload spec {spec!r}: key {key!r} given twice")
+            raise WorkloadError(f"workload spec {quoted(spec)}: key {key!r} given twice")
     return WorkloadSpec(source, tuple((k, v) for k, v in options))
 
 
@@ -143,12 +149,12 @@ def split_top_level(text: str) -> list[str]:
     for i, char in enumerate(text):
         depth += {"(": 1, ")": -1}.get(char, 0)
         if depth < 0:
-            raise WorkloadError(f"unbalanced ')' in {text!r}")
+            raise WorkloadError(f"unbalanced ')' in {shown(text, 80)}")
         if char == "," and depth == 0:
             pieces.append(text[start:i])
             start = i + 1
     if depth != 0:
-        raise WorkloadError(f"unbalanced '(' in {text!r}")
+        raise WorkloadError(f"unbalanced '(' in {shown(text, 80)}")
     return pieces + [text[start:]]
 
 
@@ -166,7 +172,7 @@ def parse_workload(spec: str, data_dir: Path | str, seed: int) -> list[RequestSp
     except WorkloadFileError:
         raise
     except UserError as err:
-        raise WorkloadError(f"workload spec {spec!r}: {err}") from None
+        raise WorkloadError(f"workload spec {quoted(spec)}: {err}") from None
 
 
 def build_spec(spec: WorkloadSpec, data_dir: Path, rng: np.random.Generator) -> Workload:
@@ -276,17 +282,24 @@ def parse_length_dist(text: str) -> ln.LengthDist:
 LENGTH_SOURCE_NAMES = tuple(ln.PRESETS) + DATASETS + ("azure-conv", "azure-code", "mooncake")
 
 
-def parse_length_source(text: str, data_dir: Path) -> ln.LengthSource:
-    """A preset, a dataset/trace name (sampled jointly), or ``mix(SOURCE:WEIGHT,...)``."""
+MAX_MIX_DEPTH = 8  # mix(mix(...)) this deep is already one flat mix written the long way
+
+
+def parse_length_source(text: str, data_dir: Path, depth: int = 0) -> ln.LengthSource:
+    """A preset, a dataset/trace name (sampled jointly), or ``mix(SOURCE:WEIGHT,...)``; mixes
+    nest at most ``MAX_MIX_DEPTH`` deep (deeper, Python's recursion limit would be the error)."""
     text = text.strip()
     match = _CALL.match(text)
     if match and match.group(1) == "mix":
+        if depth >= MAX_MIX_DEPTH:
+            raise WorkloadError(f"mix(...) nested more than {MAX_MIX_DEPTH} deep; a mixture of mixtures is one "
+                                "flat mix(SOURCE:WEIGHT,...) with the weights multiplied out")
         components, weights = [], []
         for piece in split_top_level(match.group(2)):
             name, colon, weight = piece.rpartition(":")
             if not colon:
                 raise WorkloadError(f"mix component {piece!r}: expected SOURCE:WEIGHT")
-            components.append(parse_length_source(name, data_dir))
+            components.append(parse_length_source(name, data_dir, depth + 1))
             weights.append(_float("mix weight", weight))
         return ln.MixtureLengths(tuple(components), tuple(weights))
     if text in ln.PRESETS:
@@ -324,6 +337,10 @@ def _pairs(key: str, text: str) -> list[tuple[str, str]]:
 
 def _path(spec: WorkloadSpec, data_dir: Path) -> Path:
     if (path := spec.get("path")) is not None:
+        if not path.strip():  # Path("") is ".", which would be reported as "not a regular file"
+            raise WorkloadError("path= is empty: give a file, or leave path= out for the default "
+                                f"{data_dir / DEFAULT_FILES[spec.source]}" if spec.source in DEFAULT_FILES
+                                else "path= is empty: give a file")
         return Path(path)
     path = data_dir / DEFAULT_FILES[spec.source]
     if not path.is_file():

@@ -27,6 +27,7 @@ import numpy as np
 
 from servelab.core.errors import shown
 from servelab.core.request import RequestSpec
+from servelab.workloads.memory import check_workload_memory
 from servelab.workloads._parse import (WorkloadError, WorkloadFileError, check_span, fail, float_column, int_column,
                                        read_csv, read_jsonl)
 
@@ -37,6 +38,7 @@ ZERO_TOKEN_POLICIES = ("skip", "clamp", "error")
 def specs_from_arrays(arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray,
                       prefix_block_ids: list[tuple[int, ...]] | None = None) -> list[RequestSpec]:
     """Sort by arrival (stable), re-base to 0, number 0..n-1: the workload invariants."""
+    check_workload_memory(len(arrival_s), int(output.sum()))  # before any object exists
     order = np.argsort(arrival_s, kind="stable")
     arrival_s = arrival_s[order] - arrival_s[order[0]]
     arrivals = arrival_s.tolist()
@@ -91,9 +93,9 @@ def _parse_wall_clock(values: list[str], path: Path, line_numbers: list[int]) ->
 def load_mooncake(path: Path | str) -> list[RequestSpec]:
     """Mooncake FAST'25 JSONL: timestamp (ms), input_length, output_length, hash_ids."""
     path, records, lines = read_jsonl(path, ("timestamp", "input_length", "output_length", "hash_ids"))
-    timestamp_ms = float_column([r["timestamp"] for r in records], "timestamp", path, lines, 0.0)
-    prompt = int_column([r["input_length"] for r in records], "input_length", path, lines, 1)
-    output = int_column([r["output_length"] for r in records], "output_length", path, lines, 1)
+    timestamp_ms = float_column([r["timestamp"] for r in records], "timestamp", path, lines, 0.0, json=True)
+    prompt = int_column([r["input_length"] for r in records], "input_length", path, lines, 1, json=True)
+    output = int_column([r["output_length"] for r in records], "output_length", path, lines, 1, json=True)
     blocks = []
     for record, line in zip(records, lines):
         hash_ids = record["hash_ids"]
@@ -115,11 +117,18 @@ def load_burstgpt(path: Path | str, *, zero_tokens: str = "skip", model: str | N
         raise WorkloadError(f"zero_tokens must be one of {ZERO_TOKEN_POLICIES}, got {zero_tokens!r}")
     table = read_csv(path, ("Timestamp", "Model", "Request tokens", "Response tokens"))
     keep = np.ones(len(table.rows), dtype=bool)
-    for column, wanted in (("Model", model), ("Log Type", log_type)):
+    for column, wanted, key in (("Model", model, "model"), ("Log Type", log_type, "log")):
         if wanted is not None:
             if column not in table.columns:
                 raise fail(table.path, 1, f"cannot filter on {column!r}: no such column")
-            keep &= np.array(table.column(column)) == wanted
+            values = np.array(table.column(column))
+            if not (keep & (values == wanted)).any():  # say which filter emptied the file, and what it holds
+                present = sorted(set(values[keep].tolist()))
+                raise WorkloadFileError(
+                    f"{table.path}: {key}={wanted!r} keeps none of the {int(keep.sum()):,} rows"
+                    f"{f' left by model={model!r}' if key == 'log' and model is not None else ''}; their {column} values: "
+                    f"{', '.join(repr(v) for v in present[:8])}{', ...' if len(present) > 8 else ''}")
+            keep &= values == wanted
     lines = table.line_numbers
     arrival_s = float_column(table.column("Timestamp"), "Timestamp", table.path, lines, 0.0)
     check_span(arrival_s, "Timestamp", table.path, lines)
@@ -134,6 +143,7 @@ def load_burstgpt(path: Path | str, *, zero_tokens: str = "skip", model: str | N
             warnings.warn(f"{table.path}: skipped {int(zero.sum())} rows with 0 request or response tokens",
                           stacklevel=2)
         keep &= ~zero
-    if not keep.any():
-        raise WorkloadFileError(f"{table.path}: no rows left after filtering")
+    if not keep.any():  # every row the filters kept had 0 tokens
+        raise WorkloadFileError(f"{table.path}: all {int(zero.sum()):,} rows{' the filters kept' if model or log_type else ''} "
+                                f"have 0 request or response tokens, which zero=skip drops (zero=clamp keeps them)")
     return specs_from_arrays(arrival_s[keep], np.maximum(prompt[keep], 1), np.maximum(output[keep], 1))

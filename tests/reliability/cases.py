@@ -164,7 +164,9 @@ def run_workload_spec(spec: str) -> Outcome:
         return None
 
     def names_input(message: str) -> bool:
-        return repr(spec) in message or message.startswith(str(tiny_data_dir())) or message.startswith("/")
+        from servelab.workloads.spec import quoted
+
+        return quoted(spec) in message or message.startswith(str(tiny_data_dir())) or message.startswith("/")
 
     return judge(lambda: parse_workload(spec, tiny_data_dir(), 0), names_input, verify)
 

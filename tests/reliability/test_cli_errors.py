@@ -22,6 +22,11 @@ def _files(tmp_path):
                                         '"c_row": 0}}')
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00\x01binary")
     (tmp_path / "a_file").write_text("occupied")
+    (tmp_path / "zero.json").write_text('{"schema": "servelab.linear_cost_model", "version": 2, "coefficients": '
+                                        '{"c_step": 0, "c_token": 0, "c_decode_ctx": 0, "c_prefill_attn": 0, '
+                                        '"c_row": 0}}')
+    (tmp_path / "string.jsonl").write_text('{"timestamp": "350", "input_length": 5, "output_length": 3, '
+                                           '"hash_ids": []}\n')
 
 
 CASES = [  # (arguments, text the one error line must contain)
@@ -57,6 +62,25 @@ CASES = [  # (arguments, text the one error line must contain)
     (["capacity", "-w", SMALL, "--lo", "nan"], "lo must be a finite rate > 0"),
     (["analyze", "multibin", "--k-max", "100000"], "--k-max must be in [1, 256]"),
     (["analyze", "multibin", "--eps", "1e-300"], "use a larger eps"),
+    # issue 22: accepted without a word, tracebacks after the run, vague messages
+    (["simulate", "-w", SMALL, "-p", "multibin:edges=5;3;1"], "edges: bin boundaries must be non-decreasing"),
+    (["simulate", "-w", SMALL, "-p", "multibin:edges=1;3;5"], "edges are used only with boundaries=explicit"),
+    (["simulate", "-w", SMALL, "-p", "multibin:mu=-1"], "mu must be a finite rate > 0"),
+    (["simulate", "-w", SMALL, "-p", "vllm-pp:num_stages=3", "-n", "2"], "3 pipeline stages need at least 3 instances"),
+    (["simulate", "-w", SMALL, "-p", "static:max_wait_s=1e300"], "'max_wait_s': a duration of at most 3600 s"),
+    (["simulate", "-w", SMALL, "-p", "infercept:host_gb=-1"], "preset 'infercept' parameter 'host_gb'"),
+    (["simulate", "-w", SMALL, "--max-num-batched-tokens", "50"], "of 50 must be >= --max-num-seqs (max_num_seqs) of 256"),
+    (["simulate", "-w", "burst:n=4,prompt=fixed(8),output=fixed(10),max_total=5"], "max_total=5 truncates prompts only"),
+    (["simulate", "-w", "azure-conv:path="], "path= is empty"),
+    (["simulate", "-w", "poisson:rate=1,n=3,lengths=" + "mix(" * 2000 + "alpaca" + ":1)" * 2000],
+     "mix(...) nested more than 8 deep"),
+    (["simulate", "-w", SMALL, "--trace", "{tmp}"], "--trace {tmp}: is a folder"),
+    (["simulate", "-w", SMALL, "--trace", "/proc/forbidden/x.json"], "--trace /proc/forbidden: cannot create"),
+    (["simulate", "-w", SMALL, "--watchdog", "events=-1"], "--watchdog 'events=-1'"),
+    (["simulate", "-w", SMALL, "--cost-model", "{tmp}/zero.json"], "zero.json: c_step, c_token and c_row are all 0"),
+    (["simulate", "-w", "mooncake:path={tmp}/string.jsonl"], "string.jsonl:1: timestamp must be a JSON number"),
+    (["analyze", "multibin", "--mu", "nan"], "--mu must be a finite number > 0, got nan"),
+    (["analyze", "multibin", "--distribution", "exponential", "--eps", "1"], "--eps applies to --distribution uniform"),
 ]
 
 
@@ -66,6 +90,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, args, expected)
     monkeypatch.chdir(tmp_path)  # default output folders land here
     args = [a.replace("{tmp}", str(tmp_path)) for a in args] + ["--data-dir", str(tiny_data_dir())] * (
         args[0] in ("simulate", "sweep", "capacity"))
+    expected = expected.replace("{tmp}", str(tmp_path))
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2, res.output
     lines = res.stderr.strip().splitlines()

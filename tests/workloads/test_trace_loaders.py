@@ -130,3 +130,40 @@ def test_burstgpt_clamp_error_and_filters(write_file):
     assert [s.num_prompt_tokens for s in gpt4] == [70]
     with pytest.raises(ValueError, match="zero_tokens must be one of"):
         load_burstgpt(path, zero_tokens="drop")
+
+
+@pytest.mark.parametrize("field, value", [("timestamp", "350"), ("input_length", "12"), ("output_length", "3")])
+def test_a_mooncake_number_written_as_a_string_is_an_error(tmp_path, field, value):
+    """A string timestamp used to be read as a number: 11 requests from 10 valid rows."""
+    import json
+
+    rows = [{"timestamp": 100 * i, "input_length": 50, "output_length": 10, "hash_ids": [i]} for i in range(10)]
+    rows.insert(5, {**rows[4], field: value})
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(WorkloadError, match=f"m.jsonl:6: {field} must be a JSON number, got the string '{value}'"):
+        load_mooncake(path)
+
+
+BURSTGPT_ROWS = ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                 "1,ChatGPT,10,0,10,Conversation log\n2,GPT-4,20,0,20,API log\n3,ChatGPT,5,5,10,API log\n")
+
+
+@pytest.mark.parametrize("filters, message", [
+    ({"model": "GPT-5"}, "model='GPT-5' keeps none of the 3 rows; their Model values: 'ChatGPT', 'GPT-4'"),
+    ({"log_type": "Nope"}, "log='Nope' keeps none of the 3 rows; their Log Type values: 'API log', 'Conversation log'"),
+    ({"model": "GPT-4", "log_type": "Nope"}, "log='Nope' keeps none of the 1 rows left by model='GPT-4'"),
+    ({"model": "GPT-4"}, "all 1 rows the filters kept have 0 request or response tokens, which zero=skip drops"),
+])
+def test_burstgpt_filters_that_leave_nothing_say_which_one(tmp_path, filters, message):
+    path = tmp_path / "b.csv"
+    path.write_text(BURSTGPT_ROWS)
+    with pytest.raises(WorkloadError, match=message.replace("(", r"\(").replace(")", r"\)")), \
+            pytest.warns(UserWarning) if "zero" in message else _nothing():
+        load_burstgpt(path, **filters)
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()

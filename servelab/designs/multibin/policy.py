@@ -20,6 +20,7 @@ never runs out of memory (a request that can never fit is rejected with the reas
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -65,7 +66,19 @@ class MultiBinConfig:
             raise ValueError(f"explicit boundaries need num_bins - 1 = {self.num_bins - 1} edges, got {self.edges}")
         if self.max_wait_s is not None and self.max_wait_s < 0:
             raise ValueError(f"max_wait_s must be >= 0 or None, got {self.max_wait_s}")
-        make_edges(self)  # validates lmin/lmax/mu/edges for the chosen kind
+        # every parameter is checked whichever boundaries use it: mu=-1 beside uniform bins is a typo
+        if not 0 < self.mu < math.inf:
+            raise ValueError(f"mu must be a finite rate > 0 (per token), got {self.mu}")
+        if not 0 <= self.lmin < self.lmax < math.inf:
+            raise ValueError(f"lmin and lmax need 0 <= lmin < lmax (finite), got lmin={self.lmin}, lmax={self.lmax}")
+        try:
+            BinEdges(tuple(self.edges))  # finite and non-decreasing
+        except ValueError as err:
+            raise ValueError(f"edges: {err}") from None
+        if self.edges and self.boundaries != "explicit":
+            raise ValueError(f"edges are used only with boundaries=explicit; boundaries={self.boundaries} "
+                             f"would ignore them")
+        make_edges(self)
 
     def batcher(self) -> BinBatcher:
         return BinBatcher(self.num_bins, self.batch_size, self.max_wait_s)

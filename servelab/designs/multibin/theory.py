@@ -127,19 +127,22 @@ MAX_BINS_FOR_EPS = 1_000_000
 def check_analysis_inputs(distribution: str, lmin: float, lmax: float, mu: float, batch_size: int, k_max: int,
                           eps: float | None, arrival_rate: float | None) -> None:
     """The CLI's inputs, each named, before any closed form runs (they raise on bad values too,
-    but only a ``UserError`` tells the user which option to change)."""
+    but only a ``UserError`` tells the user which option to change). Every option is checked
+    whichever distribution uses it: ``--mu nan`` beside the uniform one is still a typo."""
     if distribution not in ("uniform", "exp", "exponential"):
         raise UserError(f"--distribution must be 'uniform' or 'exponential', got {distribution!r}")
     if not 1 <= k_max <= MAX_BINS:
         raise UserError(f"--k-max must be in [1, {MAX_BINS}], got {k_max}")
     if not 1 <= batch_size <= MAX_PARAM_INT:
         raise UserError(f"--batch-size must be in [1, {MAX_PARAM_INT:,}], got {batch_size}")
-    if distribution == "uniform" and not 0 <= lmin < lmax < math.inf:
+    if not 0 <= lmin < lmax < math.inf:
         raise UserError(f"--lmin and --lmax need 0 <= lmin < lmax (finite), got lmin={lmin}, lmax={lmax}")
-    if distribution != "uniform" and not 0 < mu < math.inf:
+    if not 0 < mu < math.inf:
         raise UserError(f"--mu must be a finite number > 0, got {mu}")
     if eps is not None and not 0 < eps < math.inf:
         raise UserError(f"--eps must be a finite number > 0, got {eps}")
+    if eps is not None and distribution != "uniform":
+        raise UserError("--eps applies to --distribution uniform only (Theorem 4.3 is stated for it)")
     if arrival_rate is not None and not 0 < arrival_rate < math.inf:
         raise UserError(f"--arrival-rate must be a finite number > 0, got {arrival_rate}")
 
