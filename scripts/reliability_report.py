@@ -101,6 +101,7 @@ def cli_cases(config: ReportConfig) -> str:
         _files(tmp)
         for args, expected in CASES:
             args = [a.replace("{tmp}", str(tmp)) for a in args]
+            expected = expected.replace("{tmp}", str(tmp))
             if args[0] in ("simulate", "sweep", "capacity"):
                 args += ["--data-dir", str(tiny_data_dir()), *(["--out", str(tmp / "out")] * (args[0] != "capacity"
                                                                                            and "--out" not in args))]
@@ -112,8 +113,8 @@ def cli_cases(config: ReportConfig) -> str:
                 failures.append(f"- `servelab {' '.join(args)[:120]}`: exit {res.exit_code}, {res.output[-200:]!r}")
     return "\n".join([
         "## Bad command lines", "",
-        f"{len(CASES)} fixed command lines, one per class of input that issue 8 found ending in a traceback, a "
-        "vague error or a silently wrong result (`tests/reliability/test_cli_errors.py`). "
+        f"{len(CASES)} fixed command lines, one per class of input that issues 8 and 22 found ending in a "
+        "traceback, a vague error or a silently wrong result (`tests/reliability/test_cli_errors.py`). "
         f"**{ok} of {len(CASES)}** end with exit status 2 and one line on stderr that names the input.",
         *([""] + failures if failures else []), ""])
 
@@ -121,6 +122,7 @@ def cli_cases(config: ReportConfig) -> str:
 def limits(config: ReportConfig) -> str:
     from servelab.core import limits as lim
     from servelab.designs.multibin.theory import MAX_BINS
+    from servelab.workloads.spec import MAX_MIX_DEPTH
 
     rows = [("tokens in one prompt or output", f"{lim.MAX_TOKENS:,}"),
             ("requests in a generated workload (`n=`)", f"{lim.MAX_NUM_REQUESTS:,}"),
@@ -129,6 +131,8 @@ def limits(config: ReportConfig) -> str:
             ("gamma arrival cv", f"{lim.MAX_CV:g}"),
             ("integer policy parameters", f"{lim.MAX_PARAM_INT:,}"),
             ("host KV per instance (`--swap-space`)", f"{lim.MAX_SWAP_SPACE_GB:g} GiB"),
+            ("a policy or router duration (`max_wait_s`, `poll_s`, any `*_s`)", f"{lim.MAX_PARAM_SECONDS:g} s"),
+            ("`mix(...)` nesting in `lengths=`", f"{MAX_MIX_DEPTH}"),
             ("`analyze multibin --k-max`", f"{MAX_BINS}")]
     return "\n".join(["## Documented bounds", "",
                       "Work that grows with a parameter rather than the input is bounded (`servelab/core/limits.py`); "
@@ -200,6 +204,99 @@ def conservation_matrix(config: ReportConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
+LIVELOCK_CASES = [("infercept", 20, 1, 0.0), ("infercept", 100, 1, 0.0), ("infercept", 100, 2, 0.0),
+                  ("infercept:preemption=swap", 20, 1, 4.0), ("infercept:preemption=swap", 100, 2, 4.0)]
+
+
+def limits_that_hold(config: ReportConfig) -> str:
+    """Issue 22: the InferCept livelock cases end on their own (watchdog off), no step passes the
+    step token limit under any policy, and what the workload memory check allows here."""
+    import collections
+    import signal
+
+    from servelab import api
+    from servelab.cluster.watchdog import WatchdogConfig
+    from servelab.workloads.memory import memory_limit_bytes, workload_bytes
+
+    lines = ["## Limits that hold", "",
+             "**A simulation always ends.** InferCept on a tiny KV cache used to run for ever (issue 22): "
+             "`burst:n=N,prompt=uniform(200,2500),output=uniform(50,1500)` on Llama-2-7B / A100-40GB at "
+             "`--gpu-memory-utilization 0.37` (287 KV blocks per instance). Simulated (roofline cost model), "
+             "with the progress watchdog off, so each run ends because the scheduler never stalls (a run is "
+             "stopped after 60 s of CPU):", "",
+             "| policy | requests | instances | swap space | completed / rejected / aborted | simulated s | CPU s |",
+             "|---|---:|---:|---:|---|---:|---:|"]
+
+    def hang(signum, frame):
+        raise TimeoutError
+
+    for policy, n, instances, swap in LIVELOCK_CASES:
+        wl = api.load_workload(f"burst:n={n},prompt=uniform(200,2500),output=uniform(50,1500)")
+        hw = api.HardwareChoice(num_instances=instances, gpu="A100-40GB", model="Llama-2-7B",
+                                gpu_memory_utilization=0.37, swap_space_gb=swap)
+        previous = signal.signal(signal.SIGALRM, hang)
+        signal.alarm(60)
+        try:
+            out = api.run_simulation(wl, policy, hw, watchdog=WatchdogConfig(enabled=False))
+            ended = collections.Counter(r.status.value for r in out.result.requests)
+            cells = (f"{ended['finished']} / {ended['rejected']} / {ended['aborted']}", f"{out.result.makespan_s:,.1f}",
+                     f"{out.cpu_s:.2f}")
+        except TimeoutError:
+            cells = ("**did not end in 60 s**", "-", "> 60")
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+        lines.append(f"| `{policy}` | {n} | {instances} | {swap:g} GiB | " + " | ".join(cells) + " |")
+    lines += ["", "Any other stall is ended by the watchdog (`servelab/cluster/watchdog.py`, `simulate --watchdog`): "
+              "every live request is aborted with a `stuck:` reason (tests/cluster/test_watchdog.py drives it "
+              "with a router that polls for ever and with moves that undo each other).", ""]
+    lines += _step_limit_rows()
+    limit, source = memory_limit_bytes()
+    lines += ["", "**Workloads that cannot fit are refused before they are built** (`servelab/workloads/memory.py`: "
+              "1,500 B a request and 48 B an output token, measured). Here the workload memory limit is "
+              f"{limit / 2**30:.1f} GiB ({source}); 1M requests of 200 output tokens need "
+              f"{workload_bytes(10**6, 2 * 10**8) / 2**30:.1f} GiB, `poisson:n=10000000` with `output=exp(200)` "
+              f"{workload_bytes(10**7, 2 * 10**9) / 2**30:.0f} GiB.", ""]
+    return "\n".join(lines)
+
+
+def _step_limit_rows() -> list[str]:
+    """Every policy and preset at 2 instances, --max-num-batched-tokens 64 --max-num-seqs 16: the
+    largest step any instance ran (padded batches count their rectangle)."""
+    from servelab import api
+    from servelab.cluster.presets import PRESETS
+    from servelab.core.instance import InstanceRuntime
+    from servelab.core.policy import POLICIES
+
+    wl = api.load_workload("poisson:rate=20,n=30,prompt=uniform(10,300),output=uniform(1,40)")
+    apply, largest = InstanceRuntime.apply, {}
+
+    def watched(self, plan, now_s):
+        pad = plan.padding
+        tokens = sum(plan.num_tokens) if pad is None else pad.num_rows * pad.row_tokens
+        largest[id(self)] = max(largest.get(id(self), (0, 0)), (tokens, self.max_batch_tokens))
+        return apply(self, plan, now_s)
+
+    rows = ["**The step token limit is a limit.** Every policy and preset at 2 instances with "
+            "`--max-num-batched-tokens 64 --max-num-seqs 16`, 30 Poisson requests of 10-300 prompt tokens "
+            "(simulated, roofline, Llama-2-7B on A100-80GB): the largest step any instance ran (a padded batch "
+            "counts rows x longest row; a pipeline group of k instances has k x 64) and how requests ended "
+            "(policies that prefill whole reject prompts over 64 with the reason, chunking ones cut them):", "",
+            "| policy | largest step (tokens) | limit of that instance | completed / rejected |", "|---|---:|---:|---|"]
+    InstanceRuntime.apply = watched
+    try:
+        for name in POLICIES.names() + sorted(set(PRESETS) - set(POLICIES.names())):
+            largest.clear()
+            out = api.run_simulation(wl, name, api.HardwareChoice(num_instances=2, max_batch_tokens=64,
+                                                                  max_num_seqs=16))
+            tokens, limit = max(largest.values())
+            s = out.summary
+            rows.append(f"| `{name}` | {tokens} | {limit} | {s.num_completed} / {s.num_rejected} |")
+    finally:
+        InstanceRuntime.apply = apply
+    return rows
+
+
 @contextlib.contextmanager
 def _source_woken_after_transfers():
     """The experiment above: wrap ``Mover._finish`` so the transfer's source instance is kicked
@@ -220,7 +317,8 @@ def _source_woken_after_transfers():
         moves.Mover._finish = finish
 
 
-SECTIONS: list[Callable[[ReportConfig], str]] = [header, bad_input_cases, cli_cases, limits, conservation_matrix]
+SECTIONS: list[Callable[[ReportConfig], str]] = [header, bad_input_cases, cli_cases, limits, limits_that_hold,
+                                                 conservation_matrix]
 
 
 def main(argv: list[str] | None = None) -> None:
