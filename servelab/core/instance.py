@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servelab.core.decode_group import DecodeGroup
+from servelab.core.fast_forward import steps_until_exit
 from servelab.core.kv_blocks import BlockManager, KVCacheConfig
 from servelab.core.plan import StepPlan, StepResult, StepShape
 from servelab.core.request import Request, RequestStatus
@@ -457,8 +458,6 @@ class InstanceRuntime:
 
     def decode_horizon(self, batch: list[Request]) -> int:
         """Steps until the first request of a full-decode ``batch`` finishes or hands off."""
-        from servelab.core.fast_forward import steps_until_exit
-
         group_rows = self._inflight_group
         if not group_rows:
             return steps_until_exit(batch)
