@@ -9,20 +9,16 @@ sequence every move follows and the invariant it keeps.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
-
+from servelab.cluster.context import ClusterContext
 from servelab.cluster.transfers import KVTransfers, Transfer
 from servelab.core.driver import InstanceDriver
 from servelab.core.instance import StepOutcome
 from servelab.core.policy import POOL, Move
 from servelab.core.request import Request, RequestStatus
 
-if TYPE_CHECKING:
-    from servelab.cluster.driver import ClusterDriver
-
 
 class Mover(KVTransfers):
-    def __init__(self, cluster: ClusterDriver, *, measured: bool = False) -> None:
+    def __init__(self, cluster: ClusterContext, *, measured: bool = False) -> None:
         super().__init__(cluster, measured=measured)
         self._deferred: dict[int, list[Move]] = defaultdict(list)  # moves of requests in a step in flight
         self._streams: dict[int, dict[int, Request]] = defaultdict(dict)  # by instance: requests that stream

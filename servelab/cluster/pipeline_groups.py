@@ -16,9 +16,11 @@ subclass dispatches actions and carries out layer changes, KV resizes and faults
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from servelab.cluster.context import ClusterContext
 from servelab.cluster.links import LinkJob, Priority
+from servelab.cluster.moves import Mover
 from servelab.cluster.pipeline import PipelineExecutor
 from servelab.cluster.reconfig import FormPipeline, SplitPipeline
 from servelab.core.driver import InstanceDriver
@@ -27,8 +29,12 @@ from servelab.core.instance import InstanceLimits, InstanceRuntime
 from servelab.core.kv_blocks import KVCacheConfig
 from servelab.core.request import Request, RequestStatus
 
-if TYPE_CHECKING:
-    from servelab.cluster.driver import ClusterDriver
+
+class ReconfigContext(ClusterContext, Protocol):
+    """The driver as the reconfigurer sees it: its ``ClusterContext`` and its mover (restored
+    weights and exchanged KV cross the mover's links; a failed instance's transfers end there)."""
+
+    mover: Mover
 
 
 @dataclass
@@ -43,7 +49,7 @@ class PipelineGroups:
     """Reconfiguration state and shared helpers, and the pipeline-group actions (form, exchange,
     split, report); ``Reconfigurer`` is the only subclass."""
 
-    def __init__(self, cluster: ClusterDriver, factory: Any = None) -> None:
+    def __init__(self, cluster: ReconfigContext, factory: Any = None) -> None:
         self.cluster = cluster
         self.factory = factory
         self.groups: dict[int, PipelineGroup] = {}

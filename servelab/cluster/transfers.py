@@ -31,16 +31,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from servelab.cluster.context import ClusterContext
 from servelab.cluster.links import Link, LinkJob, Priority
 from servelab.costmodel.links import LinkSpec
 from servelab.core.events import EventKind
 from servelab.core.policy import POOL
 from servelab.core.request import Request, RequestStatus
-
-if TYPE_CHECKING:
-    from servelab.cluster.driver import ClusterDriver
 
 
 @dataclass(slots=True)
@@ -66,7 +64,7 @@ class KVTransfers:
     """Transfers under way (``_active``, by request id) and waiting for memory at their
     destination (``_blocked``), the links they cross, and the log of finished ones."""
 
-    def __init__(self, cluster: ClusterDriver, *, measured: bool = False) -> None:
+    def __init__(self, cluster: ClusterContext, *, measured: bool = False) -> None:
         self.cluster = cluster
         self.measured = measured
         self.links: dict[tuple, Link] = {}

@@ -5,19 +5,39 @@ An instance view brings a fast-forwarded decode run up to date only when the rou
 something that it changes; the load a router asks for on every arrival
 (``num_outstanding_tokens``) is computed without settling. The cluster driver builds the
 views and rebuilds them when the schedulable set changes (a group forms or splits, an
-instance fails).
+instance fails). They read the driver through ``ViewSource``, so this module does not import it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from servelab.cluster.kv_pool import ClusterKVPool
 from servelab.cluster.links import Link, Topology
 from servelab.core.driver import InstanceDriver
 
-if TYPE_CHECKING:
-    from servelab.cluster.driver import ClusterDriver
+
+class _Links(Protocol):
+    def link(self, source: int, destination: int) -> Link: ...
+
+
+class _Groups(Protocol):
+    groups: dict[int, Any]  # group id -> its PipelineGroup (``members``: the stages' drivers, in order)
+
+    def can_change_layers(self) -> bool: ...
+
+
+class ViewSource(Protocol):
+    """What the views read of the cluster driver (which builds them): instances, time, links,
+    the pool and the pipeline groups."""
+
+    drivers: list[InstanceDriver]
+    active: set[int]
+    now_s: float
+    topology: Topology | None
+    pool: ClusterKVPool | None
+    mover: _Links
+    reconfig: _Groups
 
 
 class InstanceView:
@@ -25,7 +45,7 @@ class InstanceView:
 
     __slots__ = ("_driver", "_cluster", "instance_id", "role")
 
-    def __init__(self, driver: InstanceDriver, cluster: ClusterDriver) -> None:
+    def __init__(self, driver: InstanceDriver, cluster: ViewSource) -> None:
         self._driver = driver
         self._cluster = cluster
         self.instance_id = driver.runtime.instance_id
@@ -108,7 +128,7 @@ class InstanceView:
 
 
 class ClusterView:
-    def __init__(self, cluster: ClusterDriver) -> None:
+    def __init__(self, cluster: ViewSource) -> None:
         self._cluster = cluster
         self.instances: list[InstanceView] = []
         self._by_id: dict[int, InstanceView] = {}
