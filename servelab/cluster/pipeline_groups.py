@@ -204,7 +204,7 @@ class PipelineGroups:
                 offset += n
                 ends.append((offset, req))
             sent, idx = 0.0, 0
-            for size in _chunks(total, chunk_bytes):
+            for size in chunk_sizes(total, chunk_bytes):
                 sent += size
                 done = []
                 while idx < len(ends) and ends[idx][0] <= sent * (1 + 1e-12):
@@ -284,7 +284,7 @@ class PipelineGroups:
         self._record_group(group)
         for m in group.members:
             self.member_of.pop(m.instance_id, None)
-            m.runtime = _fresh_runtime(m, factory, m.spec)
+            m.runtime = fresh_runtime(m, factory, m.spec)
             m.policy = factory.policy(m.instance_id)
             m.executor = factory.executor(m.cost_model)
             c.drivers[m.instance_id] = m
@@ -341,7 +341,7 @@ class PipelineGroups:
         return out
 
 
-def _chunks(num_bytes: float, chunk_bytes: float | None) -> list[float]:
+def chunk_sizes(num_bytes: float, chunk_bytes: float | None) -> list[float]:
     """Sizes of the jobs that carry ``num_bytes`` (one job when ``chunk_bytes`` is None or inf)."""
     if chunk_bytes is None or chunk_bytes == float("inf") or chunk_bytes >= num_bytes or num_bytes <= 0:
         return [num_bytes]
@@ -356,7 +356,8 @@ def _group_blocks(executor: Any, members: list[InstanceDriver]) -> int:
     return blocks if blocks is not None else min(m.runtime.blocks.num_gpu_blocks for m in members)
 
 
-def _fresh_runtime(d: InstanceDriver, factory: Any, spec) -> InstanceRuntime:
+def fresh_runtime(d: InstanceDriver, factory: Any, spec) -> InstanceRuntime:
+    """An empty runtime for ``d`` holding ``spec``'s layers (a group split or failed), same limits."""
     hw = factory.hardware(spec)
     old = d.runtime
     return InstanceRuntime(d.instance_id, hw.kv_config, InstanceLimits(old.max_batch_tokens, old.max_num_seqs),

@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from servelab.cluster.links import LinkJob, Priority
-from servelab.cluster.pipeline_groups import PipelineGroups, _chunks, _fresh_runtime
+from servelab.cluster.pipeline_groups import PipelineGroups, chunk_sizes, fresh_runtime
 from servelab.cluster.reconfig import FailInstance, FormPipeline, ResizeKV, SetLayers, SplitPipeline
 from servelab.core.driver import InstanceDriver
 from servelab.core.policy import POOL
@@ -83,7 +83,7 @@ class Reconfigurer(PipelineGroups):
             self._rebuild(d, new, hw)
             self._log("restored", instance=a.instance_id, layers=list(new.layer_range))
 
-        sizes = _chunks(nbytes, a.chunk_bytes)
+        sizes = chunk_sizes(nbytes, a.chunk_bytes)
         left = [len(sizes)]
 
         def chunk_landed(now_s: float) -> None:
@@ -143,10 +143,10 @@ class Reconfigurer(PipelineGroups):
             self._record_group(group)
             for m in group.members:  # the survivors load the whole model back from host memory
                 if m.instance_id != iid and m.spec is not None and m.spec.layers is not None:
-                    m.runtime = _fresh_runtime(m, self.factory, m.spec)
+                    m.runtime = fresh_runtime(m, self.factory, m.spec)
                     self._set_layers(SetLayers(m.instance_id, (0, m.spec.model_spec.num_layers)))
                 elif m.instance_id != iid:
-                    m.runtime = _fresh_runtime(m, self.factory, m.spec)
+                    m.runtime = fresh_runtime(m, self.factory, m.spec)
         else:
             self._log("fail", instance=iid)
             d = c.drivers[iid]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servelab.core.fast_forward import steps_until_exit
-from servelab.core.instance_queues import InstanceLimits, InstanceQueues, PlanError, _owed
+from servelab.core.instance_queues import InstanceLimits, InstanceQueues, PlanError, owed_tokens
 from servelab.core.plan import StepPlan, StepResult, StepShape
 from servelab.core.request import Request, RequestStatus
 
@@ -240,7 +240,7 @@ class InstanceRuntime(InstanceQueues):
         for req in out.finished:
             self._remove(req)
         for req in out.handed_off:  # keeps its KV until the cluster has copied it out
-            self._outstanding -= _owed(req)
+            self._outstanding -= owed_tokens(req)
             del self._by_id[req.request_id]
             self._run_remove(req)
             self.detached[req.request_id] = req

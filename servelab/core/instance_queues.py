@@ -122,7 +122,7 @@ class InstanceQueues:
         request.instance_id = self.instance_id
         if self.reserved.pop(request.request_id, None) is not None:  # its KV was reserved here
             self._outstanding -= self._reserved_owed.pop(request.request_id)
-        self._outstanding += _owed(request)
+        self._outstanding += owed_tokens(request)
         if request.status is not RequestStatus.TRANSFERRING:
             request.status = RequestStatus.QUEUED
         self._by_id[request.request_id] = request
@@ -145,7 +145,7 @@ class InstanceQueues:
             raise PlanError(f"instance {self.instance_id}: request {request.request_id} is already here")
         self.blocks.allocate(request.request_id, num_tokens)
         self.reserved[request.request_id] = request
-        owed = max(_owed(request), 0)
+        owed = max(owed_tokens(request), 0)
         self._reserved_owed[request.request_id] = owed
         self._outstanding += owed
 
@@ -162,7 +162,7 @@ class InstanceQueues:
         if req.status is RequestStatus.SWAPPED:
             raise PlanError(f"request {request_id} is swapped out; swap it in before moving it")
         self._leave_group(request_id)
-        self._outstanding -= _owed(req)
+        self._outstanding -= owed_tokens(req)
         del self._by_id[request_id]
         if req in self.waiting:
             self.waiting.remove(req)
@@ -176,7 +176,7 @@ class InstanceQueues:
         becomes a reservation here again, ready for ``add``."""
         req = self.detached.pop(request_id)
         self.reserved[request_id] = req
-        owed = max(_owed(req), 0)
+        owed = max(owed_tokens(req), 0)
         self._reserved_owed[request_id] = owed
         self._outstanding += owed
         return req
@@ -237,10 +237,10 @@ class InstanceQueues:
     def _preempt_waiting(self, req: Request) -> None:
         """A request handed off here waits with its KV (queued behind one that must recompute):
         dropping that KV is the only way to free memory when nothing else can run."""
-        self._outstanding -= _owed(req)
+        self._outstanding -= owed_tokens(req)
         self.blocks.free(req.request_id)
         req.reset_for_recompute()
-        self._outstanding += _owed(req)
+        self._outstanding += owed_tokens(req)
         self.num_preemptions += 1
 
     def _swap_out(self, req: Request) -> list[tuple[int, int]]:
@@ -283,7 +283,7 @@ class InstanceQueues:
 
     def _remove(self, req: Request) -> None:
         self._leave_group(req.request_id)
-        self._outstanding -= _owed(req)
+        self._outstanding -= owed_tokens(req)
         self.blocks.free(req.request_id)
         del self._by_id[req.request_id]
         if req.request_id in self._others:
@@ -310,12 +310,13 @@ class InstanceQueues:
             assert not req.status.is_terminal, f"request {req.request_id} ended but still on instance"
         assert not (self._by_id.keys() & self.reserved.keys()), "a request is queued and reserved at once"
         assert not (self._by_id.keys() & self.detached.keys()), "a request is queued and detached at once"
-        owed = sum(_owed(r) for r in self._by_id.values()) + sum(self._reserved_owed.values())
+        owed = sum(owed_tokens(r) for r in self._by_id.values()) + sum(self._reserved_owed.values())
         assert self._outstanding == owed, "outstanding-token total drifted"
         assert self._reserved_owed.keys() == self.reserved.keys(), "reservation bookkeeping drifted"
 
 
-def _owed(req: Request) -> int:
+def owed_tokens(req: Request) -> int:
+    """Work a request still owes its instance: prompt + expected output - computed tokens."""
     return req.num_prompt_tokens + req.spec.expected_output_tokens - req.num_computed_tokens
 
 

@@ -2,7 +2,7 @@
 
 ``PoolBuffers`` is the base of ``router.AlignedServeRouter`` (whose docstring describes the
 design). It keeps the quad-tree of requests parked in the cluster's host KV pool, and for each
-decode instance a ``_Slot``: its running batch's id and its two buffers in a prefill
+decode instance a ``Slot``: its running batch's id and its two buffers in a prefill
 instance's HBM. It pools requests (``_pool_in``), cuts candidate batches by Density First
 Search or FCFS (``_cut_batch``), schedules starved requests (``_starved``) and queues requests
 in a buffer, prefetching their KV over NVLink when it can (``_to_buffer``). The router adds the
@@ -25,7 +25,7 @@ from servelab.designs.alignedserve.stats import AlignedStats
 
 
 @dataclass
-class _Slot:
+class Slot:
     """One decode instance's running batch and its two buffers (on ``buffer_iid``)."""
 
     iid: int
@@ -48,7 +48,7 @@ class PoolBuffers:
         self.config = config
         self.tree = QuadTree(config.max_len, config.leaf_width)
         self.stats = AlignedStats()
-        self._slots: dict[int, _Slot] = {}
+        self._slots: dict[int, Slot] = {}
         self._pooled: dict[int, Request] = {}  # in the pool and in the tree
         self._since: dict[int, float] = {}  # request id -> time it entered the pool
         self._tag: dict[int, int] = {}  # request id -> batch id
@@ -70,7 +70,7 @@ class PoolBuffers:
             near = [p for p in prefill if topo is None or topo.server_of[p] == topo.server_of[inst.instance_id]]
             pick = near or prefill
             buf = pick[k % len(pick)] if pick else inst.instance_id
-            self._slots[inst.instance_id] = _Slot(inst.instance_id, buf)
+            self._slots[inst.instance_id] = Slot(inst.instance_id, buf)
 
     def _pool_in(self, request: Request, now_s: float, cluster: ClusterState) -> None:
         rid = request.request_id
@@ -112,7 +112,7 @@ class PoolBuffers:
                 actions += self._to_buffer(slot, self._take(r), slot.requests, cluster)
         return actions
 
-    def _cut_batch(self, slot: _Slot, now_s: float, cluster: ClusterState) -> list:
+    def _cut_batch(self, slot: Slot, now_s: float, cluster: ClusterState) -> list:
         """Density First Search (or FCFS for the ablation) for the slot's next candidate batch."""
         if not self._pooled:
             return []
@@ -159,7 +159,7 @@ class PoolBuffers:
         lengths = [self.tree.length_of(r) for r in ids]
         return Batch(tuple(ids), blocks, min(lengths), max(lengths), 0, len(ids) < min_requests)
 
-    def _to_buffer(self, slot: _Slot, req: Request, queue: deque, cluster: ClusterState) -> list:
+    def _to_buffer(self, slot: Slot, req: Request, queue: deque, cluster: ClusterState) -> list:
         """Queue ``req`` in one of the slot's buffers; prefetch its KV to the buffer GPU when
         GPU-prefetch-for-GPU is on, else it stays in the pool until it is released."""
         rid = req.request_id
@@ -179,7 +179,7 @@ class PoolBuffers:
         slot.ready.add(rid)  # released from the pool directly (over PCIe)
         return []
 
-    def _prefetching(self, slot: _Slot, cluster: ClusterState) -> bool:
+    def _prefetching(self, slot: Slot, cluster: ClusterState) -> bool:
         if not self.config.prefetch or slot.buffer_iid == slot.iid:
             return False
         topo = getattr(cluster, "topology", None)
@@ -188,7 +188,7 @@ class PoolBuffers:
         return topo.kind(slot.buffer_iid, slot.iid) is LinkKind.NVLINK
 
     # ---- helpers ----
-    def _max_blocks(self, slot: _Slot, cluster: ClusterState) -> int:
+    def _max_blocks(self, slot: Slot, cluster: ClusterState) -> int:
         return max(1, int(self.config.block_fraction * cluster.instance(slot.iid).blocks.num_gpu_blocks))
 
     def _block_size(self, cluster: ClusterState) -> int:

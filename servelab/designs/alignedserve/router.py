@@ -30,7 +30,7 @@ from typing import Sequence
 
 from servelab.core.policy import POOL, ROUTERS, ClusterState, InstanceState, Move, Placement, Router
 from servelab.core.request import Request
-from servelab.designs.alignedserve.buffers import PoolBuffers, _Slot
+from servelab.designs.alignedserve.buffers import PoolBuffers, Slot
 from servelab.designs.alignedserve.config import AlignedServeConfig
 
 
@@ -124,7 +124,7 @@ class AlignedServeRouter(PoolBuffers, Router):
         return actions
 
     # ---- Algorithm 2 ----
-    def _schedule(self, slot: _Slot, now_s: float, cluster: ClusterState) -> list:
+    def _schedule(self, slot: Slot, now_s: float, cluster: ClusterState) -> list:
         inst = cluster.instance(slot.iid)
         actions = self._evict(slot, inst, cluster)
         if actions:
@@ -146,7 +146,7 @@ class AlignedServeRouter(PoolBuffers, Router):
                     slot.dynamic_left = self.config.requests_buffer
         return actions
 
-    def _release(self, slot: _Slot, queue: deque, inst: InstanceState, now_s: float) -> list:
+    def _release(self, slot: Slot, queue: deque, inst: InstanceState, now_s: float) -> list:
         """Requests of ``queue``, in order, whose KV is ready join the decode instance while its
         free blocks cover them and the running batch's growth. One still in transit does not
         hold up those behind it: it may be an eviction waiting for room in the very buffer
@@ -180,7 +180,7 @@ class AlignedServeRouter(PoolBuffers, Router):
         queue.extendleft(reversed(kept))
         return actions
 
-    def _evict(self, slot: _Slot, inst: InstanceState, cluster: ClusterState) -> list:
+    def _evict(self, slot: Slot, inst: InstanceState, cluster: ClusterState) -> list:
         """Case 3: while the next ``evict_lookahead`` steps' growth would not fit, evict the
         longest running request (of the old batch during a switch) to the requests buffer."""
         bs = inst.blocks.block_size
@@ -216,7 +216,7 @@ class AlignedServeRouter(PoolBuffers, Router):
             need -= 1 if (victim.num_computed_tokens % bs) + la >= bs else 0
         return actions
 
-    def _dynamic(self, slot: _Slot, inst: InstanceState, cluster: ClusterState) -> list:
+    def _dynamic(self, slot: Slot, inst: InstanceState, cluster: ClusterState) -> list:
         """Pool requests whose prefix lies in the running batch's range wait in the requests
         buffer, so they join this batch rather than a later one."""
         room = min(self.config.requests_buffer - len(slot.requests), slot.dynamic_left)
