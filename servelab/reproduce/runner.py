@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import signal
 import sys
 import tempfile
@@ -50,8 +49,6 @@ from typing import Any, Callable, Mapping, Sequence
 from servelab.core.errors import UserError
 from servelab.metrics.plain_json import plain
 from servelab.reproduce.stats import SeedRuns, over_seeds
-
-SIZES = ("full", "reduced")
 
 
 @dataclass(frozen=True)
@@ -238,8 +235,8 @@ def run_reproduction(repro: Reproduction, out_dir: Path, *, reduced: bool = Fals
                 path.write_text(json.dumps(repro.to_json(run.results), indent=1, default=json_default))
         except BaseException as err:
             _write_partial(partial, run, timings, [x for x in labels if x in timings], current)
-            if isinstance(err, (KeyboardInterrupt, SystemExit)):
-                say(f"[{repro.name}] interrupted during {current}; results so far in {partial}")
+            how = "interrupted" if isinstance(err, (KeyboardInterrupt, SystemExit)) else "failed"
+            say(f"[{repro.name}] {how} during {current}; results so far in {partial}")
             raise
     partial.unlink(missing_ok=True)
     return result
@@ -301,10 +298,6 @@ def json_default(value: Any) -> Any:
         return value.item()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
-    if isinstance(value, SeedRuns):
-        return value.to_json()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
     return str(value)
 
 

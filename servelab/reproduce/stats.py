@@ -54,49 +54,42 @@ class Interval:
         return math.isfinite(self.low) and (value < self.low or value > self.high)
 
 
-def _finite(values: Iterable[float]) -> tuple[np.ndarray, int]:
-    arr = np.asarray([float(v) if v is not None else math.nan for v in values], dtype=float)
-    keep = np.isfinite(arr)
-    return arr[keep], int((~keep).sum())
-
-
-def _check_confidence(confidence: float) -> None:
+def _summarise(values: Iterable[float], confidence: float, method: str,
+               bounds: Callable[[np.ndarray], tuple[float, float]]) -> Interval:
+    """The finite values' mean, and ``bounds(values)`` when there are two or more."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    arr = np.asarray([float(v) if v is not None else math.nan for v in values], dtype=float)
+    finite = np.isfinite(arr)
+    arr, dropped = arr[finite], int((~finite).sum())
+    mean = float(arr.mean()) if len(arr) else math.nan
+    low, high = bounds(arr) if len(arr) >= 2 else (math.nan, math.nan)
+    return Interval(mean, float(low), float(high), len(arr), confidence, method, dropped)
 
 
 def t_interval(values: Iterable[float], confidence: float = 0.95) -> Interval:
     """Mean and Student-t interval of ``values`` (NaN bounds below two values)."""
-    _check_confidence(confidence)
-    arr, dropped = _finite(values)
-    n = len(arr)
-    if n == 0:
-        return Interval(math.nan, math.nan, math.nan, 0, confidence, "t", dropped)
-    mean = float(arr.mean())
-    if n < 2:
-        return Interval(mean, math.nan, math.nan, n, confidence, "t", dropped)
-    half = float(_scipy_stats.t.ppf(0.5 + confidence / 2, n - 1) * arr.std(ddof=1) / math.sqrt(n))
-    return Interval(mean, mean - half, mean + half, n, confidence, "t", dropped)
+    def bounds(arr: np.ndarray) -> tuple[float, float]:
+        n, mean = len(arr), float(arr.mean())
+        half = float(_scipy_stats.t.ppf(0.5 + confidence / 2, n - 1) * arr.std(ddof=1) / math.sqrt(n))
+        return mean - half, mean + half
+
+    return _summarise(values, confidence, "t", bounds)
 
 
 def bootstrap_interval(values: Iterable[float], confidence: float = 0.95, resamples: int = 4000,
                        seed: int = 0) -> Interval:
     """Mean and percentile-bootstrap interval of the mean (``resamples`` draws, seeded)."""
-    _check_confidence(confidence)
     if resamples < 1:
         raise ValueError(f"resamples must be >= 1, got {resamples}")
-    arr, dropped = _finite(values)
-    n = len(arr)
-    if n == 0:
-        return Interval(math.nan, math.nan, math.nan, 0, confidence, "bootstrap", dropped)
-    mean = float(arr.mean())
-    if n < 2:
-        return Interval(mean, math.nan, math.nan, n, confidence, "bootstrap", dropped)
-    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-    means = arr[draws].mean(axis=1)
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(means, [tail, 1 - tail])
-    return Interval(mean, float(low), float(high), n, confidence, "bootstrap", dropped)
+
+    def bounds(arr: np.ndarray) -> tuple[float, float]:
+        draws = np.random.default_rng(seed).integers(0, len(arr), size=(resamples, len(arr)))
+        tail = (1 - confidence) / 2
+        low, high = np.quantile(arr[draws].mean(axis=1), [tail, 1 - tail])
+        return float(low), float(high)
+
+    return _summarise(values, confidence, "bootstrap", bounds)
 
 
 def interval(values: Iterable[float], method: str = "t", confidence: float = 0.95) -> Interval:
@@ -121,9 +114,6 @@ class SeedRuns:
     def interval(self, key: str | Callable[[Any], float], method: str = "t", confidence: float = 0.95) -> Interval:
         """The interval of one number over the seeds: a row key, or a function of a row."""
         return interval(self.values(key), method, confidence)
-
-    def to_json(self) -> dict:
-        return {"seeds": list(self.seeds), "rows": list(self.rows)}
 
 
 def over_seeds(fn: Callable[[int], Any], seeds: Sequence[int]) -> SeedRuns:

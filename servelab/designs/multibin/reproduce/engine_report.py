@@ -137,7 +137,8 @@ def summary_json(r: dict) -> dict:
             "fit": {"intercept_s": m.intercept_s, "per_token_s": m.per_token_s, "r2": f5["fit"].r2,
                     "num_points": f5["fit"].num_points, "tokens": sorted(set(f5["tokens"])),
                     "mean_abs_rel_error": f5["mean_abs_rel_error"], "max_abs_rel_error": f5["max_abs_rel_error"]},
-            "fig7": [{k: row[k] for k in keys} for row in r["fig7"]], "full_size_line": r["full_size_line"]}
+            "fig7": [{k: row[k] for k in keys} for row in r["fig7"]], "full_size_line": r["full_size_line"],
+            "reduced": r.get("reduced", False), "timings_cpu_s": r.get("timings_cpu_s", {})}  # the next run's ETA
 
 
 def write_engine_report(out_dir: Path, result: dict) -> Path:

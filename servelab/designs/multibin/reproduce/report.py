@@ -32,7 +32,7 @@ def _header(r: dict, engine: dict | None) -> str:
     return f"""# Multi-Bin Batching: reproduction
 
 Paper: *Multi-Bin Batching for Increasing LLM Inference Throughput* (Guldogan et al.), `../shared/papers/multibin.md`.
-Made by `{cmd}` (Python: `servelab.designs.multibin.reproduce.run.run_reproduction`), {size}, seed {r['seed']}.
+Made by `{cmd}` (Python: `servelab.reproduce.runner.run_reproduction` with `servelab.designs.multibin.reproduce.run.REPRODUCTION`), {size}, seed {r['seed']}.
 **Everything here is simulated; nothing is measured on a GPU.**{" Only the section *Figure 5 and Figure 7 on our engine (measured)* is measured, on our CPU engine." if engine else ""}
 
 * Figures 3, 4, 8: batch-level queue simulator (`servelab/analysis/queue_sim.py`): service times drawn directly from
