@@ -285,18 +285,18 @@ p.parse_args(["--repeats", "1"])
 def bench_cli_section(repeats: int) -> str:
     env = dict(os.environ)
     argparse_run = _median_runs([sys.executable, "-c", _ARGPARSE_BENCH], env, repeats)
-    typer_run = _median_runs([sys.executable, "-m", "servelab.simulator.bench", "--help"], env, repeats)
+    typer_run = _median_runs([sys.executable, "-m", "servelab.cli.main", "perf", "simulator", "--help"], env, repeats)
     return f"""## Bench scripts: argparse vs typer (`servelab perf`)
 
 Start-up in a fresh process up to parsed options (median of {repeats}, CPU s): the module's
 imports plus the old argparse parser of `servelab.simulator.bench` {argparse_run[0]:.2f} s;
-`python -m servelab.simulator.bench --help` through typer {typer_run[0]:.2f} s. Typer loses
+`servelab perf simulator --help` through typer {typer_run[0]:.2f} s. Typer loses
 {typer_run[0] - argparse_run[0]:.2f} CPU-s of start-up (importing typer and rich), paid once per benchmark
 run, outside the timed regions, which are unchanged, against runs of seconds to minutes.
 **Switched anyway** (one CLI vocabulary, bad input as one line, `servelab perf
 simulator|engine-steps|engine-generate|engine-policies`); this is the one change kept where the
-library is slower, at start-up only. The `python -m` entry points keep their flags (lists are
-now comma-separated: `--batch 1,8,32`).
+library is slower, at start-up only. The former `python -m` entry points are these commands, with
+the same flags (lists are now comma-separated: `--batch 1,8,32`).
 """
 
 

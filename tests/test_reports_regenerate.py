@@ -63,7 +63,7 @@ def test_every_report_names_an_existing_command(report):
 
 
 def test_reproduction_readme_is_what_its_inputs_give():
-    from servelab.reproduce_all import readme_text
+    from servelab.reproduce.all import readme_text
     import json
 
     readme, source = DOCS / "reproduction" / "README.md", DOCS / "reproduction" / "README.json"
@@ -75,13 +75,13 @@ def test_reproduction_readme_is_what_its_inputs_give():
 def test_multibin_fig3_size_table_is_recomputed_exactly():
     import json
 
-    from servelab.reproduce_all import multibin_fig3_scaling
+    from servelab.designs.multibin.reproduce.readme import fig3_scaling
 
     source = DOCS / "reproduction" / "README.json"
     assert source.is_file(), "docs/reproduction/README.json is a committed report"
     committed = json.loads(source.read_text())["runs"]["multibin"]["fig3_scaling"]
     sizes = tuple(x["num_requests"] for x in committed)
-    for got, want in zip(multibin_fig3_scaling(sizes[:2]), committed[:2]):
+    for got, want in zip(fig3_scaling(sizes[:2]), committed[:2]):
         assert got["num_requests"] == want["num_requests"]
         assert got["max_err_makespan"] == pytest.approx(want["max_err_makespan"], rel=1e-9)
         assert got["max_err_full_batches"] == pytest.approx(want["max_err_full_batches"], rel=1e-9)

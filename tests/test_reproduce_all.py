@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from servelab.reproduce_all import Claim, claims_of, readme_text, rebuild_readme, verdict_of
+from servelab.reproduce.all import readme_text, rebuild_readme
+from servelab.reproduce.claims import Claim, claims_of, verdict_of
 
 MULTIBIN_STYLE = """# x
 

@@ -43,7 +43,7 @@ def _apply(ctx: typer.Context, param: Any, value: Optional[Path]) -> Optional[Pa
 
     with user_errors():
         params = {p.name: p for p in ctx.command.params if p.name != "config"}
-        values = load_config(value, ctx.info_name or "", set(params))
+        values = load_config(value, ctx.info_name or "", set(params), _options_elsewhere(ctx))
         for name, given in values.items():  # a wrong type names the file and key, not a flag
             try:
                 params[name].process_value(ctx, given)
@@ -54,8 +54,9 @@ def _apply(ctx: typer.Context, param: Any, value: Optional[Path]) -> Optional[Pa
     return value
 
 
-def load_config(path: Path, command: str, options: set[str]) -> dict[str, Any]:
-    """The ``default_map`` for ``command`` (whose parameter names are ``options``) from ``path``."""
+def load_config(path: Path, command: str, options: set[str], elsewhere: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The ``default_map`` for ``command`` (whose parameter names are ``options``) from ``path``;
+    a shared key in ``elsewhere`` (an option of another config command) is skipped."""
     where = f"--config {path}"
     try:
         data = tomllib.loads(Path(path).read_text())
@@ -72,7 +73,7 @@ def load_config(path: Path, command: str, options: set[str]) -> dict[str, Any]:
             if name == "json":
                 name = "json_out"
             if name not in options:
-                if not scope and _known_elsewhere(name):
+                if not scope and name in elsewhere:
                     continue  # a shared key for another command (rates when simulating)
                 raise UserError(f"{where}: {scope}unknown key {key!r} for {command}; valid: "
                                 f"{', '.join(sorted(o for o in options if o != 'json_out'))}")
@@ -80,16 +81,12 @@ def load_config(path: Path, command: str, options: set[str]) -> dict[str, Any]:
     return values
 
 
-def _known_elsewhere(name: str) -> bool:
-    from servelab.cli.main import app
-
-    for info in app.registered_commands:
-        if (info.name or info.callback.__name__) in COMMANDS:
-            import inspect
-
-            if name in inspect.signature(info.callback).parameters:
-                return True
-    return False
+def _options_elsewhere(ctx: typer.Context) -> frozenset[str]:
+    """Parameter names of the other commands that take ``--config``, read from the root command
+    the context belongs to (so this module needs nothing from the app that uses it)."""
+    commands = getattr(ctx.find_root().command, "commands", {})
+    return frozenset(p.name for name, cmd in commands.items() if name in COMMANDS and name != ctx.info_name
+                     for p in cmd.params)
 
 
 def _value(name: str, raw: Any, where: str) -> Any:

@@ -1,15 +1,15 @@
 """``servelab perf``: the speed benchmarks as typer commands (they were four argparse scripts).
 
-``python -m servelab.simulator.bench`` and ``python -m servelab.engine.bench*`` still work and
-take the same flags, because their ``main`` calls these commands. Lists are comma-separated
-(``--batch 1,8,32``); policy lists repeat the flag (``--policy vllm --policy sarathi``), since
+The benchmarks themselves (``servelab.simulator.bench``, ``servelab.engine.bench*``) sit below
+the CLI and never import it; their former ``python -m`` entry points are these commands, same
+flags (``python -m servelab.cli.main perf ...`` where no ``servelab`` script is installed).
+Lists are comma-separated (``--batch 1,8,32``); policy lists repeat the flag (``--policy vllm --policy sarathi``), since
 a policy spec holds commas. The engine modules import torch, so each command imports its
 module only when it runs: ``servelab --help`` stays torch-free.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Optional
@@ -123,11 +123,6 @@ def engine_policies(
                                max_batch_tokens=max_batch_tokens, sim_gpu=sim_gpu, sim_model=sim_model,
                                threads=threads, seed=seed, json=json_out)
         bench_policies.run(args)
-
-
-def run_module(command: str, module: str) -> None:
-    """``python -m MODULE ARGS`` = ``servelab perf COMMAND ARGS``."""
-    app(args=[command, *sys.argv[1:]], prog_name=f"python -m {module}")
 
 
 def register(root: typer.Typer) -> None:

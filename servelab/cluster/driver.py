@@ -5,10 +5,7 @@ One event loop for the simulator and the real engine. What differs is injected: 
 executor (a cost model, the PyTorch model). Events are kept in a heap keyed (time, kind,
 sequence), so a simulated run is a pure function of its inputs.
 
-Routers see a ``ClusterView``: one ``InstanceView`` per schedulable instance (a pipeline
-group counts as one), which brings a fast-forwarded decode run up to date only when the
-router reads something that it changes; the load a router asks for on every arrival
-(``num_outstanding_tokens``) is computed without settling.
+Routers see a ``ClusterView`` (``cluster.views``); the clocks are in ``cluster.clocks``.
 
 Every request that arrives ends completed, rejected or aborted with a reason; at the end of
 a finite run whatever is still queued, held by the router, parked in the pool or in transit
@@ -23,185 +20,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from servelab.cluster.clocks import SimClock
 from servelab.cluster.kv_pool import ClusterKVPool
-from servelab.cluster.links import Link, Topology
+from servelab.cluster.links import Topology
+from servelab.cluster.views import ClusterView
 from servelab.cluster.watchdog import Watchdog, WatchdogConfig
 from servelab.core.admission import AdmissionConfig, admit
 from servelab.core.driver import ASYNC, InstanceDriver
-from servelab.core.policy import POOL, Move, Placement, Router
+from servelab.core.events import EventKind, EventQueue
+from servelab.core.policy import Move, Placement, Router
 from servelab.core.request import Request, RequestSpec, RequestStatus
 from servelab.metrics.collector import MetricsCollector
-from servelab.core.events import EventKind, EventQueue
-
-
-class SimClock:
-    """Simulated time: jumps to each event."""
-
-    realtime = False
-
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def advance(self, t: float) -> float:
-        self.now_s = t
-        return t
-
-    def now(self) -> float:
-        return self.now_s
-
-
-class WallClock:
-    """Wall-clock time since ``start``: sleeps until each event (late events run at once)."""
-
-    realtime = True
-
-    def __init__(self) -> None:
-        self.t0 = time.perf_counter()
-
-    def start(self) -> None:
-        self.t0 = time.perf_counter()
-
-    def now(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def advance(self, t: float) -> float:
-        delay = t - self.now()
-        if delay > 0:
-            time.sleep(delay)
-        return max(t, self.now())
-
-
-class InstanceView:
-    """What a router sees of one instance; reading queue or block state settles a decode run."""
-
-    __slots__ = ("_driver", "_cluster", "instance_id", "role")
-
-    def __init__(self, driver: InstanceDriver, cluster: ClusterDriver) -> None:
-        self._driver = driver
-        self._cluster = cluster
-        self.instance_id = driver.runtime.instance_id
-        self.role = driver.runtime.role
-
-    def _state(self):
-        d = self._driver
-        if d.run is not None:
-            d.settle(self._cluster.now_s)
-        return d.runtime
-
-    @property
-    def num_outstanding_tokens(self) -> int:
-        return self._driver.outstanding_tokens_at(self._cluster.now_s)
-
-    @property
-    def is_idle(self) -> bool:
-        return self._driver.runtime.is_idle  # a run never empties an instance before it ends
-
-    @property
-    def num_running(self) -> int:
-        return self._driver.runtime.num_running
-
-    @property
-    def is_busy(self) -> bool:
-        return self._driver.busy
-
-    @property
-    def waiting(self):
-        return self._state().waiting
-
-    @property
-    def running(self):
-        return self._state().running
-
-    @property
-    def swapped(self):
-        return self._state().swapped
-
-    @property
-    def reserved(self):
-        return self._state().reserved
-
-    @property
-    def blocks(self):
-        return self._state().blocks
-
-    @property
-    def max_batch_tokens(self) -> int:
-        return self._driver.runtime.max_batch_tokens
-
-    @property
-    def max_num_seqs(self) -> int:
-        return self._driver.runtime.max_num_seqs
-
-    @property
-    def cost_model(self):
-        return self._driver.cost_model
-
-    @property
-    def spec(self):
-        return self._driver.spec
-
-    @property
-    def policy(self):
-        return self._driver.policy
-
-    @property
-    def members(self) -> list[tuple[int, Any]]:
-        """(instance id, InstanceSpec) of each physical instance behind this one: its stages, in
-        order, for a pipeline group; itself otherwise."""
-        group = self._cluster.reconfig.groups.get(self.instance_id)
-        if group is None:
-            return [(self.instance_id, self._driver.spec)]
-        return [(m.instance_id, m.spec) for m in group.members]
-
-    @property
-    def kv_bytes_per_token(self) -> float:
-        return self._driver.kv_bytes_per_token
-
-
-class ClusterView:
-    def __init__(self, cluster: ClusterDriver) -> None:
-        self._cluster = cluster
-        self.instances: list[InstanceView] = []
-        self._by_id: dict[int, InstanceView] = {}
-
-    def rebuild(self) -> None:
-        c = self._cluster
-        self.instances = [InstanceView(c.drivers[i], c) for i in sorted(c.active)]
-        self._by_id = {v.instance_id: v for v in self.instances}
-
-    def instance(self, instance_id: int) -> InstanceView:
-        return self._by_id[instance_id]
-
-    def instances_with_role(self, role: str) -> list[InstanceView]:
-        return [v for v in self.instances if v.role == role]
-
-    def outstanding_tokens(self) -> list[int]:
-        """``num_outstanding_tokens`` of every instance, in ``instances`` order, in one pass: a
-        least-loaded choice reads every instance on every arrival, so at 32 instances the four
-        property layers per instance were the simulator's largest cost."""
-        now = self._cluster.now_s
-        return [v._driver.runtime.num_outstanding_tokens if v._driver.run is None
-                else v._driver.outstanding_tokens_at(now) for v in self.instances]
-
-    @property
-    def now_s(self) -> float:
-        return self._cluster.now_s
-
-    @property
-    def topology(self) -> Topology:
-        return self._cluster.topology
-
-    @property
-    def pool(self) -> ClusterKVPool | None:
-        return self._cluster.pool
-
-    def link(self, source: int, destination: int) -> Link:
-        return self._cluster.mover.link(source, destination)
-
-    @property
-    def can_change_layers(self) -> bool:
-        """Whether SetLayers / FormPipeline can rebuild instances here (simulator with the roofline)."""
-        return self._cluster.reconfig.can_change_layers()
 
 
 @dataclass

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from servelab.core.errors import UserError
 
 if TYPE_CHECKING:
-    from servelab.cluster.driver import ClusterDriver
+    from servelab.cluster.context import ClusterContext
 
 CHECK_EVERY = 256  # events between two sums of the instances' work left
 
@@ -78,11 +78,11 @@ def parse_watchdog(text: str, what: str = "--watchdog") -> WatchdogConfig:
 
 
 class Watchdog:
-    """Watches one run of a ``ClusterDriver``; ``stalled(now_s)`` after each event."""
+    """Watches one run of a cluster driver (seen through ``ClusterContext``); ``stalled(now_s)`` after each event."""
 
     __slots__ = ("cluster", "config", "reason", "_events", "_since_events", "_since_s", "_counts", "_low")
 
-    def __init__(self, cluster: ClusterDriver, config: WatchdogConfig | None = None) -> None:
+    def __init__(self, cluster: ClusterContext, config: WatchdogConfig | None = None) -> None:
         self.cluster = cluster
         self.config = config if config is not None else WatchdogConfig()
         self.reason: str | None = None  # why the run was stopped, once it was

@@ -8,6 +8,9 @@ come from the cost model's vectorised ``decode_step_times_s``, so the jump repro
 step-by-step run exactly. A run is applied lazily: only when something reads or reaches
 the instance (a router decision, a request placed on it) are its finished steps applied,
 and a request placed on it cuts the run short at the step then in flight.
+
+It reads an instance only through the policies' read-only ``InstanceState`` (free blocks, rows
+running): the instance runtime imports this module, never the reverse.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from servelab.core.instance import InstanceRuntime
 from servelab.core.plan import StepPlan, StepShape
+from servelab.core.policy import InstanceState
 from servelab.core.request import Request
 
 MIN_JUMP_STEPS = 3  # below this, stepping one by one is cheaper
@@ -41,14 +44,14 @@ def steps_until_exit(batch: list[Request]) -> int:
     return horizon
 
 
-def steps_within_memory(instance: InstanceRuntime, num_rows: int) -> int:
+def steps_within_memory(instance: InstanceState, num_rows: int) -> int:
     """Steps every row can append a token without running out of free blocks (conservative)."""
     free = instance.blocks.num_free_gpu_blocks
     per_row = free // num_rows - 1
     return max(per_row, 0) * instance.blocks.block_size
 
 
-def is_full_decode(plan: StepPlan, shape: StepShape, instance: InstanceRuntime) -> bool:
+def is_full_decode(plan: StepPlan, shape: StepShape, instance: InstanceState) -> bool:
     """Every running request decodes one token and nothing else happens (a padded decode
     batch qualifies: its rows stay fixed and only the padded context grows)."""
     return (

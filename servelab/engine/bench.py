@@ -79,12 +79,6 @@ def read_bandwidth_bytes_per_s(num_bytes: int = 1 << 29, repeats: int = 5) -> fl
     return num_bytes * repeats / (time.perf_counter() - t0)
 
 
-def main() -> None:
-    from servelab.cli.perf import run_module
-
-    run_module("engine-steps", "servelab.engine.bench")
-
-
 def run(args) -> None:
     """The benchmark; ``args`` carries the ``servelab perf engine-steps`` options."""
     torch.set_num_threads(args.threads)
@@ -101,6 +95,3 @@ def run(args) -> None:
               f"min bytes {nbytes / 1e9:.3f} GB -> {nbytes / step_s / 1e9:5.1f} GB/s  "
               f"{flops / step_s / 1e9:6.1f} GFLOP/s")
 
-
-if __name__ == "__main__":
-    main()

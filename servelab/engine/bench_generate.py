@@ -97,12 +97,6 @@ def run_engine(loaded, prompts: list[list[int]], new_tokens: int) -> tuple[float
     return total, decode_tokens / (end - start), outputs
 
 
-def main() -> None:
-    from servelab.cli.perf import run_module
-
-    run_module("engine-generate", "servelab.engine.bench_generate")
-
-
 def run(args) -> None:
     """The benchmark; ``args`` carries the ``servelab perf engine-generate`` options."""
     torch.set_num_threads(args.threads)
@@ -129,6 +123,3 @@ def run(args) -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
 
-
-if __name__ == "__main__":
-    main()

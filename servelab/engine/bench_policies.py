@@ -66,12 +66,6 @@ def run_sim(policy: str, specs: list[RequestSpec], cost, args) -> dict:
             "padding_waste": s.padding_waste, "steps": out.result.collector.num_steps}
 
 
-def main() -> None:
-    from servelab.cli.perf import run_module
-
-    run_module("engine-policies", "servelab.engine.bench_policies")
-
-
 def run(args) -> None:
     """The benchmark; ``args`` carries the ``servelab perf engine-policies`` options."""
     from servelab.api import DEFAULT_DATA_DIR
@@ -103,6 +97,3 @@ def run(args) -> None:
     for r in rows:
         print(f"  {r['policy']:<45} {r['engine_ratio']:6.2f}x   {r['sim_ratio']:6.2f}x")
 
-
-if __name__ == "__main__":
-    main()

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servelab.cluster.driver import ClusterDriver, WallClock
+from servelab.cluster.clocks import WallClock
+from servelab.cluster.driver import ClusterDriver
 from servelab.cluster.kv_pool import ClusterKVPool
 from servelab.core.admission import OVERFLOW_MODES, AdmissionConfig
 from servelab.core.driver import InstanceDriver

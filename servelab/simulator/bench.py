@@ -1,4 +1,5 @@
-"""Simulator speed benchmark: ``servelab perf simulator [--repeats 3]`` (or ``python -m servelab.simulator.bench``).
+"""Simulator speed benchmark, run by ``servelab perf simulator [--repeats 3]`` (the CLI calls ``run``;
+this module never imports the CLI).
 
 Replays the whole Azure 2023 conversation trace (19,366 requests) on simulated A100-80GB
 instances (one by default) serving Llama-2-7B under ``vllm`` and reports CPU seconds and simulated
@@ -18,13 +19,6 @@ from servelab.cluster.presets import cluster_for
 from servelab.costmodel.roofline import roofline_for
 from servelab.simulator import Simulation
 from servelab.workloads.spec import parse_workload
-
-
-
-def main() -> None:
-    from servelab.cli.perf import run_module
-
-    run_module("simulator", "servelab.simulator.bench")
 
 
 def run(args) -> None:
@@ -69,6 +63,3 @@ def _timed(schedule, sink: list[float]):
 
     return timed
 
-
-if __name__ == "__main__":
-    main()

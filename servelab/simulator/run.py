@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from servelab.cluster.clocks import SimClock
 from servelab.cluster.config import ClusterConfig, InstanceGroup
-from servelab.cluster.driver import ClusterDriver, ClusterResult, SimClock
+from servelab.cluster.driver import ClusterDriver, ClusterResult
 from servelab.cluster.kv_pool import ClusterKVPool
 from servelab.cluster.links import Topology
 from servelab.cluster.watchdog import WatchdogConfig

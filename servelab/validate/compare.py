@@ -230,7 +230,7 @@ def run_engine(options: ValidateOptions, loaded: Any, specs: list) -> tuple[RunS
                                            seed=options.seed + s.request_id) for s in specs}
     cluster, states = engine.build(lambda s: params[s.request_id])
     if options.clock == "cpu":
-        from servelab.cluster.driver import SimClock
+        from servelab.cluster.clocks import SimClock
 
         cluster.clock = SimClock()
         for d in cluster.drivers:

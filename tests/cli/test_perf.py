@@ -20,9 +20,9 @@ def test_perf_simulator_reports_json():
     assert out["runs"][0]["tokens"] == 40 * 16 and out["runs"][0]["schedule_calls"] > 0
 
 
-def test_module_entry_point_keeps_its_flags():
-    res = subprocess.run([sys.executable, "-m", "servelab.simulator.bench", "--workload", SMALL, "--repeats", "1",
-                          "--no-fast-forward"], capture_output=True, text=True, timeout=120)
+def test_perf_runs_in_a_fresh_process_with_its_flags():
+    res = subprocess.run([sys.executable, "-m", "servelab.cli.main", "perf", "simulator", "--workload", SMALL,
+                          "--repeats", "1", "--no-fast-forward"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["fast_forward"] is False
 

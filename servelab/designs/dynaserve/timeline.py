@@ -26,6 +26,9 @@ The split search balances work (what limits throughput); times say when a part e
 
 Times are absolute (the cluster clock). Invariants: ``end`` is non-decreasing over live
 passes; ``cumfree[k]`` / ``cumwork[k]`` are the free prefill budget / work of passes ``[0, k)``.
+
+The pass storage (arrays, clock advance, compaction) is the base class ``PassArrays``
+(``pass_arrays.py``); this module predicts (``probe``) and lays work into the passes.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from servelab.designs.dynaserve.pass_arrays import PassArrays
 from servelab.designs.dynaserve.passes import Coefficients, coefficients, decode_rows, lay_out
 from servelab.designs.dynaserve.profile import ProfileTable
-from servelab.designs.dynaserve.search import gallop_left, gallop_right
+from servelab.designs.dynaserve.search import gallop_left
 
 MAX_PENDING = 32
 
@@ -60,67 +64,18 @@ class Probe(NamedTuple):
     work_s: float  # busy time the instance would have ahead (idle waits for KV not counted)
 
 
-class Timeline:
+class Timeline(PassArrays):
     def __init__(self, table: ProfileTable, *, target_s: float, max_num_seqs: int, now_s: float = 0.0,
                  capacity: int = 1024) -> None:
         self.table = table
         self.target_s = target_s
         self.max_num_seqs = max_num_seqs
-        self._alloc(capacity)
-        self._hw = 0  # high-water mark: passes at and past it are zero in every array (so are the sums past it + 1)
-        self._stale = False  # emptied by ``_reset``: passes below the mark not zeroed yet (see ``_reset``)
-        self._reset(now_s)
+        super().__init__(now_s=now_s, capacity=capacity)
         self.pending: list[Segment] = []  # placed but not laid into passes yet (``add``)
         self.pending_work = 0.0
         self.pending_prefill = 0.0
         self._coef: Coefficients | None = None
         self._coef_unready = True
-
-    # ---- state ----
-    def _alloc(self, capacity: int) -> None:
-        self.rows = np.zeros(capacity, np.float64)
-        self.ctx = np.zeros(capacity, np.float64)
-        self.pre = np.zeros(capacity, np.float64)
-        self.gap = np.zeros(capacity, np.float64)  # idle time before the pass (work not ready)
-        self.dur = np.zeros(capacity, np.float64)
-        self.free = np.zeros(capacity, np.float64)
-        self.end = np.zeros(capacity, np.float64)
-        self.work = np.zeros(capacity, np.float64)
-        self.cumfree = np.zeros(capacity + 1, np.float64)
-        self.cumwork = np.zeros(capacity + 1, np.float64)
-
-    def _reset(self, now_s: float) -> None:
-        """Empty the timeline. The arrays are zeroed later, before the next pass is written
-        (``_append``, ``_lay``): an empty timeline reads none of them, and zeroing thousands of
-        passes here cost the decision whose clock passed the last pass 10-20 us."""
-        self._stale = True
-        self.cumfree[0] = self.cumwork[0] = 0.0
-        self.t0 = now_s  # start of pass 0
-        self.now_s = now_s
-        self.head = 0
-        self.size = 0
-        self.prefill_tail = 0  # the last pass holding assigned prefill (FCFS: new prefill goes after)
-
-    def _clear(self, n: int) -> None:
-        """Zero every array from pass ``n`` up to the high-water mark (what lies past it is
-        zero already: a timeline that once grew to thousands of passes does not zero them all
-        each time; ``tests/designs/dynaserve/test_fast_paths.py`` pins it against doing so)."""
-        hw = self._hw + 2
-        arrays = self._arrays()
-        for a in arrays[:-2]:
-            a[n:hw] = 0.0
-        for a in arrays[-2:]:  # the sums: [k] covers passes [0, k)
-            a[n + 1:hw] = 0.0
-        self._hw = n
-        self._stale = False
-
-    def _arrays(self) -> tuple[np.ndarray, ...]:
-        return (self.rows, self.ctx, self.pre, self.gap, self.dur, self.free, self.end, self.work, self.cumfree,
-                self.cumwork)
-
-    @property
-    def num_passes(self) -> int:
-        return self.size - self.head
 
     @property
     def work_s(self) -> float:
@@ -157,49 +112,6 @@ class Timeline:
         self.pending, self.pending_work, self.pending_prefill = [], 0.0, 0.0
         for seg in pending:
             self.commit(seg)
-
-    @property
-    def drain_s(self) -> float:
-        """When the instance runs out of predicted work."""
-        return self.end.item(self.size - 1) if self.size > self.head else self.now_s
-
-    def _start(self, k: int) -> float:
-        return self.end.item(k - 1) if k > 0 else self.t0
-
-    def advance(self, now_s: float) -> None:
-        """Drop the passes the clock has passed; an empty timeline restarts at ``now_s``."""
-        if now_s > self.now_s:
-            self.now_s = now_s
-        head, size = self.head, self.size
-        if size > head and self.end.item(head) <= self.now_s:  # else no pass has ended
-            self.head = gallop_right(self.end, self.now_s, head + 1, size)
-        if self.head >= self.size:
-            self._reset(self.now_s)
-            return
-        self.prefill_tail = max(self.prefill_tail, self.head)
-        if self.head > len(self.rows) // 2:
-            self._compact()
-
-    def _compact(self) -> None:
-        h, n = self.head, self.size - self.head
-        self.t0 = self._start(h)
-        for a in self._arrays()[:-2]:
-            a[:n] = a[h:self.size]
-        for a in (self.cumfree, self.cumwork):
-            a[:n + 1] = a[h:self.size + 1] - a[h]
-        self._clear(n)
-        self.prefill_tail = max(0, self.prefill_tail - h)
-        self.head, self.size = 0, n
-
-    def _grow(self, size: int) -> None:
-        if size <= len(self.rows):
-            return
-        old = {name: getattr(self, name) for name in ("rows", "ctx", "pre", "gap", "dur", "free", "end", "work",
-                                                      "cumfree", "cumwork")}
-        self._alloc(max(size, 2 * len(self.rows)))
-        for name, a in old.items():
-            getattr(self, name)[:len(a)] = a
-
     # ---- linearised costs for probes ----
     @property
     def coef(self) -> Coefficients:

@@ -25,51 +25,20 @@ import argparse
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from servelab.engine.ray_backend.bench_results import BenchResult, BenchSize
 from servelab.engine.sampling import SamplingParams
 
 POLICIES = ("vllm", "distserve", "dynaserve")
 TRANSPORTS = ("inprocess", "object_store", "gloo")  # "auto" picks one of the last two by size
 GREEDY = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
-
-
-@dataclass(frozen=True)
-class BenchSize:
-    transfer_blocks: tuple[int, ...]
-    kv_budget_mb: int
-    transfer_repeats: int
-    requests: int
-    rate: float
-    max_output: int
-    e2e_repeats: int
-    grid: str
-
-
 FULL = BenchSize((1, 4, 16, 64, 256, 512), 96, 9, 16, 2.0, 48, 2, "default")
 REDUCED = BenchSize((1, 8, 64), 16, 3, 6, 2.0, 16, 1, "reduced")
-
-
-@dataclass
-class BenchResult:
-    size: BenchSize
-    meta: dict
-    model: str
-    kv_bytes_per_token: int
-    placement: dict
-    transfers: list[dict] = field(default_factory=list)  # per transport and size: median seconds
-    fits: dict = field(default_factory=dict)  # transport -> (latency s, bandwidth B/s)
-    steps: dict = field(default_factory=dict)
-    e2e: list[dict] = field(default_factory=list)
-    pipeline: list[dict] = field(default_factory=list)  # the activation hand-off between two stage actors
-    pipeline_overlap: list[dict] = field(default_factory=list)  # one step's wall time per microbatch count
-    gloo_max_bytes: int = 0  # the auto transport's threshold in the runs below
-    wall_s: float = 0.0
-    cpu_s: float = 0.0
 
 
 def kv_transfers(engine, loaded, size: BenchSize, out: BenchResult) -> None:

@@ -1,8 +1,8 @@
-"""docs/ray.md from a ``bench.BenchResult``: tables only, every number from the run."""
+"""docs/ray.md from a ``bench_results.BenchResult``: tables only, every number from the run."""
 
 from __future__ import annotations
 
-from servelab.engine.ray_backend.bench import BenchResult
+from servelab.engine.ray_backend.bench_results import BenchResult
 
 _TRANSPORTS = {"inprocess": "in-process copy (one process, two caches)", "object_store": "Ray object store",
                "gloo": "torch.distributed gloo (send/recv)", "auto": "auto (the faster of the two per size)"}

@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-from servelab.cluster.driver import WallClock
+from servelab.cluster.clocks import WallClock
 from servelab.cluster.reconfig import FailInstance
 
 

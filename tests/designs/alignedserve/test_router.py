@@ -98,12 +98,13 @@ def test_a_request_in_transit_does_not_hold_up_ready_ones_behind_it():
     from types import SimpleNamespace
 
     from servelab.core.request import Request
-    from servelab.designs.alignedserve.router import AlignedServeRouter, _Slot
+    from servelab.designs.alignedserve.buffers import Slot
+    from servelab.designs.alignedserve.router import AlignedServeRouter
 
     blocks = SimpleNamespace(block_size=16, num_free_gpu_blocks=1000, num_gpu_blocks=1000)
     inst = SimpleNamespace(blocks=blocks, num_running=0, waiting=(), max_num_seqs=256)
     evicted, ready = (Request(RequestSpec(i, 0.0, 100, 10)) for i in range(2))
-    slot = _Slot(iid=1, buffer_iid=0)
+    slot = Slot(iid=1, buffer_iid=0)
     slot.requests = deque([evicted, ready])
     slot.ready = {ready.request_id}
     moves = AlignedServeRouter()._release(slot, slot.requests, inst, 0.0)

@@ -14,7 +14,8 @@ from servelab.designs.bucketserve.overhead import overhead_grid
 from servelab.designs.bucketserve.reproduce import report
 from servelab.designs.bucketserve.reproduce.engine_prefill import EngineSizes
 from servelab.designs.bucketserve.reproduce.experiments import cluster_for, rps_at_attainment, Setting
-from servelab.designs.bucketserve.reproduce.run import Sizes, run_reproduction
+from servelab.designs.bucketserve.reproduce.run import REPRODUCTION, Sizes
+from servelab.reproduce.runner import run_reproduction
 
 TINY = Sizes(offline_requests=30, batch_sizes=(16,), offline_workloads=("mixed",), online_requests=30,
              alpaca_rates=(4,), mixed_rates=(2,), online_batch=64, long_shares=(0.1, 0.3), breakdown_rates=(8,),
@@ -47,8 +48,8 @@ def structure(text: str) -> list[str]:
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     a, b = tmp_path_factory.mktemp("a"), tmp_path_factory.mktemp("b")
-    results = run_reproduction(a, seed=1, sizes=TINY, engine=False)
-    run_reproduction(b, seed=1, sizes=TINY, engine=False)
+    results = run_reproduction(REPRODUCTION, a, seed=1, sizes=TINY, options={"engine": False})
+    run_reproduction(REPRODUCTION, b, seed=1, sizes=TINY, options={"engine": False})
     return results, (a / "bucketserve.md").read_text(), (b / "bucketserve.md").read_text(), a
 
 

@@ -4,7 +4,8 @@ plots are written, and the command line runs it."""
 import json
 
 from servelab.designs.dynaserve.reproduce import experiments as ex
-from servelab.designs.dynaserve.reproduce.run import run_reproduction
+from servelab.designs.dynaserve.reproduce.run import REPRODUCTION
+from servelab.reproduce.runner import run_reproduction
 
 TINY = ex.Sizes(num_requests=30, min_duration_s=5.0, max_requests=60, capacity_rel_tol=0.6, capacity_hi=10.0,
                 goodput_rates={"fractions": (1.0,)}, models=("14B",), capacity_workloads=("azure-code",),
@@ -13,7 +14,7 @@ TINY = ex.Sizes(num_requests=30, min_duration_s=5.0, max_requests=60, capacity_r
 
 
 def test_tiny_reproduction_writes_every_claim(tmp_path):
-    results = run_reproduction(tmp_path, sizes=TINY)
+    results = run_reproduction(REPRODUCTION, tmp_path, sizes=TINY)
     report = (tmp_path / "dynaserve.md").read_text()
     for claim in ("capacity vs PD coloc.", "hybrid capacity", "best fixed split", "sigma 100",
                   "SLO-aware batching", "chunking", "scheduler time"):

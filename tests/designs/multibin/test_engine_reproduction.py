@@ -9,8 +9,10 @@ import pytest
 
 from servelab.designs.multibin.binning import BinEdges
 from servelab.engine.tiny_model import gsm8k_texts, make_tiny_model, train_tokenizer
-from servelab.designs.multibin.reproduce.engine import gsm8k_requests, multibin_policy, run_engine_reproduction
+from servelab.designs.multibin.reproduce.engine import gsm8k_requests, multibin_policy
+from servelab.designs.multibin.reproduce.engine_run import REPRODUCTION, EngineSizes
 from servelab.designs.multibin.reproduce.engine_summary import engine_rows, engine_section, load_engine_summary
+from servelab.reproduce.runner import run_reproduction
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +22,8 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 def test_engine_reproduction_small(tiny_model_dir, tmp_path):
-    result = run_engine_reproduction(tmp_path, num_requests=16, ks=(1, 2), seed=0, progress=False,
-                                     model_dir=tiny_model_dir, max_tokens=48, fig5_tokens=(4, 8, 16), fig5_repeats=1)
+    sizes = EngineSizes(num_requests=16, ks=(1, 2), max_tokens=48, fig5_tokens=(4, 8, 16), fig5_repeats=1)
+    result = run_reproduction(REPRODUCTION, tmp_path, sizes=sizes, seed=0, options={"model": tiny_model_dir})
     fit = result["fig5"]["fit"]
     assert fit.model.per_token_s > 0 and fit.num_points == 3
     assert [row["k"] for row in result["fig7"]] == [1, 2]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from servelab.cluster.config import ClusterConfig, InstanceGroup
-from servelab.cluster.driver import SimClock
+from servelab.cluster.clocks import SimClock
 from servelab.core.executor import PendingStep
 from servelab.simulator.run import Simulation
 from simkit import ToyCostModel, random_workload

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
-import matplotlib
+from servelab.reproduce.plots import pyplot, save
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+plt = pyplot()
 
 
-def _save(fig, path: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path.name
+_save = partial(save, dpi=110)
 
 
 def all_figures(results: dict, out: Path) -> list[str]:

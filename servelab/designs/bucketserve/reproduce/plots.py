@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
-import matplotlib
+from servelab.reproduce.plots import pyplot, save
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+plt = pyplot()
 
 SIM_NOTE = "simulated: roofline cost model, Llama-2-13B, 4 x A100-40GB (2 x TP2)"
 COLORS = {"bucketserve": "tab:red", "distserve": "tab:blue", "uellm": "tab:green", "static": "tab:gray"}
 
 
-def _save(fig, path: Path) -> str:
-    fig.text(0.99, 0.01, SIM_NOTE, ha="right", va="bottom", fontsize=6, color="dimgray")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path.name
+_save = partial(save, note=SIM_NOTE, dpi=120)
 
 
 def offline(rows: list[dict], workloads: list[str], out: Path) -> list[str]:

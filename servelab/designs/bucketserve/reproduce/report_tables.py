@@ -285,7 +285,7 @@ def measured(results: dict) -> list[str]:
     if eng is not None:
         out += _engine(eng)
     out += ["", "### CPU time per step (measured)", "",
-            ", ".join(f"{k} {v:.1f} s" for k, v in results["timings_s"].items())]
+            ", ".join(f"{k} {v:.1f} s" for k, v in results["timings_cpu_s"].items())]
     return out
 
 

@@ -18,8 +18,8 @@ def preamble(results: dict) -> list[str]:
         f"{CMD} --out docs/reproduction            # full sizes: about 4 minutes of CPU (with the engine step)",
         f"{CMD} --reduced --out /tmp/bs           # about 30 s",
         "```", "",
-        "(or `run_reproduction(out_dir, reduced=..., seed=..., engine=...)` in "
-        "`servelab.designs.bucketserve.reproduce.run`). It writes `bucketserve.md`, `bucketserve.json` and the "
+        "(or `servelab.reproduce.runner.run_reproduction(REPRODUCTION, out_dir, reduced=..., seed=..., "
+        "options={'engine': ...})` with `REPRODUCTION` from `servelab.designs.bucketserve.reproduce.run`). It writes `bucketserve.md`, `bucketserve.json` and the "
         "plots under `bucketserve/` in the output folder. Two runs with the same seed write the same text except "
         "the lines that carry measured times (every such line says *measured* or sits in a section marked "
         "*(measured)*).", "",

@@ -1,23 +1,19 @@
 """``servelab reproduce bucketserve``: BucketServe's figures, its claims at the paper's
 operating points, and the experiments that test each gap's stated reason.
 
-``run_reproduction(out_dir, reduced=..., seed=..., progress=..., engine=...)`` runs the sweeps
-(``studies``), the variant studies (prefill mode, the pre-fix policy, DistServe's own batch
-caps, the UELLM stand-in's sensitivity), the Mixed long-share sensitivity, the Fig. 6
-breakdown, the bucketing-overhead benchmark (measured), the padding analysis and, unless
-``engine`` is False, the engine measurement of ragged vs padded bucket prefills
-(``engine_prefill``, measured, imports torch). It writes the plots, ``out_dir/bucketserve.md``
-(the whole report, prose included: nothing in it is written by hand) and
-``out_dir/bucketserve.json``, and returns the numbers.
+The steps run the sweeps (``studies``), the variant studies (prefill mode, the pre-fix policy,
+DistServe's own batch caps, the UELLM stand-in's sensitivity), the Mixed long-share
+sensitivity, the Fig. 6 breakdown, the bucketing-overhead benchmark (measured), the padding
+analysis and, unless ``--no-engine``, the engine measurement of ragged vs padded bucket
+prefills (``engine_prefill``, measured, imports torch). ``_write`` makes the plots and
+``out_dir/bucketserve.md`` (the whole report, prose included: nothing in it is written by
+hand); the runner (``servelab.reproduce``) writes ``out_dir/bucketserve.json``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -26,10 +22,9 @@ from servelab.designs.bucketserve.buckets import BucketingConfig, BucketManager
 from servelab.designs.bucketserve.overhead import overhead_grid
 from servelab.designs.bucketserve.padding import compare_boundaries
 from servelab.designs.bucketserve.reproduce import experiments as ex
-from servelab.designs.bucketserve.reproduce import plots as plots
 from servelab.designs.bucketserve.reproduce import studies as st
 from servelab.designs.bucketserve.reproduce.engine_prefill import EngineSizes
-from servelab.designs.bucketserve.reproduce.report import write_report
+from servelab.reproduce.runner import Reproduction, Run, Step
 
 # variant studies: (key, system spec, Setting overrides, full online sweep?)
 VARIANTS = (
@@ -74,51 +69,62 @@ REDUCED = Sizes(150, (16, 64), ("alpaca", "mixed"), 150, (4, 16, 32), (1, 4, 10)
                 EngineSizes(sim_requests=120, num_batches=3, repeats=1, num_requests=8))
 
 
-def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, progress: bool = False,
-                     setting: ex.Setting = ex.Setting(), sizes: Sizes | None = None, engine: bool = True) -> dict:
-    """Run every BucketServe experiment; write plots, ``bucketserve.md`` and ``bucketserve.json``.
+def _setting(run: Run) -> ex.Setting:
+    return run.options.get("setting", ex.Setting())
 
-    ``sizes`` overrides the FULL / REDUCED presets (tests use a tiny one).
-    """
-    out_dir = Path(out_dir)
-    fig_dir = out_dir / "bucketserve"
-    fig_dir.mkdir(parents=True, exist_ok=True)
-    sizes = sizes if sizes is not None else (REDUCED if reduced else FULL)
-    say = print if progress else (lambda _msg: None)
-    timings: dict[str, float] = {}
-    results: dict = {"reduced": reduced, "seed": seed, "setting": asdict(setting), "sizes": asdict(sizes)}
 
-    def step(name, fn):
-        t0 = time.process_time()
-        value = fn()
-        timings[name] = time.process_time() - t0
-        say(f"[bucketserve] {name}: {timings[name]:.1f} s CPU")
-        return value
+def _start(run: Run) -> None:
+    run.results.update({"reduced": run.reduced, "seed": run.seed, "setting": asdict(_setting(run)),
+                        "sizes": asdict(run.sizes)})
 
-    top = max(sizes.batch_sizes)
-    results["offline"] = step("offline", lambda: st.offline_sweep(
-        sizes.offline_workloads, sizes.batch_sizes, ex.SYSTEMS, sizes.offline_requests, setting, seed))
-    results["online"] = step("online", lambda: st.online_sweep(
-        sizes.rates_by_workload(), ex.SYSTEMS, sizes.online_requests, sizes.online_batch, setting, seed))
-    results["points"] = {s: st.operating_points(results["offline"], results["online"], s, offline_workload="mixed",
-                                                top_batch=top, top_rates=sizes.top_rates()) for s in ex.SYSTEMS}
-    results["variants"] = step("variants", lambda: _variants(sizes, setting, seed))
-    others = tuple(x for x in sizes.long_shares if x != setting.long_share)
-    results["long_share"] = step("long share", lambda: st.long_share_study(others, ex.SYSTEMS, sizes, setting, seed, say))
-    results["long_share"] += [{"long_share": setting.long_share, **p} for p in results["points"].values()]
-    results["breakdown"] = step("breakdown", lambda: _breakdown(sizes, setting, seed))
-    results["overhead"] = step("overhead", lambda: overhead_grid(sizes.overhead_queued, sizes.overhead_buckets,
-                                                                 seed=seed, repeats=sizes.overhead_repeats))
-    results["padding"] = step("padding", lambda: _padding(sizes, setting, seed))
-    results["engine"] = step("engine", lambda: _engine(sizes, setting, seed, say)) if engine else None
-    results["timings_s"] = timings
+
+def _steps(run: Run) -> list[Step]:
+    sizes, seed, setting, res = run.sizes, run.seed, _setting(run), run.results
+
+    def online(_: Run) -> None:
+        res["online"] = st.online_sweep(sizes.rates_by_workload(), ex.SYSTEMS, sizes.online_requests,
+                                        sizes.online_batch, setting, seed)
+        res["points"] = {s: st.operating_points(res["offline"], res["online"], s, offline_workload="mixed",
+                                                top_batch=max(sizes.batch_sizes), top_rates=sizes.top_rates())
+                         for s in ex.SYSTEMS}
+
+    def long_share(_: Run) -> list[dict]:
+        others = tuple(x for x in sizes.long_shares if x != setting.long_share)
+        rows = st.long_share_study(others, ex.SYSTEMS, sizes, setting, seed, run.say)
+        return rows + [{"long_share": setting.long_share, **p} for p in res["points"].values()]
+
+    engine = [Step("engine", lambda _: _engine(sizes, setting, seed, run.say), "engine")] \
+        if run.options.get("engine", True) else []
+    return [
+        Step("offline", lambda _: st.offline_sweep(sizes.offline_workloads, sizes.batch_sizes, ex.SYSTEMS,
+                                                   sizes.offline_requests, setting, seed), "offline"),
+        Step("online", online),
+        Step("variants", lambda _: _variants(sizes, setting, seed), "variants"),
+        Step("long share", long_share, "long_share"),
+        Step("breakdown", lambda _: _breakdown(sizes, setting, seed), "breakdown"),
+        Step("overhead", lambda _: overhead_grid(sizes.overhead_queued, sizes.overhead_buckets, seed=seed,
+                                                 repeats=sizes.overhead_repeats), "overhead"),
+        Step("padding", lambda _: _padding(sizes, setting, seed), "padding"),
+        *engine,
+    ]
+
+
+def _write(run: Run) -> dict:
+    from servelab.designs.bucketserve.reproduce import plots
+    from servelab.designs.bucketserve.reproduce.report import write_report
+
+    results, sizes, fig_dir = run.results, run.sizes, run.fig_dir()
+    results.setdefault("engine", None)
     files = plots.offline(results["offline"], list(sizes.offline_workloads), fig_dir)
     files += plots.online(results["online"], ["alpaca", "mixed"], fig_dir)
     files += [plots.breakdown(results["breakdown"], fig_dir), plots.overhead(results["overhead"], fig_dir)]
-    results["figures"] = [f"bucketserve/{f}" for f in files]
-    (out_dir / "bucketserve.json").write_text(json.dumps(results, indent=1, default=float))
-    write_report(results, out_dir / "bucketserve.md")
+    results["figures"] = [f"{run.stem}/{f}" for f in files]
+    write_report(results, run.report_path)
     return results
+
+
+REPRODUCTION = Reproduction("bucketserve", {"full": FULL, "reduced": REDUCED}, _steps, _write, start=_start,
+                            json_name="{stem}.json")
 
 
 def _variants(sizes: Sizes, setting: ex.Setting, seed: int) -> dict:

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
-import matplotlib
+from servelab.reproduce.plots import pyplot, save
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+plt = pyplot()
 
 SIM_NOTE = "simulated: roofline cost model, Qwen-2.5 on A100-80GB, two instances per system"
 COLORS = {"coloc": "tab:blue", "disagg": "tab:green", "dynaserve": "tab:red"}
 LABELS = {"coloc": "PD colocation (sarathi, DP=2)", "disagg": "PD disaggregation (1P1D)", "dynaserve": "DynaServe"}
 
 
-def _save(fig, path: Path) -> str:
-    fig.text(0.99, 0.01, SIM_NOTE, ha="right", va="bottom", fontsize=6, color="dimgray")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path.name
+_save = partial(save, note=SIM_NOTE, dpi=110)
 
 
 def all_figures(results: dict, out: Path) -> list[str]:

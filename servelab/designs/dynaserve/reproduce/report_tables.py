@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from servelab.designs.dynaserve.reproduce.experiments import mean, ratio
+from servelab.reproduce.claims import markdown_table
 
 SYSTEM_NAMES = {"coloc": "PD coloc.", "disagg": "PD disagg.", "dynaserve": "DynaServe"}
 PAPER_TABLE1 = {  # shape -> system -> (MFU G1, MFU G2, HBM G1, HBM G2, p99 TBT ms, rps, attainment %)
@@ -24,9 +25,7 @@ def fmt(v, digits: int = 2, suffix: str = "") -> str:
 
 
 def md_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+    return "\n".join(markdown_table(header, rows))
 
 
 def table1(rows: list[dict]) -> str:

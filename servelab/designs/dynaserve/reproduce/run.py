@@ -1,10 +1,10 @@
 """``servelab reproduce dynaserve``: DynaServe's tables and figures in the simulator.
 
-``run_reproduction(out_dir, reduced=..., seed=..., progress=...)`` runs the experiments of
-``experiments.py`` on the paper's setting (``setting.py``), measures the global scheduler,
-writes plots under ``out_dir/dynaserve/``, ``out_dir/dynaserve.json`` and the report
-``out_dir/dynaserve.md`` (the paper's number, ours, the operating point, and for each gap
-the experiment that tests its stated reason), and returns the results dict.
+The steps run the experiments of ``experiments.py`` on the paper's setting (``setting.py``)
+and measure the global scheduler; ``_write`` makes the plots under ``out_dir/dynaserve/`` and
+the report ``out_dir/dynaserve.md`` (the paper's number, ours, the operating point, and for
+each gap the experiment that tests its stated reason); the runner (``servelab.reproduce``)
+writes ``out_dir/dynaserve.json``, times the steps and shows progress.
 
 Order matters: the 14B capacities come first, since the other experiments run at rates
 relative to DynaServe's capacity on each workload (goodput curves at 0.5-1.25x of it,
@@ -15,18 +15,14 @@ the transfer comparison at 0.4x and 0.8x of it).
 from __future__ import annotations
 
 import dataclasses
-import json
-import time
-from pathlib import Path
 
 import numpy as np
 
 from servelab.designs.dynaserve.reproduce import experiments as ex
-from servelab.designs.dynaserve.reproduce import plots
 from servelab.designs.dynaserve.reproduce import setting as st
-from servelab.designs.dynaserve.reproduce.report import write_report
 from servelab.designs.dynaserve.reproduce.timing import percentiles_us, queue_benchmark
 from servelab.metrics.plain_json import plain
+from servelab.reproduce.runner import Reproduction, Run, Step
 
 FULL = ex.Sizes(goodput_rates={"fractions": (0.5, 0.75, 1.0, 1.25)})
 REDUCED = ex.Sizes(num_requests=120, min_duration_s=45.0, max_requests=300, capacity_rel_tol=0.2, capacity_hi=20.0, goodput_rates={"fractions": (0.5, 1.0, 1.5)},
@@ -37,46 +33,47 @@ GAP_OVERHEAD_S = 0.025
 CDF_POINTS_MS = [float(x) for x in range(0, 301, 10)]
 
 
-def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, progress: bool = False,
-                     sizes: ex.Sizes | None = None, setting: st.Setting = st.Setting()) -> dict:
-    out_dir = Path(out_dir)
-    fig_dir = out_dir / "dynaserve"
-    fig_dir.mkdir(parents=True, exist_ok=True)
-    sizes = sizes if sizes is not None else (REDUCED if reduced else FULL)
-    say = print if progress else (lambda _msg: None)
-    timings: dict[str, float] = {}
-    results: dict = {"reduced": reduced, "seed": seed, "setting": plain(dataclasses.asdict(setting)),
-                     "sizes": plain(dataclasses.asdict(sizes))}
+def _start(run: Run) -> None:
+    setting = run.options.get("setting", st.Setting())
+    run.results.update({"reduced": run.reduced, "seed": run.seed, "setting": plain(dataclasses.asdict(setting)),
+                        "sizes": plain(dataclasses.asdict(run.sizes)), "cdf_points_ms": CDF_POINTS_MS})
 
-    def step(name, fn):
-        t0 = time.process_time()
-        value = fn()
-        timings[name] = time.process_time() - t0
-        say(f"[dynaserve] {name}: {timings[name]:.1f} s CPU")
-        return value
 
-    results["capacity"] = step("capacity (Fig. 9)", lambda: _capacities(setting, sizes, seed))
-    cap = {r["workload"]: r for r in results["capacity"] if r["system"] == "dynaserve"}
-    results["goodput"] = step("goodput (Fig. 8)", lambda: _goodput(setting, sizes, seed, cap))
-    results["hybrid"] = step("hybrid (Table 2)", lambda: _capacities(setting, sizes, seed, ("hybrid",)))
-    results["table1"] = step("Table 1", lambda: ex.table1(setting, sizes, seed))
-    results["split_sweep"] = step("split ratio (Fig. 5)", lambda: ex.split_sweep(setting, sizes, seed))
-    mini = _rate_of(cap, "mini-reasoning")
-    results["prediction_error"] = step("prediction error (Table 4)",
-                                       lambda: ex.prediction_error(mini, setting, sizes, seed))
-    burst = 1.2 * _rate_of(cap, "burstgpt")
-    results["slo_batching"] = step("SLO-aware batching (Fig. 11)",
-                                   lambda: ex.slo_batching("burstgpt", burst, setting, sizes, seed, CDF_POINTS_MS))
-    results["transfer"] = step("chunked vs bulk transfer", lambda: ex.transfer_modes(mini, setting, sizes, seed))
-    results["overhead"] = step("scheduler time", lambda: _overhead(setting, sizes, seed, cap))
-    results["gap_overhead"] = step("gap: per-step overhead",
-                                   lambda: _gap_overhead(setting, sizes, seed, results["capacity"]))
-    results["cdf_points_ms"] = CDF_POINTS_MS
-    results["timings_cpu_s"] = timings
-    results["figures"] = [f"dynaserve/{f}" for f in plots.all_figures(results, fig_dir)]
-    (out_dir / "dynaserve.json").write_text(json.dumps(plain(results), indent=1))
-    write_report(results, out_dir / "dynaserve.md")
-    return results
+def _steps(run: Run) -> list[Step]:
+    setting, sizes, seed, res = run.options.get("setting", st.Setting()), run.sizes, run.seed, run.results
+
+    def cap() -> dict:
+        return {r["workload"]: r for r in res["capacity"] if r["system"] == "dynaserve"}
+
+    return [
+        Step("capacity (Fig. 9)", lambda _: _capacities(setting, sizes, seed), "capacity"),
+        Step("goodput (Fig. 8)", lambda _: _goodput(setting, sizes, seed, cap()), "goodput"),
+        Step("hybrid (Table 2)", lambda _: _capacities(setting, sizes, seed, ("hybrid",)), "hybrid"),
+        Step("Table 1", lambda _: ex.table1(setting, sizes, seed), "table1"),
+        Step("split ratio (Fig. 5)", lambda _: ex.split_sweep(setting, sizes, seed), "split_sweep"),
+        Step("prediction error (Table 4)",
+             lambda _: ex.prediction_error(_rate_of(cap(), "mini-reasoning"), setting, sizes, seed), "prediction_error"),
+        Step("SLO-aware batching (Fig. 11)",
+             lambda _: ex.slo_batching("burstgpt", 1.2 * _rate_of(cap(), "burstgpt"), setting, sizes, seed,
+                                       CDF_POINTS_MS), "slo_batching"),
+        Step("chunked vs bulk transfer",
+             lambda _: ex.transfer_modes(_rate_of(cap(), "mini-reasoning"), setting, sizes, seed), "transfer"),
+        Step("scheduler time", lambda _: _overhead(setting, sizes, seed, cap()), "overhead"),
+        Step("gap: per-step overhead", lambda _: _gap_overhead(setting, sizes, seed, res["capacity"]), "gap_overhead"),
+    ]
+
+
+def _write(run: Run) -> dict:
+    from servelab.designs.dynaserve.reproduce import plots
+    from servelab.designs.dynaserve.reproduce.report import write_report
+
+    run.results["figures"] = [f"{run.stem}/{f}" for f in plots.all_figures(run.results, run.fig_dir())]
+    write_report(run.results, run.report_path)
+    return run.results
+
+
+REPRODUCTION = Reproduction("dynaserve", {"full": FULL, "reduced": REDUCED}, _steps, _write, start=_start,
+                            json_name="{stem}.json")
 
 
 def _rate_of(cap: dict, workload: str) -> float:

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
-import matplotlib
+from servelab.reproduce.plots import pyplot, save
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+plt = pyplot()
 
 SIM_NOTE = "simulated: roofline cost model; Qwen-2.5-14B on A800-80GB (cluster A), Qwen-2.5-72B TP4 on H800 (cluster B)"
 COLORS = {"vllm": "tab:blue", "vllm-pp": "tab:purple", "infercept": "tab:green", "llumnix": "tab:orange",
           "kunserve": "tab:red", "kunserve w/o restore": "tab:gray"}
 
 
-def _save(fig, path: Path) -> str:
-    fig.text(0.99, 0.005, SIM_NOTE, ha="right", va="bottom", fontsize=6, color="dimgray")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path.name
+_save = partial(save, note=SIM_NOTE, dpi=100, note_y=0.005, rect=(0, 0.02, 1, 1))
 
 
 def _marks(ax, events) -> None:

@@ -1,19 +1,16 @@
 """``servelab reproduce kunserve``: KunServe's claims in the simulator.
 
-``run_reproduction(out_dir, reduced=..., seed=..., progress=...)`` calibrates each
-workload's base rate (vLLM's mean KV demand at the paper's "under 60%"), runs the five
-systems on it (Figs. 12/13, and the 72B cluster), the ablation (Fig. 14), restore on a long
-run with two bursts (Fig. 15), repeated extreme bursts (Fig. 16), times the drop plan up to
-1,024 instances, runs the gap tests, and writes ``out_dir/kunserve.md``,
-``out_dir/kunserve.json`` and plots under ``out_dir/kunserve/``.
+The steps calibrate each workload's base rate (vLLM's mean KV demand at the paper's "under
+60%"), run the five systems on it (Figs. 12/13, and the 72B cluster), the ablation (Fig. 14),
+restore on a long run with two bursts (Fig. 15), repeated extreme bursts (Fig. 16), time the
+drop plan up to 1,024 instances and run the gap tests; ``_write`` makes the plots under
+``out_dir/kunserve/`` and ``out_dir/kunserve.md``, and the runner (``servelab.reproduce``)
+writes ``out_dir/kunserve.json``, times the steps and shows progress.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import time
-from pathlib import Path
 
 import numpy as np
 
@@ -21,6 +18,8 @@ from servelab.designs.kunserve.drop_plan import time_drop_plan
 from servelab.designs.kunserve.reproduce import experiments as ex
 from servelab.designs.kunserve.reproduce import setting as st
 from servelab.metrics.plain_json import plain
+from servelab.reproduce.runner import Reproduction, Run, Step
+
 
 FULL = ex.Sizes()
 REDUCED = ex.Sizes(duration_s=150.0, bursts=((40.0, 100.0),), long_duration_s=300.0,
@@ -35,55 +34,65 @@ ABLATION = {"vllm": "kunserve:drop=false", "+drop": "kunserve:coordinated=false,
             "+coordinated": "kunserve:former=tokens", "+lookahead": "kunserve"}
 
 
-def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, progress: bool = False,
-                     sizes: ex.Sizes | None = None) -> dict:
-    out_dir = Path(out_dir)
-    fig_dir = out_dir / "kunserve"
-    fig_dir.mkdir(parents=True, exist_ok=True)
-    sizes = sizes if sizes is not None else (REDUCED if reduced else FULL)
-    say = print if progress else (lambda _msg: None)
-    timings: dict[str, float] = {}
-    hw_a = dataclasses.replace(st.CLUSTER_A, num_instances=sizes.num_instances_a)
-    hw_b = st.CLUSTER_B
-    results: dict = {"reduced": reduced, "seed": seed, "sizes": dataclasses.asdict(sizes),
-                     "clusters": {"A": dataclasses.asdict(hw_a), "B": dataclasses.asdict(hw_b)}}
+def _clusters(sizes: ex.Sizes) -> tuple[st.Hardware, st.Hardware]:
+    return dataclasses.replace(st.CLUSTER_A, num_instances=sizes.num_instances_a), st.CLUSTER_B
 
-    def step(name, fn):
-        t0 = time.process_time()
-        value = fn()
-        timings[name] = time.process_time() - t0
-        say(f"[kunserve] {name}: {timings[name]:.1f} s CPU")
-        return value
 
-    results["plan_time"] = step("drop-plan time", lambda: [time_drop_plan(n) for n in sizes.plan_sizes])
-    results["eq1"] = step("Eq. 1 fit", lambda: _eq1_fits(hw_a, hw_b))
-    e2e = {}
-    for wl in sizes.workloads:
-        e2e[f"{wl}-14B"] = step(f"end to end {wl} 14B", lambda wl=wl: _end_to_end(wl, hw_a, sizes, seed))
-    e2e["longbench-72B"] = step("end to end longbench 72B", lambda: _end_to_end("longbench", hw_b, sizes, seed))
-    results["end_to_end"] = e2e
-    lb = e2e.get("longbench-14B") or next(iter(e2e.values()))
-    results["ablation"] = step("ablation (Fig. 14)", lambda: _ablation(lb["rate"], hw_a, sizes, seed))
-    results["extreme"] = step("extreme bursts (Fig. 16)",
-                              lambda: _extreme(e2e["longbench-72B"]["rate"], hw_b, sizes, seed))
-    results["gap_microbatches"] = step("gap: microbatches per step", lambda: _gap_microbatches(lb["rate"], hw_a,
-                                                                                             sizes, seed))
-    results["gap_deeper_burst"] = step("gap: deeper burst", lambda: _gap_deeper(lb["rate"], hw_a, sizes, seed))
-    results["gap_headroom"] = step("gap: compute headroom", lambda: _gap_headroom(hw_a, sizes, seed))
-    hr = results["gap_headroom"]["rate"]
-    results["restore"] = step("restore (Fig. 15)", lambda: _restore(hr, hw_a, sizes, seed))
-    results["ablation_memory_bound"] = step("ablation, decode-heavy (memory-bound)",
-                                            lambda: _ablation(hr, hw_a, sizes, seed, "decode-heavy", MEMORY_BOUND_FACTOR))
-    results["pp_throughput"] = step("PP throughput at saturation", lambda: _pp_throughput(hw_a, seed))
-    results["timings_cpu_s"] = timings
+def _start(run: Run) -> None:
+    hw_a, hw_b = _clusters(run.sizes)
+    run.results.update({"reduced": run.reduced, "seed": run.seed, "sizes": dataclasses.asdict(run.sizes),
+                        "clusters": {"A": dataclasses.asdict(hw_a), "B": dataclasses.asdict(hw_b)}})
+
+
+def _steps(run: Run) -> list[Step]:
+    sizes, seed, res = run.sizes, run.seed, run.results
+    hw_a, hw_b = _clusters(sizes)
+
+    def lb() -> dict:
+        e2e = res["end_to_end"]
+        return e2e.get("longbench-14B") or next(iter(e2e.values()))
+
+    def headroom_rate() -> float:
+        return res["gap_headroom"]["rate"]
+
+    return [
+        Step("drop-plan time", lambda _: [time_drop_plan(n) for n in sizes.plan_sizes], "plan_time"),
+        Step("Eq. 1 fit", lambda _: _eq1_fits(hw_a, hw_b), "eq1"),
+        *[Step(f"end to end {wl} 14B", lambda _, wl=wl: _end_to_end(wl, hw_a, sizes, seed), ("end_to_end", f"{wl}-14B"))
+          for wl in sizes.workloads],
+        Step("end to end longbench 72B", lambda _: _end_to_end("longbench", hw_b, sizes, seed),
+             ("end_to_end", "longbench-72B")),
+        Step("ablation (Fig. 14)", lambda _: _ablation(lb()["rate"], hw_a, sizes, seed), "ablation"),
+        Step("extreme bursts (Fig. 16)", lambda _: _extreme(res["end_to_end"]["longbench-72B"]["rate"], hw_b, sizes,
+                                                            seed), "extreme"),
+        Step("gap: microbatches per step", lambda _: _gap_microbatches(lb()["rate"], hw_a, sizes, seed),
+             "gap_microbatches"),
+        Step("gap: deeper burst", lambda _: _gap_deeper(lb()["rate"], hw_a, sizes, seed), "gap_deeper_burst"),
+        Step("gap: compute headroom", lambda _: _gap_headroom(hw_a, sizes, seed), "gap_headroom"),
+        Step("restore (Fig. 15)", lambda _: _restore(headroom_rate(), hw_a, sizes, seed), "restore"),
+        Step("ablation, decode-heavy (memory-bound)",
+             lambda _: _ablation(headroom_rate(), hw_a, sizes, seed, "decode-heavy", MEMORY_BOUND_FACTOR),
+             "ablation_memory_bound"),
+        Step("PP throughput at saturation", lambda _: _pp_throughput(hw_a, seed), "pp_throughput"),
+    ]
+
+
+def _write(run: Run) -> dict:
     from servelab.designs.kunserve.reproduce import plots
     from servelab.designs.kunserve.reproduce.report import write_report
 
-    results["figures"] = [f"kunserve/{f}" for f in plots.all_figures(results, fig_dir)]
-    clean = plain(_strip_raw(results))
-    (out_dir / "kunserve.json").write_text(json.dumps(_short_series(clean), indent=1))
-    write_report(clean, out_dir / "kunserve.md")
+    run.results["figures"] = [f"{run.stem}/{f}" for f in plots.all_figures(run.results, run.fig_dir())]
+    clean = plain(_strip_raw(run.results))
+    write_report(clean, run.report_path)
     return clean
+
+
+def _to_json(results: dict) -> dict:
+    return _short_series(plain(_strip_raw(results)))
+
+
+REPRODUCTION = Reproduction("kunserve", {"full": FULL, "reduced": REDUCED}, _steps, _write, start=_start,
+                            json_name="{stem}.json", to_json=_to_json)
 
 
 def _eq1_fits(hw_a: st.Hardware, hw_b: st.Hardware) -> list[dict]:

@@ -1,6 +1,7 @@
 """Multi-Bin Batching Figures 5 and 7 on our real engine (measured), next to the simulators.
 
-``run_engine_reproduction(out_dir, num_requests=..., ks=..., seed=..., progress=...)``:
+The measurements behind ``servelab reproduce multibin-engine`` (whose steps are in
+``engine_run.py``):
 
 * Figure 5: padded static batches of ``batch_size`` GSM8K prompts whose outputs are forced to
   n tokens (``ignore_eos``), for several n; the measured wall time of each batch is fitted
@@ -16,15 +17,13 @@ The engine is our PyTorch engine on CPU with a random-weight checkpoint (``bench
 by default, made in a temporary folder), not Phi-3.5-mini on an A100: only ratios between k
 values compare with the paper. Also: the token-level simulator with this machine's calibrated
 per-step ``LinearCostModel``, and the queue simulator with the measured line on all 7473
-requests (the paper's size). Writes ``out_dir/multibin_engine.md``, a plot, and
-``out_dir/multibin_engine.json`` (quoted by ``multibin.md``, see ``multibin_engine_summary``).
+requests (the paper's size). The reproduction writes ``out_dir/multibin_engine.md``, a plot,
+and ``out_dir/multibin_engine.json`` (quoted by ``multibin.md``, see ``engine_summary``).
 Invariant: every request of every run finishes, else ``RuntimeError`` names the run.
 """
 
 from __future__ import annotations
 
-import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -157,57 +156,6 @@ def measure_figure7(loaded, specs: Sequence[RequestSpec], ks: Sequence[int], bat
     return rows
 
 
-def run_engine_reproduction(out_dir: Path, *, num_requests: int = 128, ks: tuple[int, ...] = (1, 2, 4, 8),
-                            seed: int = 0, progress: bool = True, model_dir: Path | None = None,
-                            preset: str = "bench-30m", batch_size: int = 8, max_tokens: int = 1024,
-                            fig5_tokens: Sequence[int] = FIG5_TOKENS, fig5_repeats: int = 2, threads: int = 1,
-                            calibrated: bool = True, command: str | None = None) -> dict:
-    """Measure Figures 5 and 7 on the engine; write ``out_dir/multibin_engine.md``; return the numbers.
-
-    ``model_dir`` None makes the ``preset`` checkpoint in a temporary folder (a few seconds).
-    ``threads`` is torch's intra-op thread count for the run (restored afterwards)."""
-    import torch
-
-    from servelab.engine.loader import load_checkpoint
-
-    if not ks or any(k < 1 for k in ks):
-        raise ValueError(f"ks must be non-empty and >= 1, got {ks}")
-    log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        with tempfile.TemporaryDirectory(prefix="servelab-mb-") as tmp:
-            folder = Path(model_dir) if model_dir is not None else _make_preset(Path(tmp) / preset, preset, log)
-            loaded = load_checkpoint(folder, dtype="float32")
-            specs = gsm8k_requests(loaded.tokenizer, num_requests, seed, max_tokens)
-            t0 = time.perf_counter()
-            fig5 = measure_figure5(loaded, specs, fig5_tokens, fig5_repeats, batch_size, log)
-            t5 = time.perf_counter() - t0
-            step_cost, cal_error = _calibrate(loaded, log) if calibrated else (None, "")
-            t_cal = time.perf_counter() - t0 - t5
-            fig7 = measure_figure7(loaded, specs, ks, batch_size, fig5["fit"], step_cost, log)
-            t7 = time.perf_counter() - t0 - t5 - t_cal
-    finally:
-        torch.set_num_threads(old_threads)
-    lengths = np.array([s.num_output_tokens for s in specs])
-    full = full_size_line(loaded.tokenizer, fig5["fit"], batch_size, max_tokens, seed)
-    result = {"model": "given folder" if model_dir is not None else preset, "model_dir": str(model_dir or ""),
-              "num_params": sum(p.numel() for p in loaded.model.parameters()), "threads": threads,
-              "num_requests": num_requests, "seed": seed, "batch_size": batch_size, "max_tokens": max_tokens,
-              "ks": tuple(ks), "mean_output_tokens": float(lengths.mean()), "max_output_tokens": int(lengths.max()),
-              "total_output_tokens": int(lengths.sum()), "fig5": fig5, "fig7": fig7,
-              "full_size_line": full, "fig5_wall_s": t5, "fig7_wall_s": t7, "calibration_wall_s": t_cal,
-              "calibrated": None if step_cost is None else {
-                  "c_step_s": step_cost.c_step, "c_token_s": step_cost.c_token, "c_row_s": step_cost.c_row,
-                  "c_decode_ctx_s": step_cost.c_decode_ctx, "c_prefill_attn_s": step_cost.c_prefill_attn, "fit_error": cal_error},
-              "command": command or f"servelab reproduce multibin-engine --num-requests {num_requests} "
-                                    f"--ks {','.join(map(str, ks))} --seed {seed} --out {out_dir}"}
-    from servelab.designs.multibin.reproduce.engine_report import write_engine_report
-
-    write_engine_report(Path(out_dir), result)
-    return result
-
-
 def full_size_line(tokenizer, fit: LinearFit, batch_size: int, max_tokens: int, seed: int,
                    ks: Sequence[int] = (1, 2, 4, 8, 16, 32)) -> dict:
     """Queue simulator with the measured line on every GSM8K request (the paper's size), per k: tok/s."""
@@ -223,7 +171,7 @@ def _gsm8k_records(path: Path | None = None) -> list[dict]:
     return read_jsonl(path or gsm8k_path(), ("question", "answer"))[1]
 
 
-def _calibrate(loaded, log):
+def calibrate_steps(loaded, log):
     """Per-step ``LinearCostModel`` of this machine and checkpoint (``servelab calibrate``'s default grid)."""
     from servelab.engine.calibrate import calibrate
 
@@ -233,7 +181,7 @@ def _calibrate(loaded, log):
     return model, str(error)
 
 
-def _make_preset(folder: Path, preset: str, log) -> Path:
+def make_preset(folder: Path, preset: str, log) -> Path:
     from servelab.engine import tiny_model
 
     presets = {"bench-30m": tiny_model.BENCH_30M, "bench-200m": tiny_model.BENCH_200M}

@@ -1,7 +1,8 @@
 """Markdown report and plot for ``multibin_engine`` (Figures 5 and 7 measured on our engine).
 
 ``write_engine_report(out_dir, result)`` writes ``out_dir/multibin_engine.md`` and
-``out_dir/multibin/fig5_fig7_engine.png`` from the dict ``run_engine_reproduction`` returns.
+``out_dir/multibin/fig5_fig7_engine.png`` from the results of ``servelab reproduce multibin-engine``
+(``engine_run``); ``summary_json`` is what its ``multibin_engine.json`` holds.
 Every number is labelled measured (engine wall clock) or simulated (which simulator, which
 cost model).
 """
@@ -94,7 +95,7 @@ def _pair(row: dict, base: dict, key: str) -> str:
 
 def format_engine_report(r: dict) -> str:
     head = ["# Multi-Bin Batching on our engine: Figures 5 and 7 (measured)", "",
-            f"Made by `{r['command']}` (Python: `servelab.designs.multibin.reproduce.engine.run_engine_reproduction`).", "",
+            f"Made by `{r['command']}` (Python: `servelab.designs.multibin.reproduce.engine_run`).", "",
             f"**Measured on our PyTorch engine on CPU ({r['threads']} torch thread, shared machine) with a "
             f"random-weight {r['num_params'] / 1e6:.1f}M-parameter checkpoint ({r['model']}), not Phi-3.5-mini on "
             "an A100.** Absolute times say nothing about the paper's; only the shape of the line and gains between k "
@@ -105,12 +106,9 @@ def format_engine_report(r: dict) -> str:
 
 
 def plot_engine(r: dict, path: Path) -> None:
-    import matplotlib
+    from servelab.reproduce.plots import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (a, b) = pyplot().subplots(1, 2, figsize=(10, 4))
     f5, m = r["fig5"], r["fig5"]["fit"].model
     a.scatter(f5["tokens"], f5["times_s"], label="measured")
     xs = np.linspace(0, max(f5["tokens"]), 50)
@@ -126,10 +124,7 @@ def plot_engine(r: dict, path: Path) -> None:
     b.set(xscale="log", xlabel="k (bins)", ylabel="output tokens/s", title=f"Fig. 7, {r['num_requests']} requests")
     b.set_xticks(ks, [str(k) for k in ks])
     b.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
 
 
 def summary_json(r: dict) -> dict:
@@ -142,14 +137,12 @@ def summary_json(r: dict) -> dict:
             "fit": {"intercept_s": m.intercept_s, "per_token_s": m.per_token_s, "r2": f5["fit"].r2,
                     "num_points": f5["fit"].num_points, "tokens": sorted(set(f5["tokens"])),
                     "mean_abs_rel_error": f5["mean_abs_rel_error"], "max_abs_rel_error": f5["max_abs_rel_error"]},
-            "fig7": [{k: row[k] for k in keys} for row in r["fig7"]], "full_size_line": r["full_size_line"]}
+            "fig7": [{k: row[k] for k in keys} for row in r["fig7"]], "full_size_line": r["full_size_line"],
+            "reduced": r.get("reduced", False), "timings_cpu_s": r.get("timings_cpu_s", {})}  # the next run's ETA
 
 
 def write_engine_report(out_dir: Path, result: dict) -> Path:
-    import json
-
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "multibin_engine.json").write_text(json.dumps(summary_json(result), indent=2) + "\n")
     plot_engine(result, out_dir / "multibin" / "fig5_fig7_engine.png")
     path = out_dir / "multibin_engine.md"
     path.write_text(format_engine_report(result) + "\n", encoding="utf-8")

@@ -6,26 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    _pyplot().close(fig)
-    return path.name
+from servelab.reproduce.plots import pyplot, save
 
 
 def plot_figure3(res: dict, path: Path, subtitle: str) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     sweep = res["sweep"]
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, k in enumerate(sweep.ks):
@@ -35,11 +20,11 @@ def plot_figure3(res: dict, path: Path, subtitle: str) -> str:
     ax.set(xlabel="arrival rate λ (requests / unit time)", ylabel="throughput (requests / unit time)",
            title=f"Fig. 3: U(1,20), B=128; dashed = Theorem 4.2\n{subtitle}")
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_figure4(res: dict, path: Path, subtitle: str) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     one, inf = res["one_server"], res["infinite"]
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, k in enumerate(one.ks):
@@ -49,11 +34,11 @@ def plot_figure4(res: dict, path: Path, subtitle: str) -> str:
     ax.set(xlabel="arrival rate λ", ylabel="mean latency", yscale="log",
            title=f"Fig. 4: latency vs λ, U(1,20), B=128\n{subtitle}")
     ax.legend(fontsize=6, ncol=2)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_rate_panels(sweep, path: Path, title: str, *, lat_ylim: float | None = None) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     for i, k in enumerate(sweep.ks):
         a.plot(sweep.rates, sweep.throughput[i], "o-", ms=3, label=f"k={k}")
@@ -64,11 +49,11 @@ def plot_rate_panels(sweep, path: Path, title: str, *, lat_ylim: float | None = 
         b.set_ylim(top=lat_ylim)
     a.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_figure8_vs_k(res: dict, path: Path, subtitle: str) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     sweep = res["sweep"]
     ks = np.array(sweep.ks)
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
@@ -83,11 +68,11 @@ def plot_figure8_vs_k(res: dict, path: Path, subtitle: str) -> str:
     b.set(xlabel="bins k", ylabel="mean latency", yscale="log", title="latency vs k")
     b.legend(fontsize=7)
     fig.suptitle(f"Fig. 8: Exp(μ=0.1), B=200, Lemma A.1 boundaries\n{subtitle}", fontsize=9)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_figure7(res: dict, path: Path, subtitle: str) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     ks = np.array(res["ks"])
     x = np.arange(len(ks))
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -101,4 +86,4 @@ def plot_figure7(res: dict, path: Path, subtitle: str) -> str:
            title=f"Fig. 7: GSM8K, all at t=0, 1 server, B=8\n{subtitle}")
     ax.set_ylim(0, 1.35 * max(res["fast"][0] * 1.7, float(np.max(res["fast"]))))
     ax.legend(fontsize=6, loc="upper left", ncol=2)
-    return _save(fig, path)
+    return save(fig, path)

@@ -32,7 +32,7 @@ def _header(r: dict, engine: dict | None) -> str:
     return f"""# Multi-Bin Batching: reproduction
 
 Paper: *Multi-Bin Batching for Increasing LLM Inference Throughput* (Guldogan et al.), `../shared/papers/multibin.md`.
-Made by `{cmd}` (Python: `servelab.designs.multibin.reproduce.run.run_reproduction`), {size}, seed {r['seed']}.
+Made by `{cmd}` (Python: `servelab.reproduce.runner.run_reproduction` with `servelab.designs.multibin.reproduce.run.REPRODUCTION`), {size}, seed {r['seed']}.
 **Everything here is simulated; nothing is measured on a GPU.**{" Only the section *Figure 5 and Figure 7 on our engine (measured)* is measured, on our CPU engine." if engine else ""}
 
 * Figures 3, 4, 8: batch-level queue simulator (`servelab/analysis/queue_sim.py`): service times drawn directly from
@@ -223,7 +223,7 @@ def _theory(r: dict) -> str:
 
 
 def _timings(r: dict) -> str:
-    lines = ["## Run time of each step (wall clock, shared 2-core machine)", "", "| step | seconds |", "|---|---|"]
-    lines += [f"| {k} | {v:.1f} |" for k, v in r["timings_s"].items()]
-    lines.append(f"| total | {sum(r['timings_s'].values()):.1f} |")
+    lines = ["## Run time of each step (CPU time, shared 2-core machine)", "", "| step | seconds |", "|---|---|"]
+    lines += [f"| {k} | {v:.1f} |" for k, v in r["timings_cpu_s"].items()]
+    lines.append(f"| total | {sum(r['timings_cpu_s'].values()):.1f} |")
     return "\n".join(lines)

@@ -1,28 +1,29 @@
 """``servelab reproduce multibin``: every Multi-Bin Batching figure, its plot and one markdown report.
 
-``run_reproduction(out_dir, reduced=..., seed=..., progress=...)`` runs the experiments of
-``multibin_experiments`` (full paper sizes, or a reduced size that finishes in well under a
-minute), writes ``out_dir/multibin.md`` and the plots under ``out_dir/multibin/``, and returns
-the numbers. Each step's wall time is measured and reported.
+The steps run the experiments of ``experiments`` (full paper sizes, or a reduced size that
+finishes in well under a minute) and draw the plots under ``out_dir/multibin/``; ``_write``
+writes ``out_dir/multibin.md``; the runner (``servelab.reproduce``) times every step (CPU),
+shows progress and writes ``out_dir/multibin.json``. Options (Python callers and tests):
+``gsm8k_path`` (default: the shared data folder) and ``model`` (the linear service model).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from servelab.designs.multibin.binning import quantile_edges
-from servelab.designs.multibin.theory import analyze
-from servelab.designs.multibin.service_models import DEFAULT_LINEAR, LinearServiceModel
 from servelab.core.request import RequestSpec
-from servelab.paths import gsm8k_path
+from servelab.designs.multibin.binning import quantile_edges
 from servelab.designs.multibin.reproduce import experiments as ex
 from servelab.designs.multibin.reproduce import plots as plots
+from servelab.designs.multibin.reproduce import readme
 from servelab.designs.multibin.reproduce.report import write_report
+from servelab.designs.multibin.service_models import DEFAULT_LINEAR, LinearServiceModel
+from servelab.designs.multibin.theory import analyze
+from servelab.paths import gsm8k_path
+from servelab.reproduce.runner import ReadmeHooks, Reproduction, Run, Step
 
 GSM8K_PATH = gsm8k_path()
 
@@ -45,48 +46,67 @@ FULL = Sizes()
 REDUCED = Sizes(12_800, 2, 12_800, 2, 20_000, 2, 3_000, 1, 800, 300)
 
 
-def run_reproduction(out_dir: Path, *, reduced: bool = False, seed: int = 0, progress: bool = False,
-                     gsm8k_path: Path | None = None, model: LinearServiceModel = DEFAULT_LINEAR) -> dict:
-    """Run every Multi-Bin experiment; write ``out_dir/multibin.md`` and plots; return the numbers."""
-    out_dir = Path(out_dir)
-    gsm8k_path = Path(gsm8k_path) if gsm8k_path is not None else GSM8K_PATH
-    if not gsm8k_path.is_file():
-        raise FileNotFoundError(f"GSM8K not found at {gsm8k_path}; pass gsm8k_path=... (the shared data folder)")
-    sizes = REDUCED if reduced else FULL
-    timings: dict[str, float] = {}
-    say: Callable[[str], None] = print if progress else (lambda _msg: None)
+def _gsm8k_path(run: Run) -> Path:
+    path = run.options.get("gsm8k_path")
+    return Path(path) if path is not None else GSM8K_PATH
 
-    def step(name: str, fn):
-        t0 = time.perf_counter()
-        value = fn()
-        timings[name] = time.perf_counter() - t0
-        say(f"[multibin] {name}: {timings[name]:.1f} s")
-        return value
 
+def _model(run: Run) -> LinearServiceModel:
+    return run.options.get("model") or DEFAULT_LINEAR
+
+
+def _start(run: Run) -> None:
+    path = _gsm8k_path(run)
+    if not path.is_file():
+        raise FileNotFoundError(f"GSM8K not found at {path}; pass gsm8k_path=... (the shared data folder)")
+    run.results.update({"reduced": run.reduced, "seed": run.seed, "sizes": asdict(run.sizes), "model": _model(run)})
+
+
+def _steps(run: Run) -> list[Step]:
+    sizes, seed, r, model = run.sizes, run.seed, run.results, _model(run)
     seeds = lambda n: range(seed, seed + n)  # noqa: E731
-    r: dict = {"reduced": reduced, "seed": seed, "sizes": asdict(sizes), "model": model}
-    r["theory_uniform"] = step("theory", lambda: analyze("uniform", batch_size=128, k_max=8, eps=0.5,
-                                                          arrival_rate=1.0))
-    r["theory_exp"] = analyze("exponential", mu=0.1, batch_size=200, k_max=8, arrival_rate=2.0)
-    r["fig3"] = step("figure 3", lambda: ex.figure3(num_requests=sizes.fig3_requests, seeds=seeds(sizes.fig3_seeds)))
-    r["fig4"] = step("figure 4", lambda: ex.figure4(num_requests=sizes.fig4_requests, seeds=seeds(sizes.fig4_seeds)))
-    r["fig8"] = step("figure 8", lambda: ex.figure8(num_requests=sizes.fig8_requests, seeds=seeds(sizes.fig8_seeds)))
-    table = step("GSM8K load + BPE tokenise", lambda: _load_gsm8k(gsm8k_path))
-    r["gsm8k"] = {"num_requests": len(table.num_output_tokens), "mean_output": float(table.num_output_tokens.mean()),
-                  "max_output": int(table.num_output_tokens.max())}
-    r["estimators"] = step("length estimators", lambda: _estimators(table, seed))
-    r["fig6"] = step("figure 6", lambda: ex.figure6(table.num_output_tokens, model, num_requests=sizes.fig6_requests,
-                                                    seeds=seeds(sizes.fig6_seeds)))
-    r["fig7"] = step("figure 7", lambda: ex.figure7(table.num_output_tokens, model, seed=seed,
-                                                    token_level_requests=sizes.fig7_token_requests,
-                                                    estimates=r["estimators"]["out_of_fold"]))
-    r["fig7"]["num_all"] = len(table.num_output_tokens)
-    r["crosscheck"] = step("token-level cross-check", lambda: ex.crosscheck_token_level(
-        num_requests=sizes.crosscheck_requests, seed=seed))
-    r["plots"] = step("plots", lambda: _plots(r, out_dir / "multibin", reduced))
-    r["timings_s"] = timings
-    write_report(r, out_dir / "multibin.md")
-    return r
+    data: dict = {}
+
+    def theory(_: Run) -> None:
+        r["theory_uniform"] = analyze("uniform", batch_size=128, k_max=8, eps=0.5, arrival_rate=1.0)
+        r["theory_exp"] = analyze("exponential", mu=0.1, batch_size=200, k_max=8, arrival_rate=2.0)
+
+    def load(_: Run) -> None:
+        table = data["table"] = _load_gsm8k(_gsm8k_path(run))
+        r["gsm8k"] = {"num_requests": len(table.num_output_tokens),
+                      "mean_output": float(table.num_output_tokens.mean()),
+                      "max_output": int(table.num_output_tokens.max())}
+
+    def figure7(_: Run) -> dict:
+        out = ex.figure7(data["table"].num_output_tokens, model, seed=seed,
+                         token_level_requests=sizes.fig7_token_requests, estimates=r["estimators"]["out_of_fold"])
+        out["num_all"] = len(data["table"].num_output_tokens)
+        return out
+
+    return [
+        Step("theory", theory),
+        Step("figure 3", lambda _: ex.figure3(num_requests=sizes.fig3_requests, seeds=seeds(sizes.fig3_seeds)), "fig3"),
+        Step("figure 4", lambda _: ex.figure4(num_requests=sizes.fig4_requests, seeds=seeds(sizes.fig4_seeds)), "fig4"),
+        Step("figure 8", lambda _: ex.figure8(num_requests=sizes.fig8_requests, seeds=seeds(sizes.fig8_seeds)), "fig8"),
+        Step("GSM8K load + BPE tokenise", load),
+        Step("length estimators", lambda _: _estimators(data["table"], seed), "estimators"),
+        Step("figure 6", lambda _: ex.figure6(data["table"].num_output_tokens, model,
+                                              num_requests=sizes.fig6_requests, seeds=seeds(sizes.fig6_seeds)), "fig6"),
+        Step("figure 7", figure7, "fig7"),
+        Step("token-level cross-check", lambda _: ex.crosscheck_token_level(num_requests=sizes.crosscheck_requests,
+                                                                           seed=seed), "crosscheck"),
+        Step("plots", lambda _: _plots(r, run.fig_dir(), run.reduced), "plots"),
+    ]
+
+
+def _write(run: Run) -> dict:
+    write_report(run.results, run.report_path)
+    return run.results
+
+
+REPRODUCTION = Reproduction("multibin", {"full": FULL, "reduced": REDUCED}, _steps, _write, start=_start,
+                            json_name="{stem}.json",
+                            readme=ReadmeHooks(readme.summarize, readme.explain, readme.notes))
 
 
 def _load_gsm8k(path: Path):
