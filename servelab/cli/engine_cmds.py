@@ -274,13 +274,24 @@ def calibrate_cmd(
             cost, error, samples = calibrate(loaded, chosen, block_size=block_size, progress=progress)
         out.parent.mkdir(parents=True, exist_ok=True)
         cost.save(out)
+    from servelab.costmodel.linear import HELD_OUT_WARN_MEDIAN, held_out_error
+
+    held = held_out_error(samples)
     payload = {"out": str(out), "fit": {"num_samples": error.num_samples, "median_rel_error": error.median_rel_error,
                                         "p90_rel_error": error.p90_rel_error, "max_rel_error": error.max_rel_error},
+               "held_out": None if held is None else {"median_rel_error": held.median_rel_error,
+                                                      "p90_rel_error": held.p90_rel_error},
                "coefficients": cost.to_json()["coefficients"]}
+    if held is not None and held.median_rel_error > HELD_OUT_WARN_MEDIAN:
+        typer.secho(f"warning: held-out median error {held.median_rel_error:.1%} (leave-one-out over "
+                    f"{held.num_samples} steps) is over {HELD_OUT_WARN_MEDIAN:.0%}: the steps were too noisy "
+                    f"(a loaded machine?) or too few for this model; rerun on an idle machine or with "
+                    f"--grid default before trusting simulations with it", fg=typer.colors.YELLOW, err=True)
     if json_out:
         emit_json(payload)
         return
-    typer.echo(f"fit over {error.num_samples} measured steps: {error}")
+    typer.echo(f"fit over {error.num_samples} measured steps: {error}"
+               + (f"; held out (leave-one-out): {held}" if held is not None else ""))
     for name, value in payload["coefficients"].items():
         typer.echo(f"  {name:<15} {value:.3e}")
     typer.echo(f"wrote {out} (use: servelab simulate --cost-model {out})")

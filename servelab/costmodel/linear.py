@@ -217,6 +217,26 @@ def fit_linear_cost_model(samples: list[tuple[StepShape, float]], *, kv_bytes_pe
     return replace(model, fit=error), error
 
 
+HELD_OUT_WARN_MEDIAN = 0.15  # ``servelab calibrate`` warns above this held-out median error
+
+
+def held_out_error(samples: list[tuple[StepShape, float]]) -> FitError | None:
+    """Leave-one-out error of the fit: each sample predicted by the coefficients fitted to all
+    the others. The in-sample error flatters a fit with as many free coefficients as there
+    are kinds of step; this is the number that says whether the model predicts steps it has
+    not seen (None when too few samples remain to refit)."""
+    rows = [(step_features(shape), t) for shape, t in samples if step_features(shape)[0]]
+    if len(rows) < 3:
+        return None
+    features = np.array([f for f, _ in rows], dtype=float)
+    measured = np.array([t for _, t in rows], dtype=float)
+    predicted = np.empty_like(measured)
+    for i in range(len(rows)):
+        keep = np.arange(len(rows)) != i
+        predicted[i] = features[i] @ nonneg_relative_lstsq(features[keep], measured[keep])
+    return fit_error(np.maximum(predicted, 1e-12), measured)
+
+
 @register_cost_model("linear")
 def linear_for_instance(instance: InstanceSpec, path: str | Path) -> LinearCostModel:
     """Load a fitted model; the instance supplies KV bytes per token if the file lacks them."""

@@ -49,6 +49,10 @@ class CostOptions:
         return self == CostOptions()
 
 
+# What a run without cost options gets: the fitted roofline until the profile model is switched on.
+DEFAULT_COST_OPTIONS = CostOptions(op_times="roofline")
+
+
 @functools.lru_cache(maxsize=256)
 def build_cost_model(spec, options: CostOptions = CostOptions()):
     """The cost model of one ``InstanceSpec`` under ``options``; cached, so the instances of a
