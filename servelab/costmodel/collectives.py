@@ -10,7 +10,7 @@ the A40. What the cost model asks:
 - ``send_s(num_bytes)``: PP's activation send between stages (NVLink inside a node, the
   network beyond), and KV hand-offs between instances (``MeasuredLink``).
 
-Tables are ``tables.MonotoneTable`` over bytes (monotone; linear in bytes past 64 MiB, the
+Tables are ``tables.LogLogTable`` over bytes (monotone; linear in bytes past 64 MiB, the
 largest message measured). A GPU whose NVLink differs from the profiled one (A800/H800 cut
 to 400 GB/s) reads the table at ``bytes * profiled_bandwidth / its_bandwidth``: a message
 on a link half as fast costs what a message twice as large costs on the measured one
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.costmodel.links import LinkSpec
-from servelab.costmodel.tables import MonotoneTable
+from servelab.costmodel.tables import LogLogTable
 
 BOXES = {"a100": "a100_dgx", "h100": "h100_dgx", "a40": "a40_pairwise_nvlink"}
 SEND_RECV_FILES = {"a100": "a100_dgx_send_recv.csv", "h100": "h100_dgx_send_recv.csv",
@@ -50,7 +50,7 @@ def _read(path: str, collective: str) -> dict[tuple[int, int], tuple[list[float]
 
 @dataclass(frozen=True, eq=False)
 class MessageTable:
-    table: MonotoneTable
+    table: LogLogTable
     size_scale: float  # bytes are multiplied by this before the lookup (slower links)
     detail: str
 
@@ -68,7 +68,7 @@ def all_reduce_table(family: str, num_workers: int, data_dir: str, size_scale: f
     if series is None:
         return None
     note = f" at bytes x {size_scale:.3g} (slower NVLink)" if size_scale != 1.0 else ""
-    return MessageTable(MonotoneTable.fit(*series, source=f"{box} all_reduce x{num_workers}"), size_scale,
+    return MessageTable(LogLogTable.fit(*series, source=f"{box} all_reduce x{num_workers}"), size_scale,
                         f"measured all-reduce on {box}, {num_workers} GPUs in one node{note}")
 
 
@@ -81,7 +81,7 @@ def send_recv_table(family: str, kind: str, data_dir: str, size_scale: float = 1
     series = _read(str(path), "send_recv").get((2, _KIND_DEVICES_PER_NODE[kind]))
     if series is None:
         return None
-    return MessageTable(MonotoneTable.fit(*series, source=f"{name} {kind}"), size_scale,
+    return MessageTable(LogLogTable.fit(*series, source=f"{name} {kind}"), size_scale,
                         f"measured send/recv over {kind} ({Path(name).name})")
 
 
@@ -91,10 +91,11 @@ class MeasuredLink(LinkSpec):
     latency stay the fitted straight line for code that reasons about them."""
 
     table: MessageTable | None = None
+    lanes: int = 1  # links side by side (an instance's ranks each send their shard)
 
     def transfer_time_s(self, num_bytes: float) -> float:
         if num_bytes <= 0:
             return 0.0
         if self.table is None:
             return self.latency_s + num_bytes / self.bandwidth_bytes_per_s
-        return float(self.table.time_s(float(num_bytes)))
+        return float(self.table.time_s(float(num_bytes) / self.lanes))

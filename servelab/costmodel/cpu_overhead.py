@@ -11,7 +11,7 @@ runs the model in the driver process, so the measured Ray time there overlaps th
 is not charged; at TP > 1 every step crosses Ray to the workers (5-7 ms measured).
 
 Which row: the measured (model, TP) whose TP is nearest the instance's, then the model whose
-parameter count is nearest; interpolated over batch size (``tables.MonotoneTable``: monotone,
+parameter count is nearest; interpolated over batch size (``tables.LogLogTable``: monotone,
 linear beyond 128 rows, the batch-8 value below 8, as a step with a handful of rows still
 pays the scheduler and sampler launch). The batch is the step's rows (prefill chunks and
 decodes); the profile has decode batches only, so a prefill's token count adds nothing here.
@@ -30,7 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.costmodel.tables import MonotoneTable
+from servelab.costmodel.tables import LogLogTable
 
 CPU_PHASES = ("schedule_median", "prepare_inputs_e2e_median", "sampler_e2e_median", "process_model_outputs_median")
 RAY_COLUMN = "ray_comm_time_mean"
@@ -43,7 +43,7 @@ FLAT_OVERHEAD_S = 1e-3  # the roofline's former flat charge, kept as the "flat" 
 class CPUOverhead:
     """Seconds of CPU work per step as a function of the step's rows."""
 
-    table: MonotoneTable | None  # None: a constant
+    table: LogLogTable | None  # None: a constant
     constant_s: float
     detail: str
 
@@ -96,7 +96,7 @@ def measured_overhead(host: str, model_params: float, tp: int, data_dir: Path) -
     name, entry_tp = min(entries, key=distance)
     points = entries[(name, entry_tp)]
     charge_ray = tp > 1
-    table = MonotoneTable.fit([b for b, _, _ in points], [c + (r if charge_ray else 0.0) for _, c, r in points],
+    table = LogLogTable.fit([b for b, _, _ in points], [c + (r if charge_ray else 0.0) for _, c, r in points],
                               source=f"{path.name} {name} tp={entry_tp}")
     ray = " + Ray communication (TP > 1)" if charge_ray else ""
     detail = (f"measured {host} host ({path.name}): {name} at TP {entry_tp}, batch "

@@ -32,7 +32,7 @@ import numpy as np
 from servelab.core.errors import UserError
 from servelab.costmodel.attention.base import KernelCoefficients
 from servelab.costmodel.fitting import nonneg_relative_lstsq
-from servelab.costmodel.tables import MonotoneTable
+from servelab.costmodel.tables import LogLogTable
 
 SCHEMA = "servelab.kernel_profile"
 VERSION = 1
@@ -148,7 +148,8 @@ class KernelProfile:
             return None
         for row in self.data.get("gemms") or []:
             if (row["k"], row["n"]) == (key[1], key[2]):
-                return MonotoneTable.fit(row["tokens"], row["time_s"], source=f"{self.path} gemm {key[1:]}")
+                return LogLogTable.fit(row["tokens"], row["time_s"], source=f"{self.path} gemm {key[1:]}",
+                                      monotone=False)
         return None
 
     def overhead(self):

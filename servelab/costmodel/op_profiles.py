@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from servelab.costmodel.ops import OpShape, gemm_shape, memory_shape
-from servelab.costmodel.tables import MonotoneTable
+from servelab.costmodel.tables import LogLogTable
 
 # profile column -> our op name (two norms and two adds share a table: same kernel, same shape)
 PROFILE_COLUMNS = {
@@ -79,7 +79,7 @@ def key_shape(key: tuple, dtype_bytes: int = 2) -> OpShape:
 @dataclass(frozen=True, eq=False)
 class ProfiledOp:
     key: tuple
-    table: MonotoneTable  # seconds by token count
+    table: LogLogTable  # seconds by token count
     origins: tuple[tuple[str, int], ...]  # (profiled model, tp) pairs that measured this shape
 
 
@@ -158,6 +158,6 @@ def load_library(family: str, profiled_gpu: str, data_dir: str) -> OpLibrary | N
             acc[1].extend(ys)
             if (model, tp) not in acc[2]:
                 acc[2].append((model, tp))
-    ops = {key: ProfiledOp(key, MonotoneTable.fit(xs, ys, source=f"{family} {key}"), tuple(origins))
+    ops = {key: ProfiledOp(key, LogLogTable.fit(xs, ys, source=f"{family} {key}", monotone=False), tuple(origins))
            for key, (xs, ys, origins) in samples.items()}
     return OpLibrary(family, profiled_gpu, tuple(str(f) for f in files), ops)

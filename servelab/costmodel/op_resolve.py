@@ -65,16 +65,21 @@ def resolve_op(op: str, key: tuple, instance: InstanceSpec, params: RooflinePara
     if ref is None:
         return roofline_fn(key_shape(key, instance.dtype_bytes), eff, gpu), OpSource(
             op, "roofline", f"no {key[0]} operator in the {library.family} profiles")
-    x = ref.table.x
-    target = op_times_s(key_shape(key, instance.dtype_bytes), eff, x, gpu.peak_flops, gpu.hbm_bandwidth_bytes_per_s)
-    base = op_times_s(key_shape(ref.key, instance.dtype_bytes), eff, x, profiled_gpu.peak_flops,
-                      profiled_gpu.hbm_bandwidth_bytes_per_s)
-    table = ref.table.scaled(target / base)
+    table = scaled_table(ref, key, eff, gpu, profiled_gpu, instance.dtype_bytes)
     what = [] if ref.key == key else [f"shape {ref.key[1:]} -> {key[1:]}"]
     if profiled_gpu.name != gpu.name:
         what.append(f"{profiled_gpu.name} -> {gpu.name}")
     return table, OpSource(op, "scaled", f"{library.family} profile of {_origins(ref.origins)}, "
                                          f"{' and '.join(what)} by the fitted roofline's ratio")
+
+
+def scaled_table(ref, key: tuple, eff: OpEfficiency, gpu: GPUSpec, ref_gpu: GPUSpec, dtype_bytes: int = 2):
+    """``ref``'s measured table times the fitted roofline's ratio of ``key`` on ``gpu`` to
+    ``ref.key`` on ``ref_gpu``, token count by token count (kept monotone)."""
+    x = ref.table.x
+    target = op_times_s(key_shape(key, dtype_bytes), eff, x, gpu.peak_flops, gpu.hbm_bandwidth_bytes_per_s)
+    base = op_times_s(key_shape(ref.key, dtype_bytes), eff, x, ref_gpu.peak_flops, ref_gpu.hbm_bandwidth_bytes_per_s)
+    return ref.table.scaled(target / base)
 
 
 def resolve_layer_ops(instance: InstanceSpec, params: RooflineParams, data_dir: Path,

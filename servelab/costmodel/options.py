@@ -49,8 +49,8 @@ class CostOptions:
         return self == CostOptions()
 
 
-# What a run without cost options gets: the fitted roofline until the profile model is switched on.
-DEFAULT_COST_OPTIONS = CostOptions(op_times="roofline")
+# What a run without cost options gets: the profile-driven model with the GPU's defaults.
+DEFAULT_COST_OPTIONS = CostOptions()
 
 
 @functools.lru_cache(maxsize=256)

@@ -6,7 +6,8 @@ collectives and a measured per-step CPU overhead (issue 23; Vidur's approach, ke
 
 - ``ops(T)``: the layer's non-attention operators from the GPU family's measured tables
   (``op_profiles``; each op says measured / same-shape / scaled), the roofline only for what
-  no profile covers (the LM head, a family without profiles);
+  no profile covers (the LM head, a family without profiles); summed over T, then made
+  non-decreasing by a running maximum (a bigger chunk never costs less);
 - ``all_reduce(T)``: two per layer at TP > 1 over [T, hidden], ``pp_sends``: one per stage
   boundary, both from the measured NCCL tables (``collectives``);
 - ``attention``: the decode kernel named by ``CostOptions.attention_kernel`` (``attention``)
@@ -70,8 +71,9 @@ class ProfiledCostModel:
             self.overhead = kernel_profile.overhead()
         self.sources["cpu_overhead"] = self.overhead.detail
         tokens = np.arange(TOKEN_TABLE_MAX + 1, dtype=float)
-        self._layer_list = self._layer_fn(tokens).tolist()
-        self._tail_list = self._tail_fn(tokens).tolist()
+        # running maximum: measured GEMMs dip at tile boundaries, but a step of more tokens never costs less
+        self._layer_list = np.maximum.accumulate(self._layer_fn(tokens)).tolist()
+        self._tail_list = np.maximum.accumulate(self._tail_fn(tokens)).tolist()
         self._row_list = self._rows_fn(np.arange(ROW_TABLE_MAX + 1, dtype=float)).tolist()
 
     def _init_collectives(self, data_dir: Path) -> None:
@@ -153,12 +155,12 @@ class ProfiledCostModel:
     def _layer_at(self, num_tokens: int) -> float:
         if num_tokens <= TOKEN_TABLE_MAX:
             return self._layer_list[num_tokens]
-        return float(self._layer_fn(np.array([float(num_tokens)]))[0])
+        return max(float(self._layer_fn(np.array([float(num_tokens)]))[0]), self._layer_list[-1])
 
     def _tail_at(self, num_tokens: int) -> float:
         if num_tokens <= TOKEN_TABLE_MAX:
             return self._tail_list[num_tokens]
-        return float(self._tail_fn(np.array([float(num_tokens)]))[0])
+        return max(float(self._tail_fn(np.array([float(num_tokens)]))[0]), self._tail_list[-1])
 
     def _rows_at(self, rows: int) -> float:
         if rows <= ROW_TABLE_MAX:

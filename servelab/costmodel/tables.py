@@ -1,13 +1,16 @@
-"""Monotone lookup tables over a size axis (token count, batch size, message bytes).
+"""Lookup tables over a size axis (token count, batch size, message bytes), log-log linear.
 
 Every measured table the profile-driven cost model reads (operator times by token count,
 CPU overhead by batch size, collectives by message size) is turned into one of these:
 
 - duplicate x values are averaged;
-- the y values are made non-decreasing by isotonic regression in log space
-  (``scipy.optimize.isotonic_regression``, pool-adjacent-violators), so a larger step never
-  costs less (schedulers compare chunk sizes by their cost) and a noisy point is pulled
-  toward its neighbours instead of being followed;
+- with ``monotone`` (CPU overhead, collectives), the y values are made non-decreasing by
+  isotonic regression in log space (``scipy.optimize.isotonic_regression``,
+  pool-adjacent-violators), so a noisy point is pulled toward its neighbours. Operator
+  tables keep their measured medians (``monotone=False``): GEMM times really do dip at tile
+  boundaries, and following them predicts left-out token counts better (docs/costmodel.md,
+  ``held_out_errors``); the simulator makes the *step* monotone instead, by a running
+  maximum over the summed layer time (``profiled``);
 - between points: piecewise-linear in (log x, log y), i.e. a local power law, which follows
   both the flat memory-bound start and the linear compute-bound end of a GEMM;
 - above the last point: linear in x from the last point (throughput-bound work grows in
@@ -27,13 +30,14 @@ from scipy.optimize import isotonic_regression
 
 
 @dataclass(frozen=True, eq=False)
-class MonotoneTable:
+class LogLogTable:
     x: np.ndarray  # ascending, unique, > 0
-    y: np.ndarray  # non-decreasing, > 0 (seconds)
+    y: np.ndarray  # > 0 (seconds); non-decreasing when ``monotone``
     source: str = ""
+    monotone: bool = True
 
     @classmethod
-    def fit(cls, x, y, source: str = "", monotone: bool = True) -> MonotoneTable:
+    def fit(cls, x, y, source: str = "", monotone: bool = True) -> LogLogTable:
         x = np.asarray(x, dtype=float)
         y = np.asarray(y, dtype=float)
         if x.shape != y.shape or x.ndim != 1 or x.size == 0:
@@ -45,7 +49,7 @@ class MonotoneTable:
         log_y = np.log(uy)
         if monotone and uy.size > 1:
             log_y = isotonic_regression(log_y, increasing=True).x
-        return cls(ux, np.exp(log_y), source)
+        return cls(ux, np.exp(log_y), source, monotone)
 
     def __call__(self, x) -> np.ndarray:
         q = np.asarray(x, dtype=float)
@@ -57,9 +61,9 @@ class MonotoneTable:
     def at(self, x: float) -> float:
         return float(self(np.array([x]))[0])
 
-    def scaled(self, factor) -> MonotoneTable:
-        """This table times ``factor(x)`` (an array over ``self.x``), kept monotone."""
-        return MonotoneTable.fit(self.x, self.y * np.asarray(factor, dtype=float), self.source)
+    def scaled(self, factor) -> LogLogTable:
+        """This table times ``factor(x)`` (an array over ``self.x``), monotone if this one is."""
+        return LogLogTable.fit(self.x, self.y * np.asarray(factor, dtype=float), self.source, self.monotone)
 
     def dense(self, n: int) -> list[float]:
         """Values at x = 0, 1, ..., n as Python floats (index with an int on the hot path)."""
@@ -84,6 +88,6 @@ def held_out_errors(x, y, num_folds: int = 5, monotone: bool = True) -> np.ndarr
             continue
         keep = np.ones(ux.size, dtype=bool)
         keep[held] = False
-        table = MonotoneTable.fit(ux[keep], uy[keep], monotone=monotone)
+        table = LogLogTable.fit(ux[keep], uy[keep], monotone=monotone)
         errors.append(np.abs(table(ux[held]) / uy[held] - 1.0))
     return np.concatenate(errors) if errors else np.empty(0)
