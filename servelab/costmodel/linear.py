@@ -9,6 +9,17 @@
 longest context in the step (our engine's gather does) pays rows x longest, not the sum;
 a ragged kernel fits it near 0. A step of mixed context lengths separates the two terms, so
 calibration times some (version 1 files, without the term, load with it at 0).
+``attention_kernel`` names the engine's decode kernel, and the fit keeps only that kernel's
+term: ``padded`` rows x longest, ``split-kv`` the sum, ``auto`` both (non-negative least
+squares picks), so a calibration follows whichever kernel the engine runs.
+
+``token_factors`` (version 3): the step of T = 1, 2, ... tokens is the line times
+``token_factors[T - 1]``. Small matrix products are not linear in their rows on a CPU (BLAS
+switches from a matrix-vector kernel at one row to blocked kernels that pay for a full tile
+at two or three: measured on bench-30m, docs/costmodel.md), so a one-row decode is faster and
+two- and three-row steps slower than any line; the factors are the median measured /
+predicted ratio of the calibration's steps of each small token count (linear between the
+counts timed, 1 beyond). Version 1-2 files load with none.
 
 A padded batch is charged as its dense equivalent: ``rows * row_tokens`` tokens and, per
 row, a decode over ``context_tokens`` (row_tokens == 1) or a chunk of ``row_tokens`` over
@@ -34,8 +45,10 @@ from servelab.costmodel.fitting import FitError, fit_error, nonneg_relative_lsts
 from servelab.costmodel.links import LinkSpec
 
 SCHEMA = "servelab.linear_cost_model"
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+ATTENTION_KERNELS = ("auto", "padded", "split-kv")
+MAX_FACTOR_TOKENS = 16  # token counts that get their own factor
 COEFFICIENTS = ("c_step", "c_token", "c_decode_ctx", "c_prefill_attn", "c_row", "c_swap_block", "c_decode_pad")
 REQUIRED_COEFFICIENTS = COEFFICIENTS[:5]  # c_swap_block (no swap measured), c_decode_pad (v1) may be absent
 
@@ -85,6 +98,8 @@ class LinearCostModel:
     kv_bytes_per_token: int = 0  # for kv_transfer_time_s; 0 = unknown
     fit: FitError | None = None  # how well the fit matched its samples
     meta: dict[str, str] = field(default_factory=dict)  # gpu, model, tp, date ... as recorded
+    token_factors: tuple[float, ...] = ()  # step of T <= len tokens: the line times token_factors[T - 1]
+    attention_kernel: str = "auto"  # the engine's decode kernel the attention term follows
 
     def __post_init__(self) -> None:
         for name in COEFFICIENTS:
@@ -92,19 +107,27 @@ class LinearCostModel:
             if not (_is_number(value) and 0 <= value <= MAX_COEFFICIENT_S):
                 raise ValueError(f"LinearCostModel.{name} must be a finite number >= 0 "
                                  f"(at most {MAX_COEFFICIENT_S:g} s), got {shown(value)}")
+        if len(self.token_factors) > MAX_FACTOR_TOKENS or not all(
+                _is_number(f) and 0.1 <= f <= 10 for f in self.token_factors):
+            raise ValueError(f"LinearCostModel.token_factors must be at most {MAX_FACTOR_TOKENS} numbers in "
+                             f"[0.1, 10], got {shown(self.token_factors)}")
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"LinearCostModel.attention_kernel must be one of {ATTENTION_KERNELS}, "
+                             f"got {shown(self.attention_kernel)}")
 
     # ---- the CostModel protocol ----
     def step_time_s(self, shape: StepShape) -> float:
         has_rows, tokens, decode_ctx, prefill_attn, rows, swap, decode_pad = step_features(shape)
         if not has_rows:
             return self.c_swap_block * swap
-        return self._time(tokens, decode_ctx, prefill_attn, rows, swap, decode_pad)
+        return (self._time(tokens, decode_ctx, prefill_attn, rows, 0, decode_pad) * self._factor(tokens)
+                + self.c_swap_block * swap)
 
     def decode_step_times_s(self, num_decodes: int, context_sums: np.ndarray,
                             context_maxes: np.ndarray | None = None) -> np.ndarray:
         sums = np.asarray(context_sums, dtype=np.float64)
         pads = num_decodes * np.asarray(context_maxes, dtype=np.float64) if context_maxes is not None else 0
-        return self._time(num_decodes, sums, 0, num_decodes, 0, pads)
+        return self._time(num_decodes, sums, 0, num_decodes, 0, pads) * self._factor(num_decodes)
 
     def swap_time_s(self, num_blocks: int) -> float:
         return self.c_swap_block * num_blocks
@@ -113,6 +136,9 @@ class LinearCostModel:
         if not self.kv_bytes_per_token:
             raise ValueError("this LinearCostModel does not know kv_bytes_per_token; load it for an instance")
         return link.transfer_time_s(num_tokens * self.kv_bytes_per_token)
+
+    def _factor(self, tokens: int) -> float:
+        return self.token_factors[tokens - 1] if 0 < tokens <= len(self.token_factors) else 1.0
 
     def _time(self, tokens, decode_ctx, prefill_attn, rows, swap, decode_pad=0):
         """The one formula, for scalars or decode arrays (same operations, same order)."""
@@ -127,6 +153,8 @@ class LinearCostModel:
             "version": SCHEMA_VERSION,
             "coefficients": {name: getattr(self, name) for name in COEFFICIENTS},
             "kv_bytes_per_token": self.kv_bytes_per_token,
+            "token_factors": list(self.token_factors),
+            "attention_kernel": self.attention_kernel,
             "fit": asdict(self.fit) if self.fit is not None else None,
             "meta": dict(self.meta),
         }
@@ -163,8 +191,13 @@ class LinearCostModel:
         if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
             raise fail("'meta' must be an object of strings")
         fit = _fit_from_json(data.get("fit"), fail)
+        factors = data.get("token_factors", [])
+        if not isinstance(factors, list):
+            raise fail(f"'token_factors' must be a list of numbers, got {shown(factors)}")
+        kernel = data.get("attention_kernel", "auto")
         try:
-            return cls(**coefficients, kv_bytes_per_token=kv_bytes, fit=fit, meta=meta)
+            return cls(**coefficients, kv_bytes_per_token=kv_bytes, fit=fit, meta=meta, token_factors=tuple(factors),
+                       attention_kernel=kernel)
         except ValueError as e:
             raise fail(str(e)) from None
 
@@ -198,10 +231,47 @@ def _fit_from_json(fit: object, fail) -> FitError | None:
     return FitError(**fit)
 
 
+_KERNEL_DROPS = {"auto": (), "padded": (COEFFICIENTS.index("c_decode_ctx"),),
+                 "split-kv": (COEFFICIENTS.index("c_decode_pad"),)}
+
+
+def _fit_arrays(features: np.ndarray, tokens: np.ndarray, measured: np.ndarray, attention_kernel: str,
+                factors: bool) -> tuple[np.ndarray, tuple[float, ...]]:
+    """Coefficients (the kernel's unused attention column at 0) and small-token factors: fit the
+    line, take each small token count's median measured / predicted ratio, refit the line on
+    the steps divided by their factor, and take the ratios once more."""
+    x = features.copy()
+    x[:, list(_KERNEL_DROPS[attention_kernel])] = 0.0
+    coef = nonneg_relative_lstsq(x, measured)
+    table: tuple[float, ...] = ()
+    for _ in range(2 if factors else 0):
+        table = _token_factors(tokens, measured / np.maximum(x @ coef, 1e-12))
+        scale = np.array([table[int(t) - 1] if 0 < t <= len(table) else 1.0 for t in tokens])
+        coef = nonneg_relative_lstsq(x, measured / scale)
+    if factors:
+        table = _token_factors(tokens, measured / np.maximum(x @ coef, 1e-12))
+    return coef, table
+
+
+def _token_factors(tokens: np.ndarray, ratios: np.ndarray) -> tuple[float, ...]:
+    """Median ratio per timed token count <= MAX_FACTOR_TOKENS, linear between them, up to the
+    largest timed one; empty when fewer than two small counts were timed."""
+    counts = sorted({int(t) for t in tokens if 0 < t <= MAX_FACTOR_TOKENS})
+    if len(counts) < 2:
+        return ()
+    medians = [float(np.median(ratios[tokens == t])) for t in counts]
+    grid = np.arange(1, counts[-1] + 1)
+    return tuple(float(np.clip(v, 0.1, 10)) for v in np.interp(grid, counts, medians))
+
+
 def fit_linear_cost_model(samples: list[tuple[StepShape, float]], *, kv_bytes_per_token: int = 0,
-                          meta: dict[str, str] | None = None) -> tuple[LinearCostModel, FitError]:
+                          meta: dict[str, str] | None = None, attention_kernel: str = "auto",
+                          token_factors: bool = True) -> tuple[LinearCostModel, FitError]:
     """Least-squares fit of the coefficients (all >= 0) to (shape, measured seconds) pairs,
-    minimising relative error. Features no sample exercises get 0. Empty steps are skipped."""
+    minimising relative error, with the small-token factors (``token_factors``). Features no
+    sample exercises get 0. Empty steps are skipped."""
+    if attention_kernel not in ATTENTION_KERNELS:
+        raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {attention_kernel!r}")
     rows = [(step_features(shape), t) for shape, t in samples if step_features(shape)[0]]
     if not rows:
         raise ValueError("fit_linear_cost_model needs samples of steps that run at least one row")
@@ -210,17 +280,19 @@ def fit_linear_cost_model(samples: list[tuple[StepShape, float]], *, kv_bytes_pe
     num_used = int(np.count_nonzero(np.abs(features).max(axis=0)))
     if len(rows) < num_used:
         raise ValueError(f"{len(rows)} samples cannot determine {num_used} coefficients; measure more steps")
-    coef = nonneg_relative_lstsq(features, measured)
+    coef, table = _fit_arrays(features, features[:, 1], measured, attention_kernel, token_factors)
     model = LinearCostModel(**{name: float(c) for name, c in zip(COEFFICIENTS, coef)},
-                            kv_bytes_per_token=kv_bytes_per_token, meta=dict(meta or {}))
-    error = fit_error(features @ coef, measured)
+                            kv_bytes_per_token=kv_bytes_per_token, meta=dict(meta or {}), token_factors=table,
+                            attention_kernel=attention_kernel)
+    error = fit_error([model.step_time_s(shape) for shape, t in samples if step_features(shape)[0]], measured)
     return replace(model, fit=error), error
 
 
 HELD_OUT_WARN_MEDIAN = 0.15  # ``servelab calibrate`` warns above this held-out median error
 
 
-def held_out_error(samples: list[tuple[StepShape, float]]) -> FitError | None:
+def held_out_error(samples: list[tuple[StepShape, float]], attention_kernel: str = "auto",
+                   token_factors: bool = True) -> FitError | None:
     """Leave-one-out error of the fit: each sample predicted by the coefficients fitted to all
     the others. The in-sample error flatters a fit with as many free coefficients as there
     are kinds of step; this is the number that says whether the model predicts steps it has
@@ -231,9 +303,12 @@ def held_out_error(samples: list[tuple[StepShape, float]]) -> FitError | None:
     features = np.array([f for f, _ in rows], dtype=float)
     measured = np.array([t for _, t in rows], dtype=float)
     predicted = np.empty_like(measured)
+    tokens = features[:, 1]
     for i in range(len(rows)):
         keep = np.arange(len(rows)) != i
-        predicted[i] = features[i] @ nonneg_relative_lstsq(features[keep], measured[keep])
+        coef, table = _fit_arrays(features[keep], tokens[keep], measured[keep], attention_kernel, token_factors)
+        t = int(tokens[i])
+        predicted[i] = (features[i] @ coef) * (table[t - 1] if 0 < t <= len(table) else 1.0)
     return fit_error(np.maximum(predicted, 1e-12), measured)
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from servelab.catalog.instance import InstanceSpec, kv_bytes_per_block, kv_bytes_per_token
 from servelab.core.plan import StepShape
 from servelab.costmodel.attention import coefficients_for, default_kernel, make_kernel
-from servelab.costmodel.base import register_cost_model
+from servelab.costmodel.base import StepArraysMixin, register_cost_model
 from servelab.costmodel.collectives import all_reduce_table, send_recv_table
 from servelab.costmodel.cpu_overhead import cpu_overhead_for, default_mode
 from servelab.costmodel.links import LinkSpec
@@ -42,7 +42,7 @@ TOKEN_TABLE_MAX = 16384
 ROW_TABLE_MAX = 2048
 
 
-class ProfiledCostModel:
+class ProfiledCostModel(StepArraysMixin):
     def __init__(self, instance: InstanceSpec, options: CostOptions, params: RooflineParams, data_dir: Path,
                  kernel_profile=None) -> None:
         self.instance, self.options, self.params = instance, options, params
@@ -194,18 +194,6 @@ class ProfiledCostModel:
                 attn += self.kernel.decode_s(shape.num_decodes, shape.decode_context_sum, shape.decode_context_max)
         return (self._layers * (self._layer_at(num_tokens) + attn) + self._tail_at(num_tokens)
                 + self._rows_at(rows) + swap)
-
-    def decode_step_times_s(self, num_decodes: int, context_sums: np.ndarray,
-                            context_maxes: np.ndarray | None = None) -> np.ndarray:
-        sums = np.asarray(context_sums, dtype=np.float64)
-        maxes = np.asarray(context_maxes, dtype=np.float64) if context_maxes is not None else np.zeros_like(sums)
-        return self._decode_s(num_decodes, sums, maxes)
-
-    def swap_time_s(self, num_blocks: int) -> float:
-        return self._swap_link.transfer_time_s(num_blocks * self._block_bytes)
-
-    def kv_transfer_time_s(self, num_tokens: int, link: LinkSpec) -> float:
-        return link.transfer_time_s(num_tokens * self._kv_bytes_per_token)
 
     def _decode_s(self, num_decodes, context_sum, context_max):
         """Pure-decode step; the contexts may be arrays (the same operations either way)."""

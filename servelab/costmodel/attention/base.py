@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 DECODE_MEMORY_EFFICIENCY = 0.7
 LAUNCH_FLOOR_S = 5e-6
 PREFILL_COMPUTE_EFFICIENCY = {"A100-40GB": 0.6, "A100-80GB": 0.6, "A800-80GB": 0.6}
@@ -62,6 +64,13 @@ def coefficients_for(gpu, model, tp: int, dtype_bytes: int = 2) -> KernelCoeffic
         longest_factor=gpu.num_sms / heads,
         source=f"stated: decode reads at {DECODE_MEMORY_EFFICIENCY:.0%} of HBM bandwidth, prefill at "
                f"{compute / gpu.peak_flops:.0%} of peak FLOP/s")
+
+
+def bubble_work(context_sum, longest):
+    """max(sum of contexts, longest row's cost in context tokens), for scalars or arrays alike."""
+    if isinstance(context_sum, np.ndarray):
+        return np.maximum(context_sum, longest)
+    return context_sum if context_sum > longest else longest
 
 
 class DecodeKernel(Protocol):

@@ -12,9 +12,7 @@ among short ones (the iteration bubble AlignedServe removes by aligning batches)
 
 from __future__ import annotations
 
-import numpy as np
-
-from servelab.costmodel.attention.base import KernelCoefficients
+from servelab.costmodel.attention.base import KernelCoefficients, bubble_work
 
 
 class PerSeqKernel:
@@ -26,9 +24,4 @@ class PerSeqKernel:
         self._floor, self._kv, self._row, self._factor = c.floor_s, c.kv_read_s, c.row_s, c.longest_factor
 
     def decode_s(self, num_decodes, context_sum, context_max):
-        longest = context_max * self._factor
-        if isinstance(context_sum, np.ndarray):
-            work = np.maximum(context_sum, longest)
-        else:
-            work = context_sum if context_sum > longest else longest
-        return self._floor + self._row * num_decodes + self._kv * work
+        return self._floor + self._row * num_decodes + self._kv * bubble_work(context_sum, context_max * self._factor)
