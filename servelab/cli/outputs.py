@@ -117,7 +117,9 @@ def hardware_title(instances: int, gpu: str, model: str, cost: Any) -> str:
     from servelab.simulator.hardware import is_cost_options
 
     if cost is None or is_cost_options(cost):
-        kind = getattr(cost, "op_times", None) or "default"
+        from servelab.costmodel.options import DEFAULT_COST_OPTIONS
+
+        kind = (cost or DEFAULT_COST_OPTIONS).op_times
         return f"{instances} x {gpu} / {model} (simulated, {kind} cost model)"
     from servelab.api import measured_hardware
 

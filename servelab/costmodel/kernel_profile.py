@@ -43,9 +43,13 @@ class KernelProfileError(UserError):
     """A kernel profile file that cannot be used, with the path and what is wrong."""
 
 
+MAX_VALUE = 1e12  # seconds, tokens or widths beyond this are a unit or typing mistake
+
+
 def _positive(value, what: str, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
-        raise KernelProfileError(f"{where}: {what} must be a number > 0, got {value!r}")
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_VALUE
+    if not ok or not np.isfinite(float(value)):
+        raise KernelProfileError(f"{where}: {what} must be a number in (0, {MAX_VALUE:g}], got {str(value)[:40]}")
     return float(value)
 
 
@@ -82,7 +86,10 @@ class KernelProfile:
             raise KernelProfileError(f"{where}: 'shape' must be an object")
         for key in ("num_heads", "num_kv_heads", "head_dim"):
             _positive(shape.get(key), f"shape.{key}", where)
-        for k, row in enumerate(data.get("attention") or []):
+        attention, gemms = data.get("attention", []), data.get("gemms", [])
+        if not isinstance(attention, list) or not isinstance(gemms, list):
+            raise KernelProfileError(f"{where}: 'attention' and 'gemms' must be lists")
+        for k, row in enumerate(attention):
             if not isinstance(row, dict) or row.get("kernel") not in ("split-kv", "per-seq", "padded"):
                 raise KernelProfileError(f"{where}: attention[{k}] needs a kernel split-kv|per-seq|padded")
             _positive(row.get("time_s"), f"attention[{k}].time_s", where)
@@ -91,14 +98,21 @@ class KernelProfile:
                 raise KernelProfileError(f"{where}: attention[{k}].contexts must be a non-empty list")
             for c in contexts:
                 _positive(c, f"attention[{k}].contexts", where)
-        for k, row in enumerate(data.get("gemms") or []):
-            if not isinstance(row, dict) or len(row.get("tokens") or []) != len(row.get("time_s") or [None]):
-                raise KernelProfileError(f"{where}: gemms[{k}] needs tokens and time_s of equal length")
-            for v in (row.get("k"), row.get("n"), *row["tokens"], *row["time_s"]):
+        for k, row in enumerate(gemms):
+            tokens, times = (row.get("tokens"), row.get("time_s")) if isinstance(row, dict) else (None, None)
+            if not isinstance(tokens, list) or not isinstance(times, list) or not tokens or len(tokens) != len(times):
+                raise KernelProfileError(f"{where}: gemms[{k}] needs non-empty tokens and time_s of equal length")
+            for v in (row.get("k"), row.get("n"), *tokens, *times):
                 _positive(v, f"gemms[{k}] values", where)
+        prefill = data.get("prefill")
+        if prefill is not None:
+            if not isinstance(prefill, dict):
+                raise KernelProfileError(f"{where}: 'prefill' must be an object or absent")
+            _positive(prefill.get("tokens"), "prefill.tokens", where)
+            _positive(prefill.get("time_s"), "prefill.time_s", where)
         _positive(data.get("empty_step_s"), "empty_step_s", where)
-        if "device" not in data:
-            raise KernelProfileError(f"{where}: 'device' is missing")
+        if not isinstance(data.get("device"), str):
+            raise KernelProfileError(f"{where}: 'device' must be a string")
         return cls(data, where)
 
     # ---- what the simulator asks ----

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from servelab.cli.main import app
@@ -60,7 +62,7 @@ def test_a_bad_number_in_a_profile_names_it(profile_file, tmp_path):
     data["attention"][2]["time_s"] = -1
     path = tmp_path / "neg.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(KernelProfileError, match=r"attention\[2\].time_s must be a number > 0"):
+    with pytest.raises(KernelProfileError, match=r"attention\[2\].time_s must be a number in \(0, 1e\+12\], got -1"):
         KernelProfile.load(path)
 
 
@@ -68,3 +70,24 @@ def test_cost_model_and_kernel_flags_do_not_mix(profile_file, tmp_path):
     res = CliRunner().invoke(app, ["simulate", "-w", WORKLOAD, "--cost-model", str(profile_file),
                                    "--attention-kernel", "padded", "--out", str(tmp_path)])
     assert res.exit_code == 2 and "cannot be combined" in res.stderr
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                     max_leaves=12)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edit=st.dictionaries(st.sampled_from(["shape", "attention", "gemms", "empty_step_s", "device", "prefill"]),
+                            _JSON, max_size=3))
+def test_any_damaged_profile_loads_or_is_one_clear_error(profile_file, tmp_path, edit):
+    data = {**json.loads(profile_file.read_text()), **edit}
+    path = tmp_path / "damaged.json"
+    path.write_text(json.dumps(data))
+    try:
+        loaded = KernelProfile.load(path)
+    except KernelProfileError as err:
+        assert str(err).startswith(str(path))
+    else:
+        for kernel in loaded.kernels():
+            loaded.fit_kernel(kernel)

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servelab.catalog.instance import InstanceSpec
 from servelab.core.errors import UserError
@@ -138,3 +140,14 @@ def test_a_longer_chunk_never_costs_less(gpu):
     m = model(InstanceSpec(gpu, "Llama-2-7B"))
     times = [m.step_time_s(StepShape(prefill_tokens=(n,), prefill_context=(n,))) for n in range(1, 4200, 7)]
     assert all(b >= a for a, b in zip(times, times[1:]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(kernel=st.text(max_size=12), overhead=st.text(max_size=12))
+def test_any_option_text_is_accepted_or_a_user_error(kernel, overhead):
+    try:
+        CostOptions(attention_kernel=kernel or None, cpu_overhead=overhead or None)
+    except UserError as err:
+        assert "--attention-kernel" in str(err) or "--cpu-overhead" in str(err)
+    else:
+        assert (kernel or "split-kv") in KERNELS and (overhead or "off") in ("measured", "flat", "off")
