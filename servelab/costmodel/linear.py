@@ -18,8 +18,8 @@ squares picks), so a calibration follows whichever kernel the engine runs.
 switches from a matrix-vector kernel at one row to blocked kernels that pay for a full tile
 at two or three: measured on bench-30m, docs/costmodel.md), so a one-row decode is faster and
 two- and three-row steps slower than any line; the factors are the median measured /
-predicted ratio of the calibration's steps of each small token count (linear between the
-counts timed, 1 beyond). Version 1-2 files load with none.
+predicted ratio of the calibration's steps of each small token count timed at least twice
+(linear between those counts, 1 beyond, within [0.5, 2]). Version 1-2 files load with none.
 
 A padded batch is charged as its dense equivalent: ``rows * row_tokens`` tokens and, per
 row, a decode over ``context_tokens`` (row_tokens == 1) or a chunk of ``row_tokens`` over
@@ -238,38 +238,36 @@ _KERNEL_DROPS = {"auto": (), "padded": (COEFFICIENTS.index("c_decode_ctx"),),
 def _fit_arrays(features: np.ndarray, tokens: np.ndarray, measured: np.ndarray, attention_kernel: str,
                 factors: bool) -> tuple[np.ndarray, tuple[float, ...]]:
     """Coefficients (the kernel's unused attention column at 0) and small-token factors: fit the
-    line, take each small token count's median measured / predicted ratio, refit the line on
-    the steps divided by their factor, and take the ratios once more."""
+    line, then take each small token count's median measured / predicted ratio (one pass: the
+    line stays the fit to every step, so it and the factors cannot trade scale)."""
     x = features.copy()
     x[:, list(_KERNEL_DROPS[attention_kernel])] = 0.0
     coef = nonneg_relative_lstsq(x, measured)
-    table: tuple[float, ...] = ()
-    for _ in range(2 if factors else 0):
-        table = _token_factors(tokens, measured / np.maximum(x @ coef, 1e-12))
-        scale = np.array([table[int(t) - 1] if 0 < t <= len(table) else 1.0 for t in tokens])
-        coef = nonneg_relative_lstsq(x, measured / scale)
-    if factors:
-        table = _token_factors(tokens, measured / np.maximum(x @ coef, 1e-12))
+    table = _token_factors(tokens, measured / np.maximum(x @ coef, 1e-12)) if factors else ()
     return coef, table
 
 
 def _token_factors(tokens: np.ndarray, ratios: np.ndarray) -> tuple[float, ...]:
-    """Median ratio per timed token count <= MAX_FACTOR_TOKENS, linear between them, up to the
-    largest timed one; empty when fewer than two small counts were timed."""
-    counts = sorted({int(t) for t in tokens if 0 < t <= MAX_FACTOR_TOKENS})
-    if len(counts) < 2:
+    """Median ratio per token count <= MAX_FACTOR_TOKENS timed at least twice, linear between
+    them, up to the largest; clipped to [0.5, 2] (a BLAS regime is tens of percent, more is
+    noise). Empty when fewer than two such counts were timed, or when no step was larger (the
+    line then has nothing else to fit and the factors would only echo its misfit)."""
+    small = [int(t) for t in tokens if 0 < t <= MAX_FACTOR_TOKENS]
+    counts = sorted(t for t in set(small) if small.count(t) >= 2)
+    if len(counts) < 2 or not np.any(tokens > MAX_FACTOR_TOKENS):
         return ()
     medians = [float(np.median(ratios[tokens == t])) for t in counts]
     grid = np.arange(1, counts[-1] + 1)
-    return tuple(float(np.clip(v, 0.1, 10)) for v in np.interp(grid, counts, medians))
+    return tuple(float(np.clip(v, 0.5, 2.0)) for v in np.interp(grid, counts, medians))
 
 
 def fit_linear_cost_model(samples: list[tuple[StepShape, float]], *, kv_bytes_per_token: int = 0,
                           meta: dict[str, str] | None = None, attention_kernel: str = "auto",
                           token_factors: bool = True) -> tuple[LinearCostModel, FitError]:
     """Least-squares fit of the coefficients (all >= 0) to (shape, measured seconds) pairs,
-    minimising relative error, with the small-token factors (``token_factors``). Features no
-    sample exercises get 0. Empty steps are skipped."""
+    minimising relative error, with the small-token factors (``token_factors``) when they
+    lower the leave-one-out median error (on a few noisy steps they would fit the noise).
+    Features no sample exercises get 0. Empty steps are skipped."""
     if attention_kernel not in ATTENTION_KERNELS:
         raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {attention_kernel!r}")
     rows = [(step_features(shape), t) for shape, t in samples if step_features(shape)[0]]
@@ -280,6 +278,9 @@ def fit_linear_cost_model(samples: list[tuple[StepShape, float]], *, kv_bytes_pe
     num_used = int(np.count_nonzero(np.abs(features).max(axis=0)))
     if len(rows) < num_used:
         raise ValueError(f"{len(rows)} samples cannot determine {num_used} coefficients; measure more steps")
+    if token_factors and len(rows) >= 3:  # keep the factors only where they predict left-out steps better
+        with_factors, without = (_loo_errors(features, measured, attention_kernel, f).mean() for f in (True, False))
+        token_factors = bool(with_factors < without)
     coef, table = _fit_arrays(features, features[:, 1], measured, attention_kernel, token_factors)
     model = LinearCostModel(**{name: float(c) for name, c in zip(COEFFICIENTS, coef)},
                             kv_bytes_per_token=kv_bytes_per_token, meta=dict(meta or {}), token_factors=table,
@@ -302,14 +303,20 @@ def held_out_error(samples: list[tuple[StepShape, float]], attention_kernel: str
         return None
     features = np.array([f for f, _ in rows], dtype=float)
     measured = np.array([t for _, t in rows], dtype=float)
-    predicted = np.empty_like(measured)
+    errors = _loo_errors(features, measured, attention_kernel, token_factors)
+    return FitError(int(errors.size), float(np.median(errors)), float(np.percentile(errors, 90)), float(errors.max()))
+
+
+def _loo_errors(features: np.ndarray, measured: np.ndarray, attention_kernel: str, factors: bool) -> np.ndarray:
+    """|predicted / measured - 1| of each step predicted by a fit to all the others."""
     tokens = features[:, 1]
-    for i in range(len(rows)):
-        keep = np.arange(len(rows)) != i
-        coef, table = _fit_arrays(features[keep], tokens[keep], measured[keep], attention_kernel, token_factors)
+    predicted = np.empty_like(measured)
+    for i in range(len(measured)):
+        keep = np.arange(len(measured)) != i
+        coef, table = _fit_arrays(features[keep], tokens[keep], measured[keep], attention_kernel, factors)
         t = int(tokens[i])
         predicted[i] = (features[i] @ coef) * (table[t - 1] if 0 < t <= len(table) else 1.0)
-    return fit_error(np.maximum(predicted, 1e-12), measured)
+    return np.abs(np.maximum(predicted, 1e-12) / measured - 1.0)
 
 
 @register_cost_model("linear")

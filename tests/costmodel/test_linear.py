@@ -121,13 +121,13 @@ def test_small_token_steps_get_their_measured_factor():
     cannot follow it, the per-token-count factors do, and the vectorised decode keeps them."""
     anomaly = {1: 0.8, 2: 1.25, 3: 1.3}
     shapes = [StepShape(num_decodes=b, decode_context_sum=b * c, decode_context_max=c)
-              for b in (1, 2, 3, 4, 6, 8, 16) for c in (64, 512)]
+              for b in (1, 2, 3, 4, 6, 8, 16) for c in (64, 256, 512)]
     shapes += [StepShape(prefill_tokens=(n,), prefill_context=(n,)) for n in (32, 128, 512)]
     samples = [(s, TRUE.step_time_s(s) * anomaly.get(s.num_tokens, 1.0)) for s in shapes]
     plain, plain_error = fit_linear_cost_model(samples, token_factors=False)
     fitted, error = fit_linear_cost_model(samples)
     assert plain.token_factors == () and error.median_rel_error < plain_error.median_rel_error
-    assert error.max_rel_error < 0.02 and fitted.token_factors[1] == pytest.approx(1.25, rel=0.02)
+    assert error.max_rel_error < 0.05 and fitted.token_factors[1] == pytest.approx(1.25, rel=0.05)
     sums = np.array([300.0, 900.0])
     fast = fitted.decode_step_times_s(3, sums, np.array([100.0, 300.0]))
     slow = [fitted.step_time_s(StepShape(num_decodes=3, decode_context_sum=int(s), decode_context_max=int(m)))
@@ -145,3 +145,14 @@ def test_the_attention_term_follows_the_named_kernel():
     assert ragged.c_decode_pad == 0 and ragged.c_decode_ctx > 0
     with pytest.raises(ValueError, match="attention_kernel"):
         fit_linear_cost_model(samples, attention_kernel="flash")
+
+
+def test_factors_that_only_fit_noise_are_dropped():
+    """Random +-40% noise on a line: per-token-count factors would echo it, and leave-one-out says so."""
+    rng = np.random.default_rng(3)
+    shapes = [StepShape(num_decodes=b, decode_context_sum=b * c, decode_context_max=c)
+              for b in (1, 2, 3, 4, 8) for c in (64, 256, 512)]
+    shapes += [StepShape(prefill_tokens=(n,), prefill_context=(n,)) for n in (32, 128, 512)]
+    samples = [(s, TRUE.step_time_s(s) * float(np.exp(rng.normal(0, 0.4)))) for s in shapes]
+    fitted, _ = fit_linear_cost_model(samples)
+    assert fitted.token_factors == ()
