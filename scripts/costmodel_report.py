@@ -271,7 +271,7 @@ def fidelity_section() -> list[str]:
 
     import torch
 
-    from servelab.costmodel.linear import _fit_arrays, held_out_error, step_features
+    from servelab.costmodel.linear import _fit_arrays, _predict, held_out_error, step_features
     from servelab.engine.calibrate import _Point, calibrate, time_point
     from servelab.engine.kv_cache import PagedKVCache
     from servelab.engine.loader import load_checkpoint
@@ -313,7 +313,7 @@ def fidelity_section() -> list[str]:
             coef, table = _fit_arrays(x, x[:, 1], y, kernel, factors)
 
             def predict(z):
-                return (z @ coef) * np.array([table[int(t) - 1] if 0 < t <= len(table) else 1.0 for t in z[:, 1]])
+                return _predict(z, coef, table)
 
             fit_err = np.abs(predict(x) / y - 1)
             loo = held_out_error(samples, kernel, factors)

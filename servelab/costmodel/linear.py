@@ -13,8 +13,9 @@ calibration times some (version 1 files, without the term, load with it at 0).
 term: ``padded`` rows x longest, ``split-kv`` the sum, ``auto`` both (non-negative least
 squares picks), so a calibration follows whichever kernel the engine runs.
 
-``token_factors`` (version 3): the step of T = 1, 2, ... tokens is the line times
-``token_factors[T - 1]``. Small matrix products are not linear in their rows on a CPU (BLAS
+``token_factors`` (version 3): in a step of T = 1, 2, ... tokens the per-step, per-token
+and per-row part of the line is multiplied by ``token_factors[T - 1]`` (attention and swaps
+are not). Small matrix products are not linear in their rows on a CPU (BLAS
 switches from a matrix-vector kernel at one row to blocked kernels that pay for a full tile
 at two or three: measured on bench-30m, docs/costmodel.md), so a one-row decode is faster and
 two- and three-row steps slower than any line; the factors are the median measured /
@@ -120,14 +121,13 @@ class LinearCostModel:
         has_rows, tokens, decode_ctx, prefill_attn, rows, swap, decode_pad = step_features(shape)
         if not has_rows:
             return self.c_swap_block * swap
-        return (self._time(tokens, decode_ctx, prefill_attn, rows, 0, decode_pad) * self._factor(tokens)
-                + self.c_swap_block * swap)
+        return self._time(tokens, decode_ctx, prefill_attn, rows, swap, decode_pad)
 
     def decode_step_times_s(self, num_decodes: int, context_sums: np.ndarray,
                             context_maxes: np.ndarray | None = None) -> np.ndarray:
         sums = np.asarray(context_sums, dtype=np.float64)
         pads = num_decodes * np.asarray(context_maxes, dtype=np.float64) if context_maxes is not None else 0
-        return self._time(num_decodes, sums, 0, num_decodes, 0, pads) * self._factor(num_decodes)
+        return self._time(num_decodes, sums, 0, num_decodes, 0, pads)
 
     def swap_time_s(self, num_blocks: int) -> float:
         return self.c_swap_block * num_blocks
@@ -141,10 +141,12 @@ class LinearCostModel:
         return self.token_factors[tokens - 1] if 0 < tokens <= len(self.token_factors) else 1.0
 
     def _time(self, tokens, decode_ctx, prefill_attn, rows, swap, decode_pad=0):
-        """The one formula, for scalars or decode arrays (same operations, same order)."""
-        return (self.c_step + self.c_token * tokens + self.c_decode_ctx * decode_ctx
-                + self.c_prefill_attn * prefill_attn + self.c_row * rows + self.c_swap_block * swap
-                + self.c_decode_pad * decode_pad)
+        """The one formula, for scalars or decode arrays (same operations, same order). The
+        small-token factor scales the per-step, per-token and per-row part only: the BLAS
+        regime it stands for is the GEMMs', not the attention's or the swaps'."""
+        base = (self.c_step + self.c_token * tokens + self.c_row * rows) * self._factor(tokens)
+        return (base + self.c_decode_ctx * decode_ctx + self.c_prefill_attn * prefill_attn
+                + self.c_swap_block * swap + self.c_decode_pad * decode_pad)
 
     # ---- persistence ----
     def to_json(self) -> dict:
@@ -235,16 +237,31 @@ _KERNEL_DROPS = {"auto": (), "padded": (COEFFICIENTS.index("c_decode_ctx"),),
                  "split-kv": (COEFFICIENTS.index("c_decode_pad"),)}
 
 
+_BASE_COLUMNS = [COEFFICIENTS.index(c) for c in ("c_step", "c_token", "c_row")]
+
+
 def _fit_arrays(features: np.ndarray, tokens: np.ndarray, measured: np.ndarray, attention_kernel: str,
                 factors: bool) -> tuple[np.ndarray, tuple[float, ...]]:
     """Coefficients (the kernel's unused attention column at 0) and small-token factors: fit the
-    line, then take each small token count's median measured / predicted ratio (one pass: the
-    line stays the fit to every step, so it and the factors cannot trade scale)."""
+    line, then take each small token count's median ratio of (measured - the line's attention
+    and swaps) to the line's per-step, per-token and per-row part (one pass: the line stays
+    the fit to every step, so it and the factors cannot trade scale)."""
     x = features.copy()
     x[:, list(_KERNEL_DROPS[attention_kernel])] = 0.0
     coef = nonneg_relative_lstsq(x, measured)
-    table = _token_factors(tokens, measured / np.maximum(x @ coef, 1e-12)) if factors else ()
+    table: tuple[float, ...] = ()
+    if factors:
+        base = x[:, _BASE_COLUMNS] @ coef[_BASE_COLUMNS]
+        rest = x @ coef - base
+        table = _token_factors(tokens, (measured - rest) / np.maximum(base, 1e-12))
     return coef, table
+
+
+def _predict(features: np.ndarray, coef: np.ndarray, table: tuple[float, ...]) -> np.ndarray:
+    """``LinearCostModel._time`` over feature rows."""
+    scale = np.array([table[int(t) - 1] if 0 < t <= len(table) else 1.0 for t in features[:, 1]])
+    base = features[:, _BASE_COLUMNS] @ coef[_BASE_COLUMNS]
+    return base * scale + (features @ coef - base)
 
 
 def _token_factors(tokens: np.ndarray, ratios: np.ndarray) -> tuple[float, ...]:
@@ -314,8 +331,7 @@ def _loo_errors(features: np.ndarray, measured: np.ndarray, attention_kernel: st
     for i in range(len(measured)):
         keep = np.arange(len(measured)) != i
         coef, table = _fit_arrays(features[keep], tokens[keep], measured[keep], attention_kernel, factors)
-        t = int(tokens[i])
-        predicted[i] = (features[i] @ coef) * (table[t - 1] if 0 < t <= len(table) else 1.0)
+        predicted[i] = _predict(features[i:i + 1], coef, table)[0]
     return np.abs(np.maximum(predicted, 1e-12) / measured - 1.0)
 
 
