@@ -285,7 +285,7 @@ def calibrate_cmd(
         cost.save(out)
     from servelab.costmodel.linear import HELD_OUT_WARN_MEDIAN, held_out_error
 
-    held = held_out_error(samples, cost.attention_kernel)
+    held = held_out_error(samples, cost.attention_kernel, bool(cost.token_factors))
     payload = {"out": str(out), "fit": {"num_samples": error.num_samples, "median_rel_error": error.median_rel_error,
                                         "p90_rel_error": error.p90_rel_error, "max_rel_error": error.max_rel_error},
                "held_out": None if held is None else {"median_rel_error": held.median_rel_error,
