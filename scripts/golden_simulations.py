@@ -2,7 +2,7 @@
 
 A refactor or a speed-up must leave every simulated number as it was; a change that is meant
 to move them (a new cost model, a fixed policy) rewrites this file and says so in its commit.
-Each case runs a small workload under one policy or preset on the roofline cost model and
+Each case runs a small workload under one policy or preset on the default cost model and
 records, per case, a SHA-256 over every request's terminal status, reason, instance,
 preemptions, transfers and token emission times (rounded to 1 ns), beside a few summary
 numbers that show *where* a mismatch is when the hash differs.

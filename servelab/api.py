@@ -133,7 +133,10 @@ def run_simulation(workload: Sequence[RequestSpec], policy: str, hardware: Hardw
         recorder.attach_cluster(sim.driver)
     result = sim.run()
     cpu_s = time.process_time() - cpu0
-    peak = _peak_flops(cluster) if cost_model is None else measured_hardware(cost_model)[1]
+    from servelab.simulator.hardware import is_cost_options
+
+    fixed = cost_model is not None and not is_cost_options(cost_model)
+    peak = measured_hardware(cost_model)[1] if fixed else _peak_flops(cluster)
     summary = summarize(RequestTable.from_requests(result.requests), result.collector, slo=slo,
                         peak_flops_per_instance=peak)
     return SimulationOutput(policy, summary, result, result.wall_s, cpu_s)

@@ -60,6 +60,9 @@ _H800_SRC = ("NVIDIA H800 Tensor Core GPU datasheet (SXM), https://www.nvidia.cn
 _H200_SRC = ("NVIDIA H200 Tensor Core GPU datasheet (SXM column), https://www.nvidia.com/en-us/data-center/h200/; "
              "NIC: NVIDIA DGX H200 (8x ConnectX-7 NDR 400 Gb/s)")
 
+_A40_SRC = ("NVIDIA A40 datasheet, https://images.nvidia.com/content/Solutions/data-center/a40/"
+            "nvidia-a40-datasheet.pdf; NIC: assumed one 200 Gb/s NIC per GPU, as DGX A100 (not a DGX part)")
+
 GPUS: dict[str, GPUSpec] = {
     spec.name: spec
     for spec in (
@@ -75,6 +78,9 @@ GPUS: dict[str, GPUSpec] = {
         GPUSpec("H800-80GB", 989 * TFLOPS, 3350 * GB, 80 * GiB, 200 * GB, 64 * GB, 50 * GB, _H800_SRC, num_sms=132),
         # H200 SXM: H100 compute, 141 GB HBM3e at 4.8 TB/s.
         GPUSpec("H200", 989 * TFLOPS, 4800 * GB, 141 * GiB, 450 * GB, 64 * GB, 50 * GB, _H200_SRC, num_sms=132),
+        # A40 (PCIe, Ampere GA102): 149.7 TFLOPS FP16 tensor dense, 696 GB/s GDDR6, NVLink bridge 112.5 GB/s
+        # bidir (pairs), PCIe gen4; the GPU of Vidur's A40 profiles and CPU-overhead host.
+        GPUSpec("A40", 149.7 * TFLOPS, 696 * GB, 48 * GiB, 56.25 * GB, 32 * GB, 25 * GB, _A40_SRC, num_sms=84),
     )
 }
 
@@ -82,7 +88,7 @@ _ALIASES = {
     "a100": "A100-80GB", "a100-80g": "A100-80GB", "a100-sxm-80gb": "A100-80GB",
     "a100-40g": "A100-40GB", "a800": "A800-80GB",
     "h100": "H100-80GB", "h100-sxm": "H100-80GB", "h100-sxm-80gb": "H100-80GB",
-    "h800": "H800-80GB", "h200-141gb": "H200",
+    "h800": "H800-80GB", "h200-141gb": "H200", "a40-48gb": "A40",
 }
 _BY_KEY = {name.lower(): name for name in GPUS} | _ALIASES
 

@@ -39,5 +39,5 @@ def run_demo(data_dir: Path | None, out: Path, json_out: bool, workload: str = "
         emit_json(payload)
         return
     console().print(render_rich(summaries, title=f"{workload}, 2 x A100-80GB, Llama-2-7B "
-                                                 f"(simulated, roofline cost model), SLO {DEMO_SLO}"))
+                                                 f"(simulated, profile cost model), SLO {DEMO_SLO}"))
     typer.echo(f"results in {out}/demo.json and demo.md")

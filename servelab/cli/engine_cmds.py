@@ -254,12 +254,20 @@ def calibrate_cmd(
     block_size: int = typer.Option(16),
     dtype: Optional[str] = typer.Option(None),
     threads: Optional[int] = typer.Option(None),
+    attention_kernel: Optional[str] = typer.Option(None, "--attention-kernel",
+                                                   help="The engine's decode kernel the attention term follows: "
+                                                        "auto | padded | split-kv (default: the engine's own)."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Time engine steps over a grid of shapes, fit the linear cost model, save it for ``simulate --cost-model``."""
     with user_errors():
         if grid not in ("default", "reduced"):
             raise UserError(f"--grid must be default or reduced, got {grid!r}")
+        from servelab.costmodel.linear import ATTENTION_KERNELS
+
+        if attention_kernel is not None and attention_kernel not in ATTENTION_KERNELS:
+            raise UserError(f"--attention-kernel must be one of {', '.join(ATTENTION_KERNELS)}, "
+                            f"got {attention_kernel!r}")
         check_out_file(out)
         from servelab.engine.calibrate import REDUCED_GRID, CalibrationGrid, calibrate
         from servelab.engine.loader import load_checkpoint
@@ -271,16 +279,28 @@ def calibrate_cmd(
 
         with progress_bar("timing engine steps over the grid", not json_out) as bar:
             progress = None if bar is None else (lambda k, n: bar(k / n))
-            cost, error, samples = calibrate(loaded, chosen, block_size=block_size, progress=progress)
+            cost, error, samples = calibrate(loaded, chosen, block_size=block_size, progress=progress,
+                                             attention_kernel=attention_kernel)
         out.parent.mkdir(parents=True, exist_ok=True)
         cost.save(out)
+    from servelab.costmodel.linear import HELD_OUT_WARN_MEDIAN, held_out_error
+
+    held = held_out_error(samples, cost.attention_kernel, bool(cost.token_factors))
     payload = {"out": str(out), "fit": {"num_samples": error.num_samples, "median_rel_error": error.median_rel_error,
                                         "p90_rel_error": error.p90_rel_error, "max_rel_error": error.max_rel_error},
+               "held_out": None if held is None else {"median_rel_error": held.median_rel_error,
+                                                      "p90_rel_error": held.p90_rel_error},
                "coefficients": cost.to_json()["coefficients"]}
+    if held is not None and held.median_rel_error > HELD_OUT_WARN_MEDIAN:
+        typer.secho(f"warning: held-out median error {held.median_rel_error:.1%} (leave-one-out over "
+                    f"{held.num_samples} steps) is over {HELD_OUT_WARN_MEDIAN:.0%}: the steps were too noisy "
+                    f"(a loaded machine?) or too few for this model; rerun on an idle machine or with "
+                    f"--grid default before trusting simulations with it", fg=typer.colors.YELLOW, err=True)
     if json_out:
         emit_json(payload)
         return
-    typer.echo(f"fit over {error.num_samples} measured steps: {error}")
+    typer.echo(f"fit over {error.num_samples} measured steps: {error}"
+               + (f"; held out (leave-one-out): {held}" if held is not None else ""))
     for name, value in payload["coefficients"].items():
         typer.echo(f"  {name:<15} {value:.3e}")
     typer.echo(f"wrote {out} (use: servelab simulate --cost-model {out})")

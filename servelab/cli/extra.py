@@ -52,6 +52,8 @@ def register(app: typer.Typer) -> None:
     except ImportError:  # the engine commands are optional
         return
     engine_cmds.register(app)
-    from servelab.cli import validate_cmds  # torch loads inside the commands
+    from servelab.cli import profile_gpu, validate_cmds  # torch loads inside the commands
+
+    profile_gpu.register(app)
 
     validate_cmds.register(app)

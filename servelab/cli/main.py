@@ -9,6 +9,7 @@ import typer
 
 from servelab.cli.common import (EXIT_ABORTED, abort_record, check_out_file, emit_json, exit_if_aborted,
                                  parse_floats, parse_slo, progress_bar, progress_log, user_errors, write_json, write_timeseries)
+from servelab.cli import cost_flags
 from servelab.cli.config_file import config_option
 from servelab.cli.outputs import (hardware_title, probe_table, resolve_out, run_context, sweep_table,
                                   write_requests_csv)
@@ -49,14 +50,6 @@ def _hardware(instances: int, gpu: str, model: str, tp: int, pp: int, max_num_se
                           swap_space_gb=swap_space, max_model_len=max_model_len, on_overflow=on_overflow, **vllm_sizes)
 
 
-def _cost_model(path: Optional[Path]):
-    if path is None:
-        return None
-    from servelab.costmodel.linear import LinearCostModel
-
-    return LinearCostModel.load(path)
-
-
 @app.command()
 def simulate(
     workload: str = typer.Option("azure-conv", "--workload", "-w", help=WORKLOAD_HELP),
@@ -80,6 +73,9 @@ def simulate(
     on_overflow: str = _overflow_option(),
     slo: Optional[str] = typer.Option("ttft:2s,tpot:100ms", help=SLO_HELP),
     cost_model: Optional[Path] = typer.Option(None, help="A calibrated cost model JSON (servelab calibrate)."),
+    op_times: str = cost_flags.op_times_option(), attention_kernel: Optional[str] = cost_flags.attention_kernel_option(),
+    cpu_overhead: Optional[str] = cost_flags.cpu_overhead_option(),
+    kernel_profile: Optional[Path] = cost_flags.kernel_profile_option(),
     seed: int = typer.Option(0),
     data_dir: Path = typer.Option(None, help="Folder with traces/ and datasets/ (default ../shared/data)."),
     out: Optional[Path] = typer.Option(None, help=OUT_HELP.format(cmd="simulate", files="summary.json and "
@@ -116,7 +112,7 @@ def simulate(
         hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs, swap_space, max_model_len, on_overflow,
                        max_batch_tokens=max_num_batched_tokens, block_size=block_size,
                        gpu_memory_utilization=gpu_memory_utilization)
-        costs = _cost_model(cost_model)
+        costs = cost_flags.cost_choice(cost_model, op_times, attention_kernel, cpu_overhead, kernel_profile)
         cluster = api.check_policy(policy, hw)
         wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
         recorder = None

@@ -71,8 +71,21 @@ def cluster_context(cluster: Any) -> dict[str, Any]:
             "max_model_len": cluster.max_model_len, "on_overflow": cluster.on_overflow}
 
 
-def cost_model_context(path: Optional[Path], cost: Any) -> dict[str, Any]:
-    if cost is None:
+def cost_model_context(path: Optional[Path], cost: Any, hardware: Any = None) -> dict[str, Any]:
+    """Where every term of the run's step times comes from: for the models built per instance,
+    the description of the first instance's (``ProfiledCostModel.describe``: each operator's
+    table, the attention kernel, the CPU overhead, the collectives, and any roofline fallback)."""
+    from servelab.simulator.hardware import is_cost_options
+
+    if cost is None or is_cost_options(cost):
+        if hardware is None:
+            return {"kind": "built per instance", "options": repr(cost)}
+        from servelab.catalog.instance import InstanceSpec
+        from servelab.simulator.hardware import cost_for_spec
+
+        built = cost_for_spec(InstanceSpec(hardware.gpu, hardware.model, tp=hardware.tp, pp=hardware.pp), cost)
+        if hasattr(built, "describe"):
+            return built.describe()
         return {"kind": "roofline", "source": "catalog GPU and model, profile-fitted coefficients"}
     from servelab.api import measured_hardware
 
@@ -95,14 +108,19 @@ def run_context(*, workload: str, seed: int, slo: Any, hardware: Any, policies: 
                          "gpu_memory_utilization": hardware.gpu_memory_utilization,
                          "swap_space_gb": hardware.swap_space_gb, "max_model_len": hardware.max_model_len,
                          "on_overflow": hardware.on_overflow},
-            "cost_model": cost_model_context(cost_model_path, cost),
+            "cost_model": cost_model_context(cost_model_path, cost, hardware),
             "policies": {spec: cluster_context(cluster) for spec, cluster in policies.items()}, **extra}
 
 
 def hardware_title(instances: int, gpu: str, model: str, cost: Any) -> str:
     """'2 x A100-80GB / Llama-2-7B (simulated)', or the machine a calibrated model was timed on."""
-    if cost is None:
-        return f"{instances} x {gpu} / {model} (simulated, roofline cost model)"
+    from servelab.simulator.hardware import is_cost_options
+
+    if cost is None or is_cost_options(cost):
+        from servelab.costmodel.options import DEFAULT_COST_OPTIONS
+
+        kind = (cost or DEFAULT_COST_OPTIONS).op_times
+        return f"{instances} x {gpu} / {model} (simulated, {kind} cost model)"
     from servelab.api import measured_hardware
 
     name, _ = measured_hardware(cost)

@@ -44,6 +44,7 @@ def simulator(
     time_decisions: bool = typer.Option(False, "--time-decisions",
                                         help="Also time every policy.schedule call (adds a little overhead)."),
     data_dir: Optional[Path] = typer.Option(None, help="Folder with traces/ and datasets/ (default ../shared/data)."),
+    op_times: str = typer.Option("profile", "--op-times", help="profile (the default cost model) | roofline."),
 ) -> None:
     """Simulator speed: a whole trace under one policy, CPU seconds and tokens per CPU-second (JSON)."""
     from servelab.paths import default_data_dir
@@ -52,7 +53,7 @@ def simulator(
     with user_errors():
         bench.run(SimpleNamespace(workload=workload, policy=policy, repeats=repeats, instances=instances,
                                   no_fast_forward=no_fast_forward, time_decisions=time_decisions,
-                                  data_dir=data_dir or default_data_dir()))
+                                  data_dir=data_dir or default_data_dir(), op_times=op_times))
 
 
 @app.command("engine-steps")

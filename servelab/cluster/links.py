@@ -63,7 +63,9 @@ class TopologyConfig:
 def fitted_link_figures(gpu: str, data_dir: str | None = None) -> dict[str, LinkSpec]:
     """NVLink, network and PCIe per GPU for a catalog GPU: datasheet bandwidths scaled by the
     efficiency fitted to its family's send/recv profile (A100 and H100 families), with the
-    fitted latency; the datasheet with default efficiencies where no profile exists."""
+    fitted latency; the datasheet with default efficiencies where no profile exists. Where the
+    family's send/recv was measured, NVLink and network are ``MeasuredLink``s: a transfer (a
+    KV hand-off) takes the measured time for its size (``costmodel.collectives``)."""
     from servelab.catalog.gpus import get_gpu
     from servelab.costmodel.links import fit_send_recv
     from servelab.costmodel.ops import RooflineParams
@@ -82,9 +84,20 @@ def fitted_link_figures(gpu: str, data_dir: str | None = None) -> dict[str, Link
             peak = {"nvlink": profiled.nvlink_bandwidth_bytes_per_s, "network": profiled.network_bandwidth_bytes_per_s}
             for kind, fit in fit_send_recv(path).items():
                 eff[kind] = (min(1.0, fit.link.bandwidth_bytes_per_s / peak[kind]), fit.link.latency_s)
+    from servelab.costmodel.collectives import MeasuredLink, send_recv_table
+
+    tables = {"nvlink": None, "network": None}
+    if family is not None:
+        profiled = get_gpu(family[1])
+        scale = {"nvlink": profiled.nvlink_bandwidth_bytes_per_s / spec.nvlink_bandwidth_bytes_per_s,
+                 "network": profiled.network_bandwidth_bytes_per_s / spec.network_bandwidth_bytes_per_s}
+        root = str(data_dir or default_data_dir())
+        tables = {kind: send_recv_table(family[0], kind, root, scale[kind]) for kind in tables}
     return {
-        "nvlink": LinkSpec(spec.nvlink_bandwidth_bytes_per_s * eff["nvlink"][0], eff["nvlink"][1]),
-        "network": LinkSpec(spec.network_bandwidth_bytes_per_s * eff["network"][0], eff["network"][1]),
+        "nvlink": MeasuredLink(spec.nvlink_bandwidth_bytes_per_s * eff["nvlink"][0], eff["nvlink"][1],
+                               tables["nvlink"]),
+        "network": MeasuredLink(spec.network_bandwidth_bytes_per_s * eff["network"][0], eff["network"][1],
+                                tables["network"]),
         "pcie": LinkSpec(spec.pcie_bandwidth_bytes_per_s * defaults.swap_efficiency, defaults.comm_latency_s),
     }
 
@@ -139,7 +152,15 @@ class Topology:
 
 
 def _widen(link: LinkSpec, lanes: int) -> LinkSpec:
-    return link if lanes <= 1 else LinkSpec(link.bandwidth_bytes_per_s * lanes, link.latency_s)
+    """``lanes`` links side by side: a measured link carries 1/lanes of the bytes on each."""
+    if lanes <= 1:
+        return link
+    if hasattr(link, "lanes"):
+        import dataclasses
+
+        return dataclasses.replace(link, bandwidth_bytes_per_s=link.bandwidth_bytes_per_s * lanes,
+                                   lanes=link.lanes * lanes)
+    return LinkSpec(link.bandwidth_bytes_per_s * lanes, link.latency_s)
 
 
 @dataclass(slots=True)

@@ -62,3 +62,22 @@ def make_cost_model(name: str, instance: InstanceSpec, **options) -> CostModel:
     if factory is None:
         raise KeyError(f"unknown cost model {name!r}; known: {', '.join(sorted(COST_MODELS))}")
     return factory(instance, **options)
+
+
+class StepArraysMixin:
+    """The protocol methods every analytical model implements the same way: the vectorised
+    decode run through the model's own ``_decode_s`` (which takes scalars or arrays), swaps
+    over ``_swap_link`` and KV hand-offs over the given link. Needs ``_decode_s``,
+    ``_swap_link``, ``_block_bytes`` and ``_kv_bytes_per_token``."""
+
+    def decode_step_times_s(self, num_decodes: int, context_sums: np.ndarray,
+                            context_maxes: np.ndarray | None = None) -> np.ndarray:
+        sums = np.asarray(context_sums, dtype=np.float64)
+        maxes = np.asarray(context_maxes, dtype=np.float64) if context_maxes is not None else np.zeros_like(sums)
+        return self._decode_s(num_decodes, sums, maxes)
+
+    def swap_time_s(self, num_blocks: int) -> float:
+        return self._swap_link.transfer_time_s(num_blocks * self._block_bytes)
+
+    def kv_transfer_time_s(self, num_tokens: int, link: LinkSpec) -> float:
+        return link.transfer_time_s(num_tokens * self._kv_bytes_per_token)

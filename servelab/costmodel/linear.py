@@ -9,6 +9,18 @@
 longest context in the step (our engine's gather does) pays rows x longest, not the sum;
 a ragged kernel fits it near 0. A step of mixed context lengths separates the two terms, so
 calibration times some (version 1 files, without the term, load with it at 0).
+``attention_kernel`` names the engine's decode kernel, and the fit keeps only that kernel's
+term: ``padded`` rows x longest, ``split-kv`` the sum, ``auto`` both (non-negative least
+squares picks), so a calibration follows whichever kernel the engine runs.
+
+``token_factors`` (version 3): in a step of T = 1, 2, ... tokens the per-step, per-token
+and per-row part of the line is multiplied by ``token_factors[T - 1]`` (attention and swaps
+are not). Small matrix products are not linear in their rows on a CPU (BLAS
+switches from a matrix-vector kernel at one row to blocked kernels that pay for a full tile
+at two or three: measured on bench-30m, docs/costmodel.md), so a one-row decode is faster and
+two- and three-row steps slower than any line; the factors are the median measured /
+predicted ratio of the calibration's steps of each small token count timed at least twice
+(linear between those counts, 1 beyond, within [0.5, 2]). Version 1-2 files load with none.
 
 A padded batch is charged as its dense equivalent: ``rows * row_tokens`` tokens and, per
 row, a decode over ``context_tokens`` (row_tokens == 1) or a chunk of ``row_tokens`` over
@@ -34,8 +46,10 @@ from servelab.costmodel.fitting import FitError, fit_error, nonneg_relative_lsts
 from servelab.costmodel.links import LinkSpec
 
 SCHEMA = "servelab.linear_cost_model"
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+ATTENTION_KERNELS = ("auto", "padded", "split-kv")
+MAX_FACTOR_TOKENS = 16  # token counts that get their own factor
 COEFFICIENTS = ("c_step", "c_token", "c_decode_ctx", "c_prefill_attn", "c_row", "c_swap_block", "c_decode_pad")
 REQUIRED_COEFFICIENTS = COEFFICIENTS[:5]  # c_swap_block (no swap measured), c_decode_pad (v1) may be absent
 
@@ -85,6 +99,8 @@ class LinearCostModel:
     kv_bytes_per_token: int = 0  # for kv_transfer_time_s; 0 = unknown
     fit: FitError | None = None  # how well the fit matched its samples
     meta: dict[str, str] = field(default_factory=dict)  # gpu, model, tp, date ... as recorded
+    token_factors: tuple[float, ...] = ()  # step of T <= len tokens: the line times token_factors[T - 1]
+    attention_kernel: str = "auto"  # the engine's decode kernel the attention term follows
 
     def __post_init__(self) -> None:
         for name in COEFFICIENTS:
@@ -95,6 +111,13 @@ class LinearCostModel:
         if not (self.c_step or self.c_token or self.c_row):  # every step runs >= 1 row of >= 1 token
             raise ValueError("c_step, c_token and c_row are all 0, so a step could take 0 s and simulated time "
                              "would not advance (every rate divides by it); at least one must be > 0")
+        if len(self.token_factors) > MAX_FACTOR_TOKENS or not all(
+                _is_number(f) and 0.1 <= f <= 10 for f in self.token_factors):
+            raise ValueError(f"LinearCostModel.token_factors must be at most {MAX_FACTOR_TOKENS} numbers in "
+                             f"[0.1, 10], got {shown(self.token_factors)}")
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"LinearCostModel.attention_kernel must be one of {ATTENTION_KERNELS}, "
+                             f"got {shown(self.attention_kernel)}")
 
     # ---- the CostModel protocol ----
     def step_time_s(self, shape: StepShape) -> float:
@@ -117,11 +140,16 @@ class LinearCostModel:
             raise ValueError("this LinearCostModel does not know kv_bytes_per_token; load it for an instance")
         return link.transfer_time_s(num_tokens * self.kv_bytes_per_token)
 
+    def _factor(self, tokens: int) -> float:
+        return self.token_factors[tokens - 1] if 0 < tokens <= len(self.token_factors) else 1.0
+
     def _time(self, tokens, decode_ctx, prefill_attn, rows, swap, decode_pad=0):
-        """The one formula, for scalars or decode arrays (same operations, same order)."""
-        return (self.c_step + self.c_token * tokens + self.c_decode_ctx * decode_ctx
-                + self.c_prefill_attn * prefill_attn + self.c_row * rows + self.c_swap_block * swap
-                + self.c_decode_pad * decode_pad)
+        """The one formula, for scalars or decode arrays (same operations, same order). The
+        small-token factor scales the per-step, per-token and per-row part only: the BLAS
+        regime it stands for is the GEMMs', not the attention's or the swaps'."""
+        base = (self.c_step + self.c_token * tokens + self.c_row * rows) * self._factor(tokens)
+        return (base + self.c_decode_ctx * decode_ctx + self.c_prefill_attn * prefill_attn
+                + self.c_swap_block * swap + self.c_decode_pad * decode_pad)
 
     # ---- persistence ----
     def to_json(self) -> dict:
@@ -130,6 +158,8 @@ class LinearCostModel:
             "version": SCHEMA_VERSION,
             "coefficients": {name: getattr(self, name) for name in COEFFICIENTS},
             "kv_bytes_per_token": self.kv_bytes_per_token,
+            "token_factors": list(self.token_factors),
+            "attention_kernel": self.attention_kernel,
             "fit": asdict(self.fit) if self.fit is not None else None,
             "meta": dict(self.meta),
         }
@@ -166,8 +196,13 @@ class LinearCostModel:
         if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
             raise fail("'meta' must be an object of strings")
         fit = _fit_from_json(data.get("fit"), fail)
+        factors = data.get("token_factors", [])
+        if not isinstance(factors, list):
+            raise fail(f"'token_factors' must be a list of numbers, got {shown(factors)}")
+        kernel = data.get("attention_kernel", "auto")
         try:
-            return cls(**coefficients, kv_bytes_per_token=kv_bytes, fit=fit, meta=meta)
+            return cls(**coefficients, kv_bytes_per_token=kv_bytes, fit=fit, meta=meta, token_factors=tuple(factors),
+                       attention_kernel=kernel)
         except ValueError as e:
             raise fail(str(e)) from None
 
@@ -201,10 +236,60 @@ def _fit_from_json(fit: object, fail) -> FitError | None:
     return FitError(**fit)
 
 
+_KERNEL_DROPS = {"auto": (), "padded": (COEFFICIENTS.index("c_decode_ctx"),),
+                 "split-kv": (COEFFICIENTS.index("c_decode_pad"),)}
+
+
+_BASE_COLUMNS = [COEFFICIENTS.index(c) for c in ("c_step", "c_token", "c_row")]
+
+
+def _fit_arrays(features: np.ndarray, tokens: np.ndarray, measured: np.ndarray, attention_kernel: str,
+                factors: bool) -> tuple[np.ndarray, tuple[float, ...]]:
+    """Coefficients (the kernel's unused attention column at 0) and small-token factors: fit the
+    line, then take each small token count's median ratio of (measured - the line's attention
+    and swaps) to the line's per-step, per-token and per-row part (one pass: the line stays
+    the fit to every step, so it and the factors cannot trade scale)."""
+    x = features.copy()
+    x[:, list(_KERNEL_DROPS[attention_kernel])] = 0.0
+    coef = nonneg_relative_lstsq(x, measured)
+    table: tuple[float, ...] = ()
+    if factors:
+        base = x[:, _BASE_COLUMNS] @ coef[_BASE_COLUMNS]
+        rest = x @ coef - base
+        table = _token_factors(tokens, (measured - rest) / np.maximum(base, 1e-12))
+    return coef, table
+
+
+def _predict(features: np.ndarray, coef: np.ndarray, table: tuple[float, ...]) -> np.ndarray:
+    """``LinearCostModel._time`` over feature rows."""
+    scale = np.array([table[int(t) - 1] if 0 < t <= len(table) else 1.0 for t in features[:, 1]])
+    base = features[:, _BASE_COLUMNS] @ coef[_BASE_COLUMNS]
+    return base * scale + (features @ coef - base)
+
+
+def _token_factors(tokens: np.ndarray, ratios: np.ndarray) -> tuple[float, ...]:
+    """Median ratio per token count <= MAX_FACTOR_TOKENS timed at least twice, linear between
+    them, up to the largest; clipped to [0.5, 2] (a BLAS regime is tens of percent, more is
+    noise). Empty when fewer than two such counts were timed, or when no step was larger (the
+    line then has nothing else to fit and the factors would only echo its misfit)."""
+    small = [int(t) for t in tokens if 0 < t <= MAX_FACTOR_TOKENS]
+    counts = sorted(t for t in set(small) if small.count(t) >= 2)
+    if len(counts) < 2 or not np.any(tokens > MAX_FACTOR_TOKENS):
+        return ()
+    medians = [float(np.median(ratios[tokens == t])) for t in counts]
+    grid = np.arange(1, counts[-1] + 1)
+    return tuple(float(np.clip(v, 0.5, 2.0)) for v in np.interp(grid, counts, medians))
+
+
 def fit_linear_cost_model(samples: list[tuple[StepShape, float]], *, kv_bytes_per_token: int = 0,
-                          meta: dict[str, str] | None = None) -> tuple[LinearCostModel, FitError]:
+                          meta: dict[str, str] | None = None, attention_kernel: str = "auto",
+                          token_factors: bool = True) -> tuple[LinearCostModel, FitError]:
     """Least-squares fit of the coefficients (all >= 0) to (shape, measured seconds) pairs,
-    minimising relative error. Features no sample exercises get 0. Empty steps are skipped."""
+    minimising relative error, with the small-token factors (``token_factors``) when they
+    lower the leave-one-out median error (on a few noisy steps they would fit the noise).
+    Features no sample exercises get 0. Empty steps are skipped."""
+    if attention_kernel not in ATTENTION_KERNELS:
+        raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {attention_kernel!r}")
     rows = [(step_features(shape), t) for shape, t in samples if step_features(shape)[0]]
     if not rows:
         raise ValueError("fit_linear_cost_model needs samples of steps that run at least one row")
@@ -213,11 +298,44 @@ def fit_linear_cost_model(samples: list[tuple[StepShape, float]], *, kv_bytes_pe
     num_used = int(np.count_nonzero(np.abs(features).max(axis=0)))
     if len(rows) < num_used:
         raise ValueError(f"{len(rows)} samples cannot determine {num_used} coefficients; measure more steps")
-    coef = nonneg_relative_lstsq(features, measured)
+    if token_factors and len(rows) >= 3:  # keep the factors only where they predict left-out steps better
+        with_factors, without = (_loo_errors(features, measured, attention_kernel, f).mean() for f in (True, False))
+        token_factors = bool(with_factors < without)
+    coef, table = _fit_arrays(features, features[:, 1], measured, attention_kernel, token_factors)
     model = LinearCostModel(**{name: float(c) for name, c in zip(COEFFICIENTS, coef)},
-                            kv_bytes_per_token=kv_bytes_per_token, meta=dict(meta or {}))
-    error = fit_error(features @ coef, measured)
+                            kv_bytes_per_token=kv_bytes_per_token, meta=dict(meta or {}), token_factors=table,
+                            attention_kernel=attention_kernel)
+    error = fit_error([model.step_time_s(shape) for shape, t in samples if step_features(shape)[0]], measured)
     return replace(model, fit=error), error
+
+
+HELD_OUT_WARN_MEDIAN = 0.15  # ``servelab calibrate`` warns above this held-out median error
+
+
+def held_out_error(samples: list[tuple[StepShape, float]], attention_kernel: str = "auto",
+                   token_factors: bool = True) -> FitError | None:
+    """Leave-one-out error of the fit: each sample predicted by the coefficients fitted to all
+    the others. The in-sample error flatters a fit with as many free coefficients as there
+    are kinds of step; this is the number that says whether the model predicts steps it has
+    not seen (None when too few samples remain to refit)."""
+    rows = [(step_features(shape), t) for shape, t in samples if step_features(shape)[0]]
+    if len(rows) < 3:
+        return None
+    features = np.array([f for f, _ in rows], dtype=float)
+    measured = np.array([t for _, t in rows], dtype=float)
+    errors = _loo_errors(features, measured, attention_kernel, token_factors)
+    return FitError(int(errors.size), float(np.median(errors)), float(np.percentile(errors, 90)), float(errors.max()))
+
+
+def _loo_errors(features: np.ndarray, measured: np.ndarray, attention_kernel: str, factors: bool) -> np.ndarray:
+    """|predicted / measured - 1| of each step predicted by a fit to all the others."""
+    tokens = features[:, 1]
+    predicted = np.empty_like(measured)
+    for i in range(len(measured)):
+        keep = np.arange(len(measured)) != i
+        coef, table = _fit_arrays(features[keep], tokens[keep], measured[keep], attention_kernel, factors)
+        predicted[i] = _predict(features[i:i + 1], coef, table)[0]
+    return np.abs(np.maximum(predicted, 1e-12) / measured - 1.0)
 
 
 @register_cost_model("linear")

@@ -27,14 +27,13 @@ Cost: all coefficients are precomputed in ``__init__``; ``step_time_s`` is scala
 arithmetic (a few microseconds) and ``decode_step_times_s`` is one numpy expression that is
 bit-for-bit the scalar formula applied to an array.
 """
-
 from __future__ import annotations
 
-import numpy as np
 
 from servelab.catalog.instance import InstanceSpec, kv_bytes_per_block, kv_bytes_per_token
 from servelab.core.plan import StepShape
-from servelab.costmodel.base import register_cost_model
+from servelab.costmodel.attention.base import bubble_work
+from servelab.costmodel.base import StepArraysMixin, register_cost_model
 from servelab.costmodel.links import LinkSpec
 from servelab.costmodel.ops import (
     OpEfficiency,
@@ -47,7 +46,7 @@ from servelab.costmodel.ops import (
 from servelab.costmodel.profile_fit import params_for_gpu
 
 
-class RooflineCostModel:
+class RooflineCostModel(StepArraysMixin):
     def __init__(self, instance: InstanceSpec, params: RooflineParams | None = None) -> None:
         self.instance = instance
         self.params = params if params is not None else RooflineParams()
@@ -140,26 +139,10 @@ class RooflineCostModel:
                 attn += self._chunk_s(chunk, context, chunk * context - chunk * (chunk - 1) // 2)
         return self._num_layers * (self._layer_s(num_tokens) + attn) + self._tail_s(num_tokens, rows) + swap
 
-    def decode_step_times_s(self, num_decodes: int, context_sums: np.ndarray,
-                            context_maxes: np.ndarray | None = None) -> np.ndarray:
-        sums = np.asarray(context_sums, dtype=np.float64)
-        maxes = np.asarray(context_maxes, dtype=np.float64) if context_maxes is not None else np.zeros_like(sums)
-        return self._decode_s(num_decodes, sums, maxes)
-
-    def swap_time_s(self, num_blocks: int) -> float:
-        return self._swap_link.transfer_time_s(num_blocks * self._block_bytes)
-
-    def kv_transfer_time_s(self, num_tokens: int, link: LinkSpec) -> float:
-        return link.transfer_time_s(num_tokens * self._kv_bytes_per_token)
-
     # ---- pieces ----
     def _decode_s(self, num_decodes, context_sum, context_max):
         """Pure-decode step; the contexts may be arrays (the same operations either way)."""
-        longest = context_max * self._longest_factor
-        if isinstance(context_sum, np.ndarray):
-            work = np.maximum(context_sum, longest)
-        else:
-            work = context_sum if context_sum > longest else longest
+        work = bubble_work(context_sum, context_max * self._longest_factor)
         layer = self._layer_s(num_decodes) + self._decode_per_ctx_s * work
         return self._num_layers * layer + self._tail_s(num_decodes, num_decodes)
 

@@ -177,9 +177,11 @@ MAX_BLOCK_SIZE = 4096  # tokens per KV block; vLLM uses 16, and the grid's conte
 
 
 def calibrate(loaded, grid: CalibrationGrid = CalibrationGrid(), *, block_size: int = 16, seed: int = 0,
-              progress: Callable[[int, int], None] | None = None, clock: Callable[[], float] = time.perf_counter
-              ) -> tuple[LinearCostModel, FitError, list[tuple[StepShape, float]]]:
-    """Time every grid point on ``loaded`` (a ``LoadedModel``); returns (model, fit error, samples)."""
+              progress: Callable[[int, int], None] | None = None, clock: Callable[[], float] = time.perf_counter,
+              attention_kernel: str | None = None) -> tuple[LinearCostModel, FitError, list[tuple[StepShape, float]]]:
+    """Time every grid point on ``loaded`` (a ``LoadedModel``); returns (model, fit error, samples).
+    ``attention_kernel``: the decode kernel the fit's attention term follows (``linear``); by
+    default the model's ``decode_attention_kernel`` attribute if it names one, else ``auto``."""
     import torch
 
     if not 1 <= block_size <= MAX_BLOCK_SIZE:
@@ -209,7 +211,8 @@ def calibrate(loaded, grid: CalibrationGrid = CalibrationGrid(), *, block_size: 
             "num_params": str(sum(p.numel() for p in loaded.model.parameters())), "block_size": str(block_size),
             "grid": repr(grid), "source": "servelab calibrate (measured wall-clock engine steps)"
             if clock is time.perf_counter else f"servelab calibrate (engine steps timed by {clock.__name__})"}
-    model, error = fit_linear_cost_model(samples, kv_bytes_per_token=kv_per_token, meta=meta)
+    kernel = attention_kernel or getattr(loaded.model, "decode_attention_kernel", None) or "auto"
+    model, error = fit_linear_cost_model(samples, kv_bytes_per_token=kv_per_token, meta=meta, attention_kernel=kernel)
     if grid.swap_blocks:
         model = replace(model, c_swap_block=time_swap_per_block(cache, grid.swap_blocks, grid.repeats, clock))
     return model, error, samples

@@ -2,7 +2,8 @@
 this module never imports the CLI).
 
 Replays the whole Azure 2023 conversation trace (19,366 requests) on simulated A100-80GB
-instances (one by default) serving Llama-2-7B under ``vllm`` and reports CPU seconds and simulated
+instances (one by default) serving Llama-2-7B under ``vllm`` on the default cost model (the
+profile-driven one since issue 23) and reports CPU seconds and simulated
 output tokens per CPU-second (median of the repeats). The cost model is built once, outside
 the timed region, as a long sweep would reuse it; trace loading is timed separately.
 """
@@ -16,7 +17,6 @@ import time
 import numpy as np
 
 from servelab.cluster.presets import cluster_for
-from servelab.costmodel.roofline import roofline_for
 from servelab.simulator import Simulation
 from servelab.workloads.spec import parse_workload
 
@@ -26,7 +26,12 @@ def run(args) -> None:
     t0 = time.process_time()
     workload = parse_workload(args.workload, args.data_dir, 0)
     load_s = time.process_time() - t0
-    cost = roofline_for("A100-80GB", "Llama-2-7B")
+    from servelab.catalog.instance import InstanceSpec
+    from servelab.costmodel.options import CostOptions
+    from servelab.simulator.hardware import cost_for_spec
+
+    options = CostOptions(op_times=getattr(args, "op_times", "profile"))
+    cost = cost_for_spec(InstanceSpec("A100-80GB", "Llama-2-7B"), options)
     runs = []
     for _ in range(args.repeats):
         t0 = time.process_time()
@@ -47,6 +52,7 @@ def run(args) -> None:
             run["schedule_us_p50_p99_max"] = [float(np.percentile(us, 50)), float(np.percentile(us, 99)), float(us.max())]
         runs.append(run)
     print(json.dumps({"workload": args.workload, "policy": args.policy, "instances": args.instances,
+                      "op_times": options.op_times,
                       "requests": len(workload),
                       "load_cpu_s": load_s, "fast_forward": not args.no_fast_forward,
                       "median_cpu_s": statistics.median(r["cpu_s"] for r in runs),

@@ -18,6 +18,25 @@ class SimInstanceModel:
     flops_per_token: float  # linear-layer FLOPs per token, for the MFU estimate
 
 
+def is_cost_options(cost: Any) -> bool:
+    """A ``CostOptions`` (each instance builds its own model) rather than one fixed cost model."""
+    from servelab.costmodel.options import CostOptions
+
+    return isinstance(cost, CostOptions)
+
+
+def cost_for_spec(spec, cost: Any = None):
+    """``cost`` itself when it is a cost model; else the model built for ``spec`` from ``cost``
+    (``CostOptions``) or from ``DEFAULT_COST_OPTIONS`` (cached: identical instances share it)."""
+    from servelab.costmodel.options import DEFAULT_COST_OPTIONS, build_cost_model
+
+    if cost is None:
+        return build_cost_model(spec, DEFAULT_COST_OPTIONS)
+    if is_cost_options(cost):
+        return build_cost_model(spec, cost)
+    return cost
+
+
 def instance_spec(group: InstanceGroup):
     from servelab.catalog.instance import InstanceSpec
 
@@ -27,7 +46,8 @@ def instance_spec(group: InstanceGroup):
 
 
 def build_instance_model(group: InstanceGroup, cost_override: Any = None) -> SimInstanceModel:
-    """KV blocks from the catalog (HBM minus weights and reserve); cost from the roofline unless overridden."""
+    """KV blocks from the catalog (HBM minus weights and reserve); cost from ``DEFAULT_COST_OPTIONS``
+    unless overridden by a cost model or other ``CostOptions``."""
     return model_for_spec(instance_spec(group), cost_override)
 
 
@@ -35,9 +55,8 @@ def model_for_spec(spec, cost_override: Any = None) -> SimInstanceModel:
     """The hardware model of an ``InstanceSpec`` (layer ranges included: a partial instance
     holds fewer weights, so more KV, and its roofline times only its layers)."""
     from servelab.catalog.instance import kv_bytes_per_token, kv_cache_config
-    from servelab.costmodel.roofline import roofline_for_instance
 
-    cost = cost_override if cost_override is not None else roofline_for_instance(spec)
+    cost = cost_for_spec(spec, cost_override)
     lo, hi = spec.layer_range
     fraction = (hi - lo) / spec.model_spec.num_layers
     peak_flops = spec.gpu_spec.peak_flops * spec.tp * spec.pp

@@ -26,7 +26,7 @@ from servelab.core.instance import InstanceLimits, InstanceRuntime
 from servelab.core.policy import POLICIES, ROUTERS, SchedulingPolicy
 from servelab.core.request import RequestSpec
 from servelab.metrics.collector import MetricsCollector
-from servelab.simulator.hardware import SimInstanceModel, instance_spec, model_for_spec
+from servelab.simulator.hardware import SimInstanceModel, instance_spec, is_cost_options, model_for_spec
 
 SimResult = ClusterResult
 
@@ -41,14 +41,14 @@ class SimFactory:
 
     @property
     def supports_layer_ranges(self) -> bool:
-        """The roofline times any layer range; a calibrated whole-model cost model cannot."""
-        return self.cost_override is None
+        """Models built per instance time any layer range; a calibrated whole-model cost model cannot."""
+        return self.cost_override is None or is_cost_options(self.cost_override)
 
     def spec(self, instance_id: int):
         return instance_spec(self.groups[instance_id])
 
     def hardware(self, spec) -> SimInstanceModel:
-        if self.cost_override is not None and spec.layers is not None:
+        if not self.supports_layer_ranges and spec.layers is not None:
             raise NotImplementedError("a calibrated cost model times the whole model; layer ranges need the roofline")
         return model_for_spec(spec, self.cost_override)
 
@@ -121,5 +121,6 @@ class Simulation:
 
 def simulate(workload: Sequence[RequestSpec], cluster: ClusterConfig, *, cost_model=None, fast_forward: bool = True,
              progress: Callable[[float], None] | None = None) -> SimResult:
-    """Run ``workload`` on ``cluster``; ``cost_model`` (optional) replaces every instance's."""
+    """Run ``workload`` on ``cluster``; ``cost_model`` (optional) replaces every instance's, or is a
+    ``CostOptions`` each instance builds its own model from."""
     return Simulation(workload, cluster, cost_model=cost_model, fast_forward=fast_forward, progress=progress).run()

@@ -2,7 +2,7 @@ import pytest
 
 from servelab.catalog.gpus import GPUS, get_gpu
 
-EXPECTED = {"A100-40GB", "A100-80GB", "A800-80GB", "H100-80GB", "H800-80GB", "H200"}
+EXPECTED = {"A100-40GB", "A100-80GB", "A800-80GB", "H100-80GB", "H800-80GB", "H200", "A40"}
 
 
 def test_catalog_has_the_listed_gpus_with_sources():
@@ -32,3 +32,5 @@ def test_datasheet_numbers():
         assert get_gpu(export).peak_flops == get_gpu(full).peak_flops
         assert get_gpu(export).nvlink_bandwidth_bytes_per_s == 200e9 < get_gpu(full).nvlink_bandwidth_bytes_per_s
     assert a100.ridge_flops_per_byte == pytest.approx(153, rel=0.01)
+    a40 = get_gpu("a40")  # the GPU of the A40 operator profiles and CPU-overhead host
+    assert a40.peak_flops == pytest.approx(149.7e12) and a40.hbm_bandwidth_bytes_per_s == 696e9 and a40.num_sms == 84

@@ -32,7 +32,10 @@ def test_summary_carries_the_run_context(tmp_path):
     assert (ctx["hardware"]["num_instances"], ctx["hardware"]["tp"], ctx["hardware"]["gpu"]) == (2, 2, "A100-80GB")
     group = ctx["policies"]["sarathi:token_budget=256"]["groups"][0]
     assert group["policy"] == "sarathi" and group["policy_params"]["token_budget"] == 256 and group["count"] == 2
-    assert ctx["cost_model"]["kind"] == "roofline"
+    cost = ctx["cost_model"]  # every term of the step time names its source
+    assert cost["kind"] == "profile" and cost["op up_proj"].startswith("measured: a100 profile of Llama-2-7b-hf tp=2")
+    assert cost["all_reduce"].startswith("measured all-reduce") and "Ray" in cost["cpu_overhead"]
+    assert cost["attention"].startswith("per-seq (default for A100-80GB)")
     assert summary["num_instances"] == 2 and len(summary["per_instance"]) == 2
 
 

@@ -29,6 +29,7 @@ def _linear(instance, tmp_path):
 BUILDERS = {
     "roofline": lambda instance, tmp_path: make_cost_model("roofline", instance),
     "linear": _linear,
+    "profile": lambda instance, tmp_path: make_cost_model("profile", instance),
 }
 
 

@@ -94,6 +94,9 @@ def test_save_load_round_trip(tmp_path):
     (lambda d: d["coefficients"].update(c_row="fast"), "c_row must be"),
     (lambda d: d.update(kv_bytes_per_token=-5), "kv_bytes_per_token"),
     (lambda d: d.update(meta={"tp": 2}), "meta"),
+    (lambda d: d.update(token_factors=[1.0, -2.0]), "token_factors must be"),
+    (lambda d: d.update(token_factors="fast"), "token_factors"),
+    (lambda d: d.update(attention_kernel="flash"), "attention_kernel must be one of"),
 ])
 def test_invalid_files_give_clear_errors(tmp_path, edit, match):
     data = TRUE.to_json()
@@ -111,3 +114,45 @@ def test_unreadable_files(tmp_path):
     (tmp_path / "x.json").write_text("{not json")
     with pytest.raises(CostModelFileError, match="not JSON"):
         LinearCostModel.load(tmp_path / "x.json")
+
+
+def test_small_token_steps_get_their_measured_factor():
+    """A BLAS that is fast at one row and slow at two or three (as measured on CPU): the line
+    cannot follow it, the per-token-count factors do, and the vectorised decode keeps them."""
+    anomaly = {1: 0.8, 2: 1.25, 3: 1.3}
+    shapes = [StepShape(num_decodes=b, decode_context_sum=b * c, decode_context_max=c)
+              for b in (1, 2, 3, 4, 6, 8, 16) for c in (64, 256, 512)]
+    shapes += [StepShape(prefill_tokens=(n,), prefill_context=(n,)) for n in (32, 128, 512)]
+    samples = [(s, TRUE.step_time_s(s) * anomaly.get(s.num_tokens, 1.0)) for s in shapes]
+    plain, plain_error = fit_linear_cost_model(samples, token_factors=False)
+    fitted, error = fit_linear_cost_model(samples)
+    assert plain.token_factors == () and error.median_rel_error < plain_error.median_rel_error
+    assert error.max_rel_error < 0.05 and fitted.token_factors[1] == pytest.approx(1.25, rel=0.05)
+    sums = np.array([300.0, 900.0])
+    fast = fitted.decode_step_times_s(3, sums, np.array([100.0, 300.0]))
+    slow = [fitted.step_time_s(StepShape(num_decodes=3, decode_context_sum=int(s), decode_context_max=int(m)))
+            for s, m in zip(sums, (100, 300))]
+    assert fast.tolist() == slow
+
+
+def test_the_attention_term_follows_the_named_kernel():
+    shapes = [StepShape(num_decodes=b, decode_context_sum=(b - 1) * 64 + c, decode_context_max=c)
+              for b in (1, 4, 16) for c in (64, 512, 2048)]
+    samples = [(s, TRUE.step_time_s(s)) for s in shapes]
+    padded, _ = fit_linear_cost_model(samples, attention_kernel="padded")
+    ragged, _ = fit_linear_cost_model(samples, attention_kernel="split-kv")
+    assert padded.c_decode_ctx == 0 and padded.c_decode_pad > 0 and padded.attention_kernel == "padded"
+    assert ragged.c_decode_pad == 0 and ragged.c_decode_ctx > 0
+    with pytest.raises(ValueError, match="attention_kernel"):
+        fit_linear_cost_model(samples, attention_kernel="flash")
+
+
+def test_factors_that_only_fit_noise_are_dropped():
+    """Random +-40% noise on a line: per-token-count factors would echo it, and leave-one-out says so."""
+    rng = np.random.default_rng(3)
+    shapes = [StepShape(num_decodes=b, decode_context_sum=b * c, decode_context_max=c)
+              for b in (1, 2, 3, 4, 8) for c in (64, 256, 512)]
+    shapes += [StepShape(prefill_tokens=(n,), prefill_context=(n,)) for n in (32, 128, 512)]
+    samples = [(s, TRUE.step_time_s(s) * float(np.exp(rng.normal(0, 0.4)))) for s in shapes]
+    fitted, _ = fit_linear_cost_model(samples)
+    assert fitted.token_factors == ()
