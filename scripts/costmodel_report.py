@@ -32,7 +32,7 @@ from servelab.catalog.models import MODELS  # noqa: E402
 from servelab.core.plan import StepShape  # noqa: E402
 from servelab.costmodel.attention import KERNELS  # noqa: E402
 from servelab.costmodel.heldout import OpErrors, models_held_out, points_held_out, pooled  # noqa: E402
-from servelab.costmodel.options import CostOptions, build_cost_model  # noqa: E402
+from servelab.costmodel import CostOptions, build_cost_model  # noqa: E402
 from servelab.paths import default_data_dir  # noqa: E402
 
 OUT = ROOT / "docs" / "costmodel.md"

@@ -10,7 +10,8 @@ from servelab.costmodel.base import COST_MODELS, CostModel, make_cost_model, reg
 from servelab.costmodel.fitting import FitError
 from servelab.costmodel.linear import LinearCostModel, fit_linear_cost_model
 from servelab.costmodel.links import LinkSpec, fit_send_recv
-from servelab.costmodel.options import CostOptions, build_cost_model
+from servelab.costmodel.build import build_cost_model
+from servelab.costmodel.options import CostOptions
 from servelab.costmodel.ops import OpEfficiency, RooflineParams
 from servelab.costmodel.profiled import ProfiledCostModel, profiled_for_instance
 from servelab.costmodel.profile_fit import FitReport, fit_profile, fitted_params, params_for_gpu

@@ -9,12 +9,12 @@ with). ``kernel_profile``: a file written by ``servelab profile-gpu`` whose meas
 attention, GEMMs and empty-step time replace the stated and profiled ones.
 
 The simulator takes a ``CostOptions`` where it takes a cost model (``Simulation(...,
-cost_model=CostOptions(...))``): each instance then builds its own model from it.
+cost_model=CostOptions(...))``): each instance then builds its own model from it
+(``costmodel.build.build_cost_model``).
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from servelab.core.errors import UserError
@@ -51,16 +51,3 @@ class CostOptions:
 
 # What a run without cost options gets: the profile-driven model with the GPU's defaults.
 DEFAULT_COST_OPTIONS = CostOptions()
-
-
-@functools.lru_cache(maxsize=256)
-def build_cost_model(spec, options: CostOptions = CostOptions()):
-    """The cost model of one ``InstanceSpec`` under ``options``; cached, so the instances of a
-    group (identical specs) share one model and its precomputed tables."""
-    if options.op_times == "roofline":
-        from servelab.costmodel.roofline import roofline_for_instance
-
-        return roofline_for_instance(spec)
-    from servelab.costmodel.profiled import profiled_for_instance
-
-    return profiled_for_instance(spec, options)

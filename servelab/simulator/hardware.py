@@ -28,7 +28,8 @@ def is_cost_options(cost: Any) -> bool:
 def cost_for_spec(spec, cost: Any = None):
     """``cost`` itself when it is a cost model; else the model built for ``spec`` from ``cost``
     (``CostOptions``) or from ``DEFAULT_COST_OPTIONS`` (cached: identical instances share it)."""
-    from servelab.costmodel.options import DEFAULT_COST_OPTIONS, build_cost_model
+    from servelab.costmodel.build import build_cost_model
+    from servelab.costmodel.options import DEFAULT_COST_OPTIONS
 
     if cost is None:
         return build_cost_model(spec, DEFAULT_COST_OPTIONS)

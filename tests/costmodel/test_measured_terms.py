@@ -7,7 +7,7 @@ from servelab.catalog.instance import InstanceSpec
 from servelab.cluster.links import fitted_link_figures
 from servelab.costmodel.collectives import MeasuredLink, all_reduce_table, send_recv_table
 from servelab.costmodel.cpu_overhead import cpu_overhead_for
-from servelab.costmodel.options import CostOptions, build_cost_model
+from servelab.costmodel import CostOptions, build_cost_model
 
 
 def test_measured_link_reads_its_table_and_costs_nothing_for_nothing(data_dir):

@@ -10,7 +10,7 @@ from servelab.core.errors import UserError
 from servelab.core.plan import StepShape
 from servelab.costmodel.attention import KERNELS, default_kernel
 from servelab.costmodel.cpu_overhead import default_mode
-from servelab.costmodel.options import CostOptions, build_cost_model
+from servelab.costmodel import CostOptions, build_cost_model
 from servelab.costmodel.roofline import roofline_for_instance
 
 A100_7B = InstanceSpec("A100-80GB", "Llama-2-7B")
