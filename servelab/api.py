@@ -106,7 +106,15 @@ class SimulationOutput:
                 "simulated_tokens_per_cpu_s": self.simulated_tokens_per_cpu_s,
                 "conserved": self.result.conserved, **summary, "num_instances": len(per_instance),
                 "per_instance": per_instance,
-                "policy_reports": {str(k): v for k, v in self.result.policy_reports.items()}}
+                "policy_reports": self.policy_reports}
+
+    @property
+    def policy_reports(self) -> dict[str, dict]:
+        """Each instance's policy report by instance id, and the router's under ``"router"``."""
+        reports = {str(k): v for k, v in self.result.policy_reports.items()}
+        if self.result.router_report:
+            reports["router"] = self.result.router_report
+        return reports
 
 
 def load_workload(spec: str, *, data_dir: Path | str = DEFAULT_DATA_DIR, seed: int = 0) -> list[RequestSpec]:

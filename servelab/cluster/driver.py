@@ -43,7 +43,8 @@ class ClusterResult:
     collector: MetricsCollector
     transfers: list[tuple[int, int, float, float, float]] = field(default_factory=list)
     unfinished: list[int] = field(default_factory=list)
-    policy_reports: dict[int, dict] = field(default_factory=dict)
+    policy_reports: dict[int, dict] = field(default_factory=dict)  # per instance: its policy's report()
+    router_report: dict = field(default_factory=dict)  # the router's report()
     links: dict[str, dict] = field(default_factory=dict)  # per link: busy_s, bytes, jobs
     pool_peak_bytes: float = 0.0
     pipeline: dict[int, dict] = field(default_factory=dict)  # per pipeline group: bubble stats
@@ -372,7 +373,8 @@ class ClusterDriver:
                  for k, lk in self.mover.links.items()}
         return ClusterResult(self.requests, len(self.drivers), last - first, wall_s,
                              [d.busy_s for d in self.drivers], self.collector, list(self.mover.transfers),
-                             unfinished=unfinished, policy_reports=reports, links=links,
+                             unfinished=unfinished, policy_reports=reports, router_report=self.router.report(),
+                             links=links,
                              pool_peak_bytes=self.pool.peak_bytes if self.pool is not None else 0.0,
                              pipeline=self.reconfig.pipeline_report(),
                              num_rejected_at_admission=self.num_rejected_at_admission)

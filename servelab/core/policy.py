@@ -201,6 +201,11 @@ class Router(ABC):
         """Token count at which a request placed on ``instance`` must be handed off (or None)."""
         return None
 
+    def report(self) -> dict:
+        """The router's own statistics for the run (a design's drops, splits, pool depth...), in
+        plain JSON values; they reach every run's summary.json as ``policy_reports["router"]``."""
+        return {}
+
 
 _PLUGINS = ("servelab.baselines", "servelab.designs")
 POLICIES: Registry[SchedulingPolicy] = Registry("policy", _PLUGINS)

@@ -31,3 +31,16 @@ def test_bad_presets_say_why():
         cluster_for("distserve", num_instances=1)
     with pytest.raises(RegistryError, match="unknown policy"):
         cluster_for("fastest", num_instances=1)
+
+
+def test_router_statistics_reach_the_run_summary():
+    """A router's own report() is part of every run's output (summary.json's policy_reports),
+    not only of reproduction scripts; a router without statistics adds nothing."""
+    from servelab.api import HardwareChoice, load_workload, run_simulation
+
+    wl = load_workload("burst:n=40,prompt=uniform(100,2000),output=uniform(20,400)")
+    out = run_simulation(wl, "llumnix", HardwareChoice(num_instances=2, gpu_memory_utilization=0.3))
+    reports = out.to_dict()["policy_reports"]
+    assert reports["router"] == out.result.router_report and "num_migrations" in reports["router"]
+    plain = run_simulation(wl, "vllm", HardwareChoice(num_instances=2)).to_dict()["policy_reports"]
+    assert "router" not in plain
