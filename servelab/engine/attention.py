@@ -4,11 +4,18 @@ Each metadata object is built once per step (by the runner) and shared by every 
 ``attend`` writes the step's new K/V into the cache slots, then attends over each
 sequence's context gathered from its blocks.
 
-Ragged layout (``RaggedMetadata``): the first ``num_decodes`` rows are single-token decodes,
-attended together with one block gather (``index_select``) and one masked SDPA padded to
-the longest decode context; prefill chunks follow, one contiguous row range each, attended
-per sequence with a causal mask inside the chunk. A chunk that starts at position 0 attends
-to its own fresh K/V and skips the gather.
+Ragged layout (``RaggedMetadata``): the first ``num_decodes`` rows are single-token decodes;
+prefill chunks follow, one contiguous row range each, attended per sequence with a causal mask
+inside the chunk. A chunk that starts at position 0 attends to its own fresh K/V and skips the
+gather. Decodes run one of two kernels (``DECODE_KERNELS``, the cost model's names):
+
+- ``split-kv`` (default): the KV of every row is cut into splits of a fixed number of blocks;
+  split ``j`` gathers block ``j`` of only the rows that reach it (rows are ordered longest
+  first, so they are a prefix), attends with SDPA and returns the log-sum-exp, and the splits
+  merge by it (FlashDecoding's reduction). Work and memory follow the sum of the contexts, and
+  each split's gather is small enough to stay in cache.
+- ``padded``: one gather of every row padded to the longest context and one masked SDPA, so a
+  long row among short ones costs rows x longest (the iteration bubble).
 
 Padded layout (``PaddedMetadata``): ``[B, S]`` rows, each computed in full and attending over
 ``context_tokens`` padded keys, so static and bucketed batching pay their padding cost.
@@ -25,6 +32,9 @@ import math
 
 import torch
 import torch.nn.functional as F
+
+DECODE_KERNELS = ("split-kv", "padded")
+SPLIT_TOKENS = 128  # KV tokens per split: measured best of 64-1024 on CPU (docs/benchmarks/vs_vllm.md)
 
 
 def write_kv(kv_layer: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -88,6 +98,54 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
         num_rows, seq, num_heads, head_dim)
 
 
+def attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                       scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention and its log-sum-exp per query row, so partial results over disjoint key sets
+    can merge. q: [B, H, S, D]; k, v: [B, H, C, D]; bias: additive, broadcast to [B, H, S, C]
+    (0 or -inf; every query row keeps a finite key). Returns ([B, H, S, D], [B, H, S] float32).
+
+    On CPU the fused flash kernel returns both; elsewhere (CUDA) plain matmuls in float32."""
+    if q.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias, scale=scale)
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale  # [B, H, S, C]
+    if bias is not None:
+        scores = scores + bias
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.matmul(torch.exp(scores - lse.unsqueeze(-1)), v.float())
+    return out.to(q.dtype), lse
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class DecodeSplit:
+    """Blocks ``[first_block, first_block + num_blocks)`` of the first ``num_rows`` decode rows."""
+
+    num_rows: int  # rows are ordered longest context first, so the rows reaching this split are a prefix
+    block_table: torch.Tensor  # [num_rows, num_blocks] long (block 0 past a row's last block)
+    bias: torch.Tensor | None  # [num_rows, 1, 1, num_blocks * block_size]: -inf past a row's context, or None
+
+
+def split_kv_decode(kv_layer: torch.Tensor, q: torch.Tensor, splits: tuple[DecodeSplit, ...], scale: float,
+                    workspace: GatherWorkspace | None) -> torch.Tensor:
+    """Decode attention over each row's own blocks, split by split, merged by log-sum-exp.
+    q: [B, Hq, D] (rows ordered longest first); returns [B, Hq, D]."""
+    num_rows, num_heads, head_dim = q.shape
+    kv_heads = kv_layer.shape[3]
+    q = q.view(num_rows, kv_heads, num_heads // kv_heads, head_dim)  # GQA: a group's heads are query rows
+    out = lse = None
+    for split in splits:
+        rows = split.num_rows
+        k, v = gather_kv(kv_layer, split.block_table, workspace)  # [rows, Hkv, num_blocks * block_size, D]
+        part, part_lse = attention_with_lse(q[:rows], k, v, split.bias, scale)
+        if out is None:  # the first split holds every row
+            out, lse = part.float(), part_lse.unsqueeze(-1)  # [B, Hkv, G, D], [B, Hkv, G, 1]
+            continue
+        part_lse = part_lse.unsqueeze(-1)
+        total = torch.logaddexp(lse[:rows], part_lse)
+        out[:rows].mul_(torch.exp(lse[:rows] - total)).add_(part.float() * torch.exp(part_lse - total))
+        lse[:rows] = total
+    return out.to(q.dtype).view(num_rows, num_heads, head_dim)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class PrefillChunk:
     query_start: int  # first row of this chunk in the flat batch
@@ -101,10 +159,11 @@ class PrefillChunk:
 class RaggedMetadata:
     slot_mapping: torch.Tensor  # [T] long: cache slot of each new token
     logits_indices: torch.Tensor  # [R] long: rows whose logits the model returns
-    num_decodes: int  # rows [0, num_decodes) are single-token decodes
-    decode_block_tables: torch.Tensor | None  # [num_decodes, max_blocks] long, padded with block 0
-    decode_mask: torch.Tensor | None  # [num_decodes, 1, 1, max_blocks * block_size] bool
+    num_decodes: int  # rows [0, num_decodes) are single-token decodes, longest context first
+    decode_block_tables: torch.Tensor | None  # padded kernel: [num_decodes, max_blocks] long, padded with block 0
+    decode_mask: torch.Tensor | None  # padded kernel: [num_decodes, 1, 1, max_blocks * block_size] bool
     prefills: tuple[PrefillChunk, ...]
+    decode_splits: tuple[DecodeSplit, ...] = ()  # split-kv kernel (then the two fields above are None)
     workspace: GatherWorkspace | None = None
 
     def attend(self, kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -113,7 +172,9 @@ class RaggedMetadata:
         write_kv(kv_layer, self.slot_mapping, k, v)
         outs = []
         nd = self.num_decodes
-        if nd:
+        if nd and self.decode_splits:
+            outs.append(split_kv_decode(kv_layer, q[:nd], self.decode_splits, scale, self.workspace))
+        elif nd:
             k_ctx, v_ctx = gather_kv(kv_layer, self.decode_block_tables, self.workspace)
             outs.append(dense_attention(q[:nd].unsqueeze(1), k_ctx, v_ctx, self.decode_mask, scale).squeeze(1))
         for chunk in self.prefills:
