@@ -65,16 +65,20 @@ class GatherWorkspace:
 
 def gather_kv(kv_layer: torch.Tensor, block_tables: torch.Tensor, workspace: GatherWorkspace | None = None
               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """K and V of every row's blocks, as ``[B, kv_heads, num_blocks_per_row * block_size, head_dim]``."""
+    """K and V of every row's blocks, as ``[B, kv_heads, num_blocks_per_row * block_size, head_dim]``.
+
+    One ``index_select`` over the layer viewed as ``[2 * num_blocks, block bytes]`` (K blocks,
+    then V blocks): whole contiguous blocks per index, measured 1.3-1.5x faster on CPU than
+    selecting along the block dimension of ``[2, num_blocks, ...]``."""
     num_rows, blocks_per_row = block_tables.shape
-    _, _, block_size, kv_heads, head_dim = kv_layer.shape
+    _, num_blocks, block_size, kv_heads, head_dim = kv_layer.shape
     index = block_tables.flatten()
-    # index_select is several times faster than advanced indexing on CPU
+    index = torch.cat((index, index + num_blocks))  # K blocks, then the same blocks' V
+    flat = kv_layer.view(2 * num_blocks, block_size * kv_heads * head_dim)
     if workspace is None:
-        kv = kv_layer.index_select(1, index)  # [2, B * nb, block_size, kv_heads, head_dim]
+        kv = flat.index_select(0, index)
     else:
-        out = workspace.buffer((2, index.numel(), block_size, kv_heads, head_dim), kv_layer)
-        kv = torch.index_select(kv_layer, 1, index, out=out)
+        kv = torch.index_select(flat, 0, index, out=workspace.buffer((index.numel(), flat.shape[1]), kv_layer))
     kv = kv.view(2, num_rows, blocks_per_row * block_size, kv_heads, head_dim).transpose(2, 3)
     return kv[0], kv[1]  # [B, kv_heads, C, head_dim] each
 
@@ -103,10 +107,15 @@ def attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: 
     """Attention and its log-sum-exp per query row, so partial results over disjoint key sets
     can merge. q: [B, H, S, D]; k, v: [B, H, C, D]; bias: additive, broadcast to [B, H, S, C]
     (0 or -inf; every query row keeps a finite key). Returns ([B, H, S, D], [B, H, S] float32).
-
-    On CPU the fused flash kernel returns both; elsewhere (CUDA) plain matmuls in float32."""
+    On CPU the fused flash kernel returns both; elsewhere (CUDA) ``attention_with_lse_matmul``."""
     if q.device.type == "cpu":
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias, scale=scale)
+    return attention_with_lse_matmul(q, k, v, bias, scale)
+
+
+def attention_with_lse_matmul(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                              scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``attention_with_lse`` from plain matmuls in float32, on any device."""
     scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale  # [B, H, S, C]
     if bias is not None:
         scores = scores + bias
@@ -152,7 +161,7 @@ class PrefillChunk:
     query_len: int
     context_len: int  # KV length after the chunk: start position + query_len
     block_table: torch.Tensor  # [cdiv(context_len, block_size)] long
-    mask: torch.Tensor | None  # [query_len, context_len] bool; None when the chunk starts at 0
+    bias: torch.Tensor | None  # [query_len, context_len] additive 0 / -inf (causal); None when the chunk starts at 0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -184,15 +193,20 @@ class RaggedMetadata:
 
 def _prefill_attention(kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        chunk: PrefillChunk, scale: float, workspace: GatherWorkspace | None) -> torch.Tensor:
+    """One prefill chunk. K/V heads are repeated to the query heads: SDPA's GQA path falls back
+    to the unfused math kernel on CPU, which measured 1.2-2.8x slower than the fused one."""
     rows = slice(chunk.query_start, chunk.query_start + chunk.query_len)
     q_c = q[rows].transpose(0, 1)  # [Hq, n, D]
-    if chunk.mask is None:
+    group = q.shape[1] // k.shape[1]
+    if chunk.bias is None:
         k_c, v_c = k[rows].transpose(0, 1), v[rows].transpose(0, 1)  # [Hkv, n, D]
-        out = F.scaled_dot_product_attention(q_c, k_c, v_c, is_causal=True, scale=scale, enable_gqa=True)
+        out = F.scaled_dot_product_attention(q_c, k_c.repeat_interleave(group, 0), v_c.repeat_interleave(group, 0),
+                                             is_causal=True, scale=scale)
     else:
         k_c, v_c = gather_kv(kv_layer, chunk.block_table.unsqueeze(0), workspace)  # [1, Hkv, nb * bs, D]
-        k_c, v_c = k_c[0, :, :chunk.context_len], v_c[0, :, :chunk.context_len]
-        out = F.scaled_dot_product_attention(q_c, k_c, v_c, attn_mask=chunk.mask, scale=scale, enable_gqa=True)
+        k_c = k_c[:, :, :chunk.context_len].repeat_interleave(group, 1)  # [1, Hq, ctx, D]
+        v_c = v_c[:, :, :chunk.context_len].repeat_interleave(group, 1)
+        out = attention_with_lse(q_c.unsqueeze(0), k_c, v_c, chunk.bias, scale)[0][0]
     return out.transpose(0, 1)  # [n, Hq, D]
 
 

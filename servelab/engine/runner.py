@@ -115,10 +115,11 @@ def build_ragged(chunks: Sequence[SeqChunk], block_size: int, device: torch.devi
         table = torch.tensor(c.block_table[:-(-c.end_pos // block_size)], dtype=torch.long, device=device)
         pos = torch.arange(c.start_pos, c.end_pos, device=device)
         slots.append(table[pos // block_size] * block_size + pos % block_size)
-        mask = None
+        bias = None
         if c.start_pos:
-            mask = torch.arange(c.end_pos, device=device).unsqueeze(0) <= pos.unsqueeze(1)  # [n, end_pos]
-        chunk_meta.append(PrefillChunk(rows, n, c.end_pos, table, mask))
+            future = torch.arange(c.end_pos, device=device).unsqueeze(0) > pos.unsqueeze(1)  # [n, end_pos]
+            bias = torch.zeros(future.shape, dtype=dtype, device=device).masked_fill_(future, float("-inf"))
+        chunk_meta.append(PrefillChunk(rows, n, c.end_pos, table, bias))
         rows += n
         if c.sample:
             logits_rows.append(rows - 1)
