@@ -193,21 +193,21 @@ class RaggedMetadata:
 
 def _prefill_attention(kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        chunk: PrefillChunk, scale: float, workspace: GatherWorkspace | None) -> torch.Tensor:
-    """One prefill chunk. K/V heads are repeated to the query heads: SDPA's GQA path falls back
-    to the unfused math kernel on CPU, which measured 1.2-2.8x slower than the fused one."""
+    """One prefill chunk. K/V heads are repeated to the query heads and the tensors are 4-D: SDPA
+    falls back to its unfused math kernel on CPU for GQA or 3-D inputs (measured 1.2-2.8x slower)."""
     rows = slice(chunk.query_start, chunk.query_start + chunk.query_len)
-    q_c = q[rows].transpose(0, 1)  # [Hq, n, D]
+    q_c = q[rows].transpose(0, 1).unsqueeze(0)  # [1, Hq, n, D]: the fused kernels take 4-D inputs only
     group = q.shape[1] // k.shape[1]
     if chunk.bias is None:
-        k_c, v_c = k[rows].transpose(0, 1), v[rows].transpose(0, 1)  # [Hkv, n, D]
-        out = F.scaled_dot_product_attention(q_c, k_c.repeat_interleave(group, 0), v_c.repeat_interleave(group, 0),
+        k_c, v_c = k[rows].transpose(0, 1).unsqueeze(0), v[rows].transpose(0, 1).unsqueeze(0)  # [1, Hkv, n, D]
+        out = F.scaled_dot_product_attention(q_c, k_c.repeat_interleave(group, 1), v_c.repeat_interleave(group, 1),
                                              is_causal=True, scale=scale)
     else:
         k_c, v_c = gather_kv(kv_layer, chunk.block_table.unsqueeze(0), workspace)  # [1, Hkv, nb * bs, D]
         k_c = k_c[:, :, :chunk.context_len].repeat_interleave(group, 1)  # [1, Hq, ctx, D]
         v_c = v_c[:, :, :chunk.context_len].repeat_interleave(group, 1)
-        out = attention_with_lse(q_c.unsqueeze(0), k_c, v_c, chunk.bias, scale)[0][0]
-    return out.transpose(0, 1)  # [n, Hq, D]
+        out = attention_with_lse(q_c, k_c, v_c, chunk.bias, scale)[0]
+    return out[0].transpose(0, 1)  # [n, Hq, D]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
