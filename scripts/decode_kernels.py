@@ -125,7 +125,8 @@ def main() -> int:
     lines = ["# Decode kernels and GEMMs on this CPU (measured)", "",
              "Written by `python scripts/decode_kernels.py`; rerun it rather than editing this file. One torch "
              f"thread, CPU time, medians of {args.repeats}; torch {torch.__version__}. Machine shared with other "
-             f"sessions (1-minute load average {load0:.2f} at the start", "LOADEND", "", "## 1. Projections: F.linear vs oneDNN-packed weights (GFLOP/s)", "",
+             f"sessions (1-minute load average {load0:.2f} at the start", "LOADEND", "",
+             "## 1. Projections: F.linear vs oneDNN-packed weights (GFLOP/s)", "",
              "| dtype | rows | weight | F.linear | oneDNN packed | gain |", "|---|---:|---|---:|---:|---:|"]
     gemms = gemm_rates(args.repeats)
     lines += [f"| {d} | {m} | {w} | {a:.0f} | {b:.0f} | {b / a:.2f}x |" for d, m, w, a, b in gemms]

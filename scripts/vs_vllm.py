@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -25,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from servelab.bench.vs_vllm import (Setup, default_loads, plan_runs, poisson_rate, read_records, run_client,  # noqa: E402
-                                    start_server, stop_server)
+from servelab.bench.vs_vllm import (Setup, default_loads, plan_runs, poisson_rate,  # noqa: E402
+                                    read_records, run_client, start_server, stop_server)
 from servelab.bench.vs_vllm_report import render  # noqa: E402
 
 NOTES = """## Reading
@@ -92,6 +93,9 @@ def main() -> int:
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
 
+    # stop the servers on Ctrl-C or kill, also when started in the background (where SIGINT is ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     python = Path(sys.executable)
     all_loads = default_loads()
     loads = all_loads if args.loads is None else tuple(ld for ld in all_loads if ld.name in args.loads.split(","))

@@ -152,6 +152,7 @@ def stop_server(proc: subprocess.Popen) -> None:
 
 
 def client_command(setup: Setup, client: str, server: str, load: Load, rate: float, out: Path) -> list[str]:
+    """Both clients greedy (vLLM's no longer defaults to temperature 0) with EOS ignored."""
     rate_text = "inf" if math.isinf(rate) else f"{rate:.6g}"
     if client == "servelab":
         workload = f"burst:n={load.num_requests},prompt=fixed({load.prompt_tokens}),output=fixed({load.output_tokens})"
@@ -163,8 +164,8 @@ def client_command(setup: Setup, client: str, server: str, load: Load, rate: flo
             "--endpoint", "/v1/completions", "--model", "model", "--tokenizer", str(setup.checkpoint),
             "--dataset-name", "random", "--random-input-len", str(load.prompt_tokens), "--random-output-len",
             str(load.output_tokens), "--random-range-ratio", "0", "--num-prompts", str(load.num_requests),
-            "--request-rate", rate_text, "--ignore-eos", "--seed", str(setup.seed), "--save-result",
-            "--result-dir", str(out.parent), "--result-filename", out.name, "--percentile-metrics",
+            "--request-rate", rate_text, "--ignore-eos", "--temperature", "0", "--seed", str(setup.seed),
+            "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name, "--percentile-metrics",
             "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99", "--disable-tqdm"]
 
 

@@ -92,8 +92,11 @@ def _agreement_rows(loads: tuple[Load, ...], med: dict) -> tuple[list[str], int,
 
 def render(records: list[Record], loads: tuple[Load, ...], setup: dict, context: dict, command: str) -> str:
     med = medians(records)
-    ratios = {ld.name: med[(ld.name, "servelab", "servelab")]["duration"] / med[(ld.name, "servelab", "vllm")]["duration"]
-              for ld in loads if (ld.name, "servelab", "servelab") in med and (ld.name, "servelab", "vllm") in med}
+    ratios = {}
+    for ld in loads:
+        s, v = med.get((ld.name, "servelab", "servelab")), med.get((ld.name, "servelab", "vllm"))
+        if s and v:
+            ratios[ld.name] = s["duration"] / v["duration"]
     loadavg = [x for r in records for x in (r.load_avg_before[0], r.load_avg_after[0])]
     agree_rows, agreed, checked = _agreement_rows(loads, med)
     lines = [

@@ -206,7 +206,10 @@ def _prefill_attention(kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
         k_c, v_c = gather_kv(kv_layer, chunk.block_table.unsqueeze(0), workspace)  # [1, Hkv, nb * bs, D]
         k_c = k_c[:, :, :chunk.context_len].repeat_interleave(group, 1)  # [1, Hq, ctx, D]
         v_c = v_c[:, :, :chunk.context_len].repeat_interleave(group, 1)
-        out = attention_with_lse(q_c, k_c, v_c, chunk.bias, scale)[0]
+        if q.device.type == "cpu":  # SDPA would take the math path for a float mask here
+            out = attention_with_lse(q_c, k_c, v_c, chunk.bias, scale)[0]
+        else:
+            out = F.scaled_dot_product_attention(q_c, k_c, v_c, attn_mask=chunk.bias, scale=scale)
     return out[0].transpose(0, 1)  # [n, Hq, D]
 
 
