@@ -126,7 +126,7 @@ def main() -> int:
                 if rate is None:
                     print(f"skip {key.stem}: its all-at-once twin has not run", flush=True)
                     continue
-                rec = run_client(setup, key, load, rate, args.out)
+                rec = run_client(setup, key, load, rate, args.out, servers[key.server].pid)
                 records.append(rec)
                 with records_path.open("a") as f:
                     f.write(json.dumps(rec.to_json()) + "\n")

@@ -211,11 +211,33 @@ def read_records(path: Path, setup: Setup) -> list[Record]:
     return [r for r in records if r.setup == setup.fingerprint()]
 
 
-def run_client(setup: Setup, key: RunKey, load: Load, rate: float, out_dir: Path) -> Record:
+def process_tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and every live descendant (Linux /proc): what a
+    server spent on a run, whatever else the shared machine was doing."""
+    stats = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # ended meanwhile
+            stats[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))  # ppid, utime + stime
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p, (ppid, _) in stats.items() if ppid == parent and p not in tree]
+        tree.update(children)
+        frontier += children
+    return sum(stats[p][1] for p in tree if p in stats) / os.sysconf("SC_CLK_TCK")
+
+
+def run_client(setup: Setup, key: RunKey, load: Load, rate: float, out_dir: Path, server_pid: int | None = None
+               ) -> Record:
     out = out_dir / "runs" / f"{key.stem}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     argv = client_command(setup, key.client, key.server, load, rate, out)
     before = os.getloadavg()
+    cpu0 = process_tree_cpu_s(server_pid) if server_pid else None
     t0 = time.monotonic()
     with (out_dir / "clients.log").open("ab") as log:
         log.write(f"\n$ {' '.join(argv)}\n".encode())
@@ -224,6 +246,7 @@ def run_client(setup: Setup, key: RunKey, load: Load, rate: float, out_dir: Path
     wall = time.monotonic() - t0
     data = json.loads(out.read_text())
     metrics = {k: data.get(k) for k in METRICS}
+    metrics["server_cpu_s"] = process_tree_cpu_s(server_pid) - cpu0 if server_pid else None
     return Record(key, rate, metrics, before, os.getloadavg(), wall, setup.fingerprint())
 
 

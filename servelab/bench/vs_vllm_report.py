@@ -1,7 +1,9 @@
 """docs/benchmarks/vs_vllm.md from the records of ``servelab.bench.vs_vllm`` (no I/O but the text).
 
-Per load: medians over repeats of servelab's client against each server, and the ratio
-servelab / vLLM (duration; > 1 means servelab is slower). Client agreement: per load and
+Per load: medians over repeats of servelab's client against each server, and the ratios
+servelab / vLLM (> 1 means servelab is slower) of the duration and of the CPU seconds the
+server's processes spent on the run (robust to other work on a shared machine; vLLM's count
+includes its API server, engine core and worker processes). Client agreement: per load and
 server, the two clients' medians side by side; they agree when duration and output tok/s are
 within ``AGREE_TOLERANCE`` and TTFT/TPOT medians within twice that (TTFT of an all-at-once
 load spreads over the whole prefill queue, so its median moves more with prompt order).
@@ -50,21 +52,27 @@ def client_agreement(med: dict, load: str, server: str) -> tuple[dict[str, float
 
 
 def _load_rows(loads: tuple[Load, ...], med: dict) -> list[str]:
-    rows = ["| load | rate (req/s) | server | runs | duration (s) | output tok/s | TTFT p50 / p90 / p99 (ms) | "
-            "TPOT p50 / p90 / p99 (ms) | servelab / vLLM duration |",
-            "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| load | rate (req/s) | server | runs | duration (s) | server CPU (s) | output tok/s | "
+            "TTFT p50 / p90 / p99 (ms) | TPOT p50 / p90 / p99 (ms) | servelab / vLLM: duration, CPU |",
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for load in loads:
         s, v = med.get((load.name, "servelab", "servelab")), med.get((load.name, "servelab", "vllm"))
         ratio = s["duration"] / v["duration"] if s and v else None
+        cpu_ratio = s["server_cpu_s"] / v["server_cpu_s"] if s and v and "server_cpu_s" in s and "server_cpu_s" in v \
+            else None
+        ratio_text = ""
+        if ratio:
+            ratio_text = f"**{ratio:.2f}x**" + (f", {cpu_ratio:.2f}x" if cpu_ratio else "")
         for server, m in (("servelab", s), ("vllm", v)):
             if m is None:
                 continue
             rate = "all at once" if math.isinf(m["rate"]) else f"{m['rate']:.3f}"
             rows.append(f"| {load.name} ({load.prompt_tokens}/{load.output_tokens} x {load.num_requests}) | {rate} | "
-                        f"{server} | {m['n']} | {_f(m['duration'])} | {_f(m['output_throughput'])} | "
+                        f"{server} | {m['n']} | {_f(m['duration'])} | {_f(m.get('server_cpu_s'))} | "
+                        f"{_f(m['output_throughput'])} | "
                         f"{_f(m['median_ttft_ms'], 0)} / {_f(m['p90_ttft_ms'], 0)} / {_f(m['p99_ttft_ms'], 0)} | "
                         f"{_f(m['median_tpot_ms'], 0)} / {_f(m['p90_tpot_ms'], 0)} / {_f(m['p99_tpot_ms'], 0)} | "
-                        f"{'**' + _f(ratio, 2) + 'x**' if server == 'servelab' and ratio else ''} |")
+                        f"{ratio_text if server == 'servelab' else ''} |")
     return rows
 
 

@@ -9,11 +9,11 @@ prefill chunks follow, one contiguous row range each, attended per sequence with
 inside the chunk. A chunk that starts at position 0 attends to its own fresh K/V and skips the
 gather. Decodes run one of two kernels (``DECODE_KERNELS``, the cost model's names):
 
-- ``split-kv`` (default): the KV of every row is cut into splits of a fixed number of blocks;
-  split ``j`` gathers block ``j`` of only the rows that reach it (rows are ordered longest
-  first, so they are a prefix), attends with SDPA and returns the log-sum-exp, and the splits
-  merge by it (FlashDecoding's reduction). Work and memory follow the sum of the contexts, and
-  each split's gather is small enough to stay in cache.
+- ``split-kv`` (default): the KV of every row is cut into splits of ``SPLIT_TOKENS`` tokens;
+  split ``j`` gathers its blocks for only the rows that reach it (rows are ordered longest
+  first, so they are a prefix), attends with the fused kernel, which also returns the
+  log-sum-exp, and the splits merge by it (FlashDecoding's reduction). Work and memory follow
+  the sum of the contexts (plus a fixed cost per split), and each split's gather stays in cache.
 - ``padded``: one gather of every row padded to the longest context and one masked SDPA, so a
   long row among short ones costs rows x longest (the iteration bubble).
 
@@ -21,7 +21,8 @@ Padded layout (``PaddedMetadata``): ``[B, S]`` rows, each computed in full and a
 ``context_tokens`` padded keys, so static and bucketed batching pay their padding cost.
 Padding tokens never write to the cache.
 
-Masks are boolean (True = may attend) and never leave a query row without a key.
+Masks are boolean (True = may attend) for the padded paths and additive biases (0 / -inf) for
+the fused kernel's paths; neither ever leaves a query row without a key.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 DECODE_KERNELS = ("split-kv", "padded")
-SPLIT_TOKENS = 128  # KV tokens per split: measured best of 64-1024 on CPU (docs/benchmarks/vs_vllm.md)
+SPLIT_TOKENS = 128  # KV tokens per split: the best of 64-512 measured on CPU (docs/benchmarks/decode_kernels.md)
 
 
 def write_kv(kv_layer: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -126,7 +127,8 @@ def attention_with_lse_matmul(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 @dataclass(frozen=True, slots=True, eq=False)
 class DecodeSplit:
-    """Blocks ``[first_block, first_block + num_blocks)`` of the first ``num_rows`` decode rows."""
+    """One split of the decode rows' KV: the same range of block-table columns for the first
+    ``num_rows`` rows (those whose context reaches it)."""
 
     num_rows: int  # rows are ordered longest context first, so the rows reaching this split are a prefix
     block_table: torch.Tensor  # [num_rows, num_blocks] long (block 0 past a row's last block)
