@@ -32,6 +32,14 @@ from servelab.bench.vs_vllm_report import render  # noqa: E402
 
 NOTES = """## Reading
 
+- **Wall time against CPU time.** vLLM runs in three processes (API server, engine core, and a
+  worker whose OpenMP thread it pins to one core, keeping the other core for the front end);
+  `servelab serve` is one process (HTTP on the event loop, the engine on a thread). With the
+  same torch thread count, vLLM can therefore use both cores, and on a machine shared with
+  other busy processes its several runnable processes also get a larger share of the CPU. The
+  CPU-seconds ratio (the servers' process trees, measured from /proc around each run) is the
+  comparison of the engines' work that the load of the machine does not move; the duration
+  ratio is what a client sees on this machine at this load.
 - **dtype.** This machine's CPU has AVX512-BF16, where bf16 matmuls ran 2-3x faster than fp32
   (one core, [32-2,048 x 1,024] x [1,024 x 3,072]: 137-223 vs 54-111 GFLOP/s), and vLLM serves a
   float32 checkpoint in bf16 on CPU unless told `--dtype float32`. The first comparison
@@ -138,9 +146,10 @@ def main() -> int:
         finally:
             for proc in servers.values():
                 stop_server(proc)
-    repeats_text = (f"{args.repeats} of every load" if args.repeats else
-                    "2 for the 32-request loads, 1 for the 128-request loads (about 4x longer each)")
-    repeats_text += "; vLLM's client on the 32-request loads, first repeat"
+    repeats_text = (f"{args.repeats} of every load planned" if args.repeats else
+                    "2 planned for the 32-request loads, 1 for the 128-request loads (about 4x longer each)")
+    repeats_text += ("; vLLM's client on the 32-request loads, first repeat; the `runs` column says how many "
+                     f"ran ({len(records)} of {len(plan)} planned runs are in this report)")
     command = "python scripts/vs_vllm.py" + (f" --dtype {args.dtype}" if args.dtype != "bfloat16" else "")
     args.doc.parent.mkdir(parents=True, exist_ok=True)
     args.doc.write_text(render(records, loads, setup.fingerprint(), context(setup, repeats_text), command))
