@@ -8,13 +8,13 @@ from pathlib import Path
 
 from servelab.bench.vs_vllm import (Record, RunKey, Setup, client_command, default_loads, plan_runs, poisson_rate,
                                     read_records, server_command)
-from servelab.bench.vs_vllm_report import client_agreement, medians, render
+from servelab.bench.vs_vllm_report import client_agreement, medians, render, same_work
 
 SETUP = Setup(checkpoint=Path("/ckpt/bench200m"), vllm_python=Path("/v/bin/python"), servelab_python=Path("/s/python"))
 
 
-def _record(repeat, load, client, server, duration, rate=math.inf, tpot=100.0):
-    metrics = {"duration": duration, "completed": 32, "output_throughput": 2048 / duration, "median_ttft_ms": 1000.0,
+def _record(repeat, load, client, server, duration, rate=math.inf, tpot=100.0, cpu=20.0):
+    metrics = {"duration": duration, "server_cpu_s": cpu, "completed": 32, "output_throughput": 2048 / duration, "median_ttft_ms": 1000.0,
                "p90_ttft_ms": 2000.0, "p99_ttft_ms": 3000.0, "median_tpot_ms": tpot, "p90_tpot_ms": tpot,
                "p99_tpot_ms": tpot}
     return Record(RunKey(repeat, load, client, server), rate, metrics, (1.0, 1.0, 1.0), (1.5, 1.0, 1.0), duration,
@@ -76,13 +76,15 @@ def test_report_ratios_and_client_agreement():
     loads = tuple(ld for ld in default_loads() if ld.name == "short-32-burst")
     records = [_record(r, "short-32-burst", "servelab", "servelab", d) for r, d in ((0, 60.0), (1, 40.0))]
     records += [_record(r, "short-32-burst", "servelab", "vllm", 25.0) for r in (0, 1)]
-    records += [_record(0, "short-32-burst", "vllm", "vllm", 26.0),
-                _record(0, "short-32-burst", "vllm", "servelab", 70.0)]
+    records += [_record(0, "short-32-burst", "vllm", "vllm", 26.0, cpu=30.0),
+                _record(0, "short-32-burst", "vllm", "servelab", 70.0, cpu=21.0)]
     med = medians(records)
     assert med[("short-32-burst", "servelab", "servelab")]["duration"] == 50.0
     ratios, ok = client_agreement(med, "short-32-burst", "vllm")
     assert ok and abs(ratios["duration"] - 26 / 25) < 1e-9
     assert not client_agreement(med, "short-32-burst", "servelab")[1]  # 70 s vs 50 s
+    assert same_work(med, "short-32-burst", "servelab")  # ... for the same 20-21 CPU seconds
+    assert not same_work(med, "short-32-burst", "vllm")  # 30 vs 20 CPU s
     text = render(records, loads, SETUP.fingerprint(), {"machine": "test"}, "python scripts/vs_vllm.py")
     assert "**2.00x**" in text and "1 of 2 (load, server) pairs agree" in text
     assert "python scripts/vs_vllm.py" in text
