@@ -255,8 +255,9 @@ def calibrate_cmd(
     dtype: Optional[str] = typer.Option(None),
     threads: Optional[int] = typer.Option(None),
     attention_kernel: Optional[str] = typer.Option(None, "--attention-kernel",
-                                                   help="The engine's decode kernel the attention term follows: "
-                                                        "auto | padded | split-kv (default: the engine's own)."),
+                                                   help="The decode kernel the engine runs and the fit's attention "
+                                                        "term follows: split-kv (the engine's default) | padded; auto "
+                                                        "runs split-kv and keeps both terms, to compare."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Time engine steps over a grid of shapes, fit the linear cost model, save it for ``simulate --cost-model``."""
@@ -279,8 +280,9 @@ def calibrate_cmd(
 
         with progress_bar("timing engine steps over the grid", not json_out) as bar:
             progress = None if bar is None else (lambda k, n: bar(k / n))
+            ran = attention_kernel if attention_kernel in ("padded", "split-kv") else "split-kv"
             cost, error, samples = calibrate(loaded, chosen, block_size=block_size, progress=progress,
-                                             attention_kernel=attention_kernel)
+                                             decode_kernel=ran, attention_kernel=attention_kernel)
         out.parent.mkdir(parents=True, exist_ok=True)
         cost.save(out)
     from servelab.costmodel.linear import HELD_OUT_WARN_MEDIAN, held_out_error

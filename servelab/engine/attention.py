@@ -4,17 +4,25 @@ Each metadata object is built once per step (by the runner) and shared by every 
 ``attend`` writes the step's new K/V into the cache slots, then attends over each
 sequence's context gathered from its blocks.
 
-Ragged layout (``RaggedMetadata``): the first ``num_decodes`` rows are single-token decodes,
-attended together with one block gather (``index_select``) and one masked SDPA padded to
-the longest decode context; prefill chunks follow, one contiguous row range each, attended
-per sequence with a causal mask inside the chunk. A chunk that starts at position 0 attends
-to its own fresh K/V and skips the gather.
+Ragged layout (``RaggedMetadata``): the first ``num_decodes`` rows are single-token decodes;
+prefill chunks follow, one contiguous row range each, attended per sequence with a causal mask
+inside the chunk. A chunk that starts at position 0 attends to its own fresh K/V and skips the
+gather. Decodes run one of two kernels (``DECODE_KERNELS``, the cost model's names):
+
+- ``split-kv`` (default): the KV of every row is cut into splits of ``SPLIT_TOKENS`` tokens;
+  split ``j`` gathers its blocks for only the rows that reach it (rows are ordered longest
+  first, so they are a prefix), attends with the fused kernel, which also returns the
+  log-sum-exp, and the splits merge by it (FlashDecoding's reduction). Work and memory follow
+  the sum of the contexts (plus a fixed cost per split), and each split's gather stays in cache.
+- ``padded``: one gather of every row padded to the longest context and one masked SDPA, so a
+  long row among short ones costs rows x longest (the iteration bubble).
 
 Padded layout (``PaddedMetadata``): ``[B, S]`` rows, each computed in full and attending over
 ``context_tokens`` padded keys, so static and bucketed batching pay their padding cost.
 Padding tokens never write to the cache.
 
-Masks are boolean (True = may attend) and never leave a query row without a key.
+Masks are boolean (True = may attend) for the padded paths and additive biases (0 / -inf) for
+the fused kernel's paths; neither ever leaves a query row without a key.
 """
 
 from __future__ import annotations
@@ -25,6 +33,9 @@ import math
 
 import torch
 import torch.nn.functional as F
+
+DECODE_KERNELS = ("split-kv", "padded")
+SPLIT_TOKENS = 128  # KV tokens per split: the best of 64-512 measured on CPU (docs/benchmarks/decode_kernels.md)
 
 
 def write_kv(kv_layer: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -55,16 +66,20 @@ class GatherWorkspace:
 
 def gather_kv(kv_layer: torch.Tensor, block_tables: torch.Tensor, workspace: GatherWorkspace | None = None
               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """K and V of every row's blocks, as ``[B, kv_heads, num_blocks_per_row * block_size, head_dim]``."""
+    """K and V of every row's blocks, as ``[B, kv_heads, num_blocks_per_row * block_size, head_dim]``.
+
+    One ``index_select`` over the layer viewed as ``[2 * num_blocks, block bytes]`` (K blocks,
+    then V blocks): whole contiguous blocks per index, measured 1.3-1.5x faster on CPU than
+    selecting along the block dimension of ``[2, num_blocks, ...]``."""
     num_rows, blocks_per_row = block_tables.shape
-    _, _, block_size, kv_heads, head_dim = kv_layer.shape
+    _, num_blocks, block_size, kv_heads, head_dim = kv_layer.shape
     index = block_tables.flatten()
-    # index_select is several times faster than advanced indexing on CPU
+    index = torch.cat((index, index + num_blocks))  # K blocks, then the same blocks' V
+    flat = kv_layer.view(2 * num_blocks, block_size * kv_heads * head_dim)
     if workspace is None:
-        kv = kv_layer.index_select(1, index)  # [2, B * nb, block_size, kv_heads, head_dim]
+        kv = flat.index_select(0, index)
     else:
-        out = workspace.buffer((2, index.numel(), block_size, kv_heads, head_dim), kv_layer)
-        kv = torch.index_select(kv_layer, 1, index, out=out)
+        kv = torch.index_select(flat, 0, index, out=workspace.buffer((index.numel(), flat.shape[1]), kv_layer))
     kv = kv.view(2, num_rows, blocks_per_row * block_size, kv_heads, head_dim).transpose(2, 3)
     return kv[0], kv[1]  # [B, kv_heads, C, head_dim] each
 
@@ -88,23 +103,78 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
         num_rows, seq, num_heads, head_dim)
 
 
+def attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                       scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention and its log-sum-exp per query row, so partial results over disjoint key sets
+    can merge. q: [B, H, S, D]; k, v: [B, H, C, D]; bias: additive, broadcast to [B, H, S, C]
+    (0 or -inf; every query row keeps a finite key). Returns ([B, H, S, D], [B, H, S] float32).
+    On CPU the fused flash kernel returns both; elsewhere (CUDA) ``attention_with_lse_matmul``."""
+    if q.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias, scale=scale)
+    return attention_with_lse_matmul(q, k, v, bias, scale)
+
+
+def attention_with_lse_matmul(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                              scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``attention_with_lse`` from plain matmuls in float32, on any device."""
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale  # [B, H, S, C]
+    if bias is not None:
+        scores = scores + bias
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.matmul(torch.exp(scores - lse.unsqueeze(-1)), v.float())
+    return out.to(q.dtype), lse
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class DecodeSplit:
+    """One split of the decode rows' KV: the same range of block-table columns for the first
+    ``num_rows`` rows (those whose context reaches it)."""
+
+    num_rows: int  # rows are ordered longest context first, so the rows reaching this split are a prefix
+    block_table: torch.Tensor  # [num_rows, num_blocks] long (block 0 past a row's last block)
+    bias: torch.Tensor | None  # [num_rows, 1, 1, num_blocks * block_size]: -inf past a row's context, or None
+
+
+def split_kv_decode(kv_layer: torch.Tensor, q: torch.Tensor, splits: tuple[DecodeSplit, ...], scale: float,
+                    workspace: GatherWorkspace | None) -> torch.Tensor:
+    """Decode attention over each row's own blocks, split by split, merged by log-sum-exp.
+    q: [B, Hq, D] (rows ordered longest first); returns [B, Hq, D]."""
+    num_rows, num_heads, head_dim = q.shape
+    kv_heads = kv_layer.shape[3]
+    q = q.view(num_rows, kv_heads, num_heads // kv_heads, head_dim)  # GQA: a group's heads are query rows
+    out = lse = None
+    for split in splits:
+        rows = split.num_rows
+        k, v = gather_kv(kv_layer, split.block_table, workspace)  # [rows, Hkv, num_blocks * block_size, D]
+        part, part_lse = attention_with_lse(q[:rows], k, v, split.bias, scale)
+        if out is None:  # the first split holds every row
+            out, lse = part.float(), part_lse.unsqueeze(-1)  # [B, Hkv, G, D], [B, Hkv, G, 1]
+            continue
+        part_lse = part_lse.unsqueeze(-1)
+        total = torch.logaddexp(lse[:rows], part_lse)
+        out[:rows].mul_(torch.exp(lse[:rows] - total)).add_(part.float() * torch.exp(part_lse - total))
+        lse[:rows] = total
+    return out.to(q.dtype).view(num_rows, num_heads, head_dim)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class PrefillChunk:
     query_start: int  # first row of this chunk in the flat batch
     query_len: int
     context_len: int  # KV length after the chunk: start position + query_len
     block_table: torch.Tensor  # [cdiv(context_len, block_size)] long
-    mask: torch.Tensor | None  # [query_len, context_len] bool; None when the chunk starts at 0
+    bias: torch.Tensor | None  # [query_len, context_len] additive 0 / -inf (causal); None when the chunk starts at 0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class RaggedMetadata:
     slot_mapping: torch.Tensor  # [T] long: cache slot of each new token
     logits_indices: torch.Tensor  # [R] long: rows whose logits the model returns
-    num_decodes: int  # rows [0, num_decodes) are single-token decodes
-    decode_block_tables: torch.Tensor | None  # [num_decodes, max_blocks] long, padded with block 0
-    decode_mask: torch.Tensor | None  # [num_decodes, 1, 1, max_blocks * block_size] bool
+    num_decodes: int  # rows [0, num_decodes) are single-token decodes, longest context first
+    decode_block_tables: torch.Tensor | None  # padded kernel: [num_decodes, max_blocks] long, padded with block 0
+    decode_mask: torch.Tensor | None  # padded kernel: [num_decodes, 1, 1, max_blocks * block_size] bool
     prefills: tuple[PrefillChunk, ...]
+    decode_splits: tuple[DecodeSplit, ...] = ()  # split-kv kernel (then the two fields above are None)
     workspace: GatherWorkspace | None = None
 
     def attend(self, kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -113,7 +183,9 @@ class RaggedMetadata:
         write_kv(kv_layer, self.slot_mapping, k, v)
         outs = []
         nd = self.num_decodes
-        if nd:
+        if nd and self.decode_splits:
+            outs.append(split_kv_decode(kv_layer, q[:nd], self.decode_splits, scale, self.workspace))
+        elif nd:
             k_ctx, v_ctx = gather_kv(kv_layer, self.decode_block_tables, self.workspace)
             outs.append(dense_attention(q[:nd].unsqueeze(1), k_ctx, v_ctx, self.decode_mask, scale).squeeze(1))
         for chunk in self.prefills:
@@ -123,16 +195,24 @@ class RaggedMetadata:
 
 def _prefill_attention(kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        chunk: PrefillChunk, scale: float, workspace: GatherWorkspace | None) -> torch.Tensor:
+    """One prefill chunk. K/V heads are repeated to the query heads and the tensors are 4-D: SDPA
+    falls back to its unfused math kernel on CPU for GQA or 3-D inputs (measured 1.2-2.8x slower)."""
     rows = slice(chunk.query_start, chunk.query_start + chunk.query_len)
-    q_c = q[rows].transpose(0, 1)  # [Hq, n, D]
-    if chunk.mask is None:
-        k_c, v_c = k[rows].transpose(0, 1), v[rows].transpose(0, 1)  # [Hkv, n, D]
-        out = F.scaled_dot_product_attention(q_c, k_c, v_c, is_causal=True, scale=scale, enable_gqa=True)
+    q_c = q[rows].transpose(0, 1).unsqueeze(0)  # [1, Hq, n, D]: the fused kernels take 4-D inputs only
+    group = q.shape[1] // k.shape[1]
+    if chunk.bias is None:
+        k_c, v_c = k[rows].transpose(0, 1).unsqueeze(0), v[rows].transpose(0, 1).unsqueeze(0)  # [1, Hkv, n, D]
+        out = F.scaled_dot_product_attention(q_c, k_c.repeat_interleave(group, 1), v_c.repeat_interleave(group, 1),
+                                             is_causal=True, scale=scale)
     else:
         k_c, v_c = gather_kv(kv_layer, chunk.block_table.unsqueeze(0), workspace)  # [1, Hkv, nb * bs, D]
-        k_c, v_c = k_c[0, :, :chunk.context_len], v_c[0, :, :chunk.context_len]
-        out = F.scaled_dot_product_attention(q_c, k_c, v_c, attn_mask=chunk.mask, scale=scale, enable_gqa=True)
-    return out.transpose(0, 1)  # [n, Hq, D]
+        k_c = k_c[:, :, :chunk.context_len].repeat_interleave(group, 1)  # [1, Hq, ctx, D]
+        v_c = v_c[:, :, :chunk.context_len].repeat_interleave(group, 1)
+        if q.device.type == "cpu":  # SDPA would take the math path for a float mask here
+            out = attention_with_lse(q_c, k_c, v_c, chunk.bias, scale)[0]
+        else:
+            out = F.scaled_dot_product_attention(q_c, k_c, v_c, attn_mask=chunk.bias, scale=scale)
+    return out[0].transpose(0, 1)  # [n, Hq, D]
 
 
 @dataclass(frozen=True, slots=True, eq=False)

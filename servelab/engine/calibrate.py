@@ -178,10 +178,15 @@ MAX_BLOCK_SIZE = 4096  # tokens per KV block; vLLM uses 16, and the grid's conte
 
 def calibrate(loaded, grid: CalibrationGrid = CalibrationGrid(), *, block_size: int = 16, seed: int = 0,
               progress: Callable[[int, int], None] | None = None, clock: Callable[[], float] = time.perf_counter,
-              attention_kernel: str | None = None) -> tuple[LinearCostModel, FitError, list[tuple[StepShape, float]]]:
+              decode_kernel: str = "split-kv", attention_kernel: str | None = None,
+              ) -> tuple[LinearCostModel, FitError, list[tuple[StepShape, float]]]:
     """Time every grid point on ``loaded`` (a ``LoadedModel``); returns (model, fit error, samples).
-    ``attention_kernel``: the decode kernel the fit's attention term follows (``linear``); by
-    default the model's ``decode_attention_kernel`` attribute if it names one, else ``auto``."""
+
+    Ragged steps run ``decode_kernel`` (the engine's default unless told), recorded in
+    ``meta["attention_kernel"]``: with ``split-kv`` a decode costs its own context (the bubble
+    term fits near 0), with ``padded`` rows x longest (the bubble term carries it). The fit's
+    attention term follows ``attention_kernel`` when given (``auto`` keeps both terms, to
+    compare), else the kernel that ran (``costmodel.linear``)."""
     import torch
 
     if not 1 <= block_size <= MAX_BLOCK_SIZE:
@@ -200,7 +205,7 @@ def calibrate(loaded, grid: CalibrationGrid = CalibrationGrid(), *, block_size: 
     gen = torch.Generator().manual_seed(seed)
     cache.kv.copy_(torch.randn(cache.kv.shape, generator=gen).to(dtype))
     order = torch.randperm(num_blocks, generator=gen).tolist()  # scattered blocks, as after churn
-    runner = ModelRunner(loaded.model, cache)
+    runner = ModelRunner(loaded.model, cache, decode_kernel=decode_kernel)
     samples = []
     for k, point in enumerate(points):
         samples.append((point.shape, time_point(runner, point, grid.repeats, order, clock)))
@@ -209,9 +214,10 @@ def calibrate(loaded, grid: CalibrationGrid = CalibrationGrid(), *, block_size: 
     kv_per_token = bytes_per_block(c.num_layers, 1, c.num_kv_heads, c.head_dim, dtype)
     meta = {**machine_meta(), "model": str(getattr(loaded, "path", "?")), "dtype": str(dtype).removeprefix("torch."),
             "num_params": str(sum(p.numel() for p in loaded.model.parameters())), "block_size": str(block_size),
+            "attention_kernel": decode_kernel,
             "grid": repr(grid), "source": "servelab calibrate (measured wall-clock engine steps)"
             if clock is time.perf_counter else f"servelab calibrate (engine steps timed by {clock.__name__})"}
-    kernel = attention_kernel or getattr(loaded.model, "decode_attention_kernel", None) or "auto"
+    kernel = attention_kernel or decode_kernel
     model, error = fit_linear_cost_model(samples, kv_bytes_per_token=kv_per_token, meta=meta, attention_kernel=kernel)
     if grid.swap_blocks:
         model = replace(model, c_swap_block=time_swap_per_block(cache, grid.swap_blocks, grid.repeats, clock))

@@ -117,7 +117,7 @@ class EngineCluster:
     factory: Any = None
 
     def __init__(self, model: str | Path | Any, policy_spec: str = "vllm", config: EngineConfig = EngineConfig(), *,
-                 num_instances: int = 1, router: str | None = None, dtype: str | None = None, device: str = "cpu",
+                 num_instances: int = 1, router: str | None = None, dtype: str | None = None, device: str = "auto",
                  kv_pool_bytes: int = 0, backend: str = "inprocess", ray_config: Any = None,
                  ray_workers: Any = None, layer_ranges: bool = False) -> None:
         from servelab.cluster.presets import cluster_for

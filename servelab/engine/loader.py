@@ -23,6 +23,7 @@ from tokenizers import Tokenizer
 
 from servelab.core.errors import UserError, shown
 from servelab.engine.config import ModelConfig
+from servelab.engine.device import resolve_device, resolve_dtype
 from servelab.engine.model import Model
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -187,8 +188,9 @@ def hf_to_model_state(tensors: dict[str, torch.Tensor], config: ModelConfig, whe
 
 
 def build_model(config: ModelConfig, state: dict[str, torch.Tensor], *, dtype: torch.dtype,
-                device: torch.device | str = "cpu", where: str = "") -> Model:
-    """Allocate without random init, then copy the weights in (converting dtype)."""
+                device: torch.device | str = "cpu", where: str = "", pack: bool = True) -> Model:
+    """Allocate without random init, then copy the weights in (converting dtype); on the CPU,
+    ``pack`` also keeps oneDNN-packed copies of the projection weights (``Model.pack_linears``)."""
     with torch.device("meta"):
         model = Model(config).to(dtype)  # casting on meta allocates nothing
     model.to_empty(device=device)
@@ -203,18 +205,25 @@ def build_model(config: ModelConfig, state: dict[str, torch.Tensor], *, dtype: t
         with torch.no_grad():
             param.copy_(tensor)
     model.reset_rope()
-    return model.eval().requires_grad_(False)
+    model = model.eval().requires_grad_(False)
+    if pack:
+        model.pack_linears()
+    return model
 
 
 def load_checkpoint(folder: str | Path, *, dtype: str | torch.dtype | None = None,
                     device: torch.device | str = "cpu") -> LoadedModel:
-    """Load a HF Llama/Qwen2 folder. ``dtype`` defaults to the checkpoint's ``torch_dtype``."""
+    """Load a HF Llama/Qwen2 folder onto ``device`` (``auto``: CUDA when torch sees a GPU).
+    ``dtype`` defaults to the checkpoint's ``torch_dtype``, bf16 for a float32 one on CUDA."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint folder not found: {folder}")
     config = load_config(folder)
-    if dtype is None:
-        dtype = config.torch_dtype
+    try:
+        device = resolve_device(device)
+    except (ValueError, RuntimeError) as e:
+        raise UserError(str(e)) from None
+    dtype = resolve_dtype(dtype, config.torch_dtype, device)
     if isinstance(dtype, str):
         if dtype not in DTYPES:
             raise UserError(f"unsupported dtype {dtype!r}; supported: {sorted(DTYPES)}")

@@ -6,8 +6,9 @@ the request's block table from ``BlockManager``; it builds the attention metadat
 model over the paged cache and samples. A chunk with ``sample=False`` (a prefill chunk that
 does not finish the prompt) writes its KV and returns no token.
 
-Ragged steps put single-token decodes first, so the model can attend to all of them with one
-gather; results come back keyed by request id, so the reordering is invisible. Padded steps
+Ragged steps put single-token decodes first, longest context first, so that the rows reaching
+any KV split are a prefix (``attention.split_kv_decode``); results come back keyed by request
+id, so the reordering is invisible. Padded steps
 run ``[num_rows, row_tokens]`` with ``context_tokens`` keys per row, as ``PaddedBatch`` says.
 """
 
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from servelab.engine.attention import GatherWorkspace, PaddedMetadata, PrefillChunk, RaggedMetadata
+from servelab.engine.attention import (DECODE_KERNELS, SPLIT_TOKENS, DecodeSplit, GatherWorkspace, PaddedMetadata,
+                                      PrefillChunk, RaggedMetadata)
 from servelab.engine.kv_cache import PagedKVCache
 from servelab.engine.model import Model
 from servelab.engine.sampling import GREEDY, Sampler, SamplingParams
@@ -57,26 +59,54 @@ def _padded_tables(tables: Sequence[Sequence[int]], width: int, device: torch.de
     return torch.tensor(rows, dtype=torch.long, device=device)  # [B, width]
 
 
+def decode_splits(tables: torch.Tensor, ends: Sequence[int], block_size: int, split_tokens: int,
+                  dtype: torch.dtype) -> tuple[DecodeSplit, ...]:
+    """The split-kv kernel's splits for decode rows ordered longest first. tables: [B, width]
+    padded block tables; ends: each row's context length (its position + 1)."""
+    per = max(1, split_tokens // block_size)
+    width = tables.shape[1]
+    keys = torch.arange(width * block_size, device=tables.device)
+    ends_t = torch.tensor(list(ends), device=tables.device)
+    bias = torch.zeros(len(ends), width * block_size, dtype=dtype, device=tables.device)  # [B, C]
+    bias.masked_fill_(keys.unsqueeze(0) >= ends_t.unsqueeze(1), float("-inf"))
+    splits = []
+    for first in range(0, width, per):
+        rows = sum(1 for e in ends if e > first * block_size)
+        n = min(per, width - first)
+        split_bias = None
+        if ends[rows - 1] < (first + n) * block_size:  # the shortest row ends inside this split
+            split_bias = bias[:rows, first * block_size:(first + n) * block_size].reshape(rows, 1, 1, -1)
+        splits.append(DecodeSplit(rows, tables[:rows, first:first + n].contiguous(), split_bias))
+    return tuple(splits)
+
+
 def build_ragged(chunks: Sequence[SeqChunk], block_size: int, device: torch.device,
-                 workspace: GatherWorkspace | None = None
+                 workspace: GatherWorkspace | None = None, *, decode_kernel: str = "split-kv",
+                 split_tokens: int = SPLIT_TOKENS, dtype: torch.dtype = torch.float32
                  ) -> tuple[torch.Tensor, torch.Tensor, RaggedMetadata, list[SeqChunk]]:
-    """Flatten chunks (decodes first) into input_ids [T], positions [T] and metadata."""
+    """Flatten chunks (decodes first, longest first) into input_ids [T], positions [T] and
+    metadata for ``decode_kernel`` (``dtype``: the cache's, for the split-kv mask)."""
     _check(chunks, block_size)
-    decodes = [c for c in chunks if len(c.token_ids) == 1 and c.start_pos > 0]
+    decodes = sorted((c for c in chunks if len(c.token_ids) == 1 and c.start_pos > 0), key=lambda c: -c.end_pos)
     prefills = [c for c in chunks if not (len(c.token_ids) == 1 and c.start_pos > 0)]
     ordered = decodes + prefills
     ids = [t for c in ordered for t in c.token_ids]
     positions = torch.tensor([p for c in ordered for p in range(c.start_pos, c.end_pos)], dtype=torch.long)
     slots, rows, logits_rows = [], 0, []
     decode_tables = decode_mask = None
+    splits: tuple[DecodeSplit, ...] = ()
     if decodes:
         width = max(-(-c.end_pos // block_size) for c in decodes)
         decode_tables = _padded_tables([c.block_table for c in decodes], width, device)
         pos = positions[:len(decodes)].to(device)
         slots.append(decode_tables.gather(1, (pos // block_size).unsqueeze(1)).squeeze(1) * block_size
                      + pos % block_size)
-        keys = torch.arange(width * block_size, device=device)
-        decode_mask = (keys.unsqueeze(0) <= pos.unsqueeze(1)).view(len(decodes), 1, 1, -1)
+        if decode_kernel == "split-kv":
+            splits = decode_splits(decode_tables, [c.end_pos for c in decodes], block_size, split_tokens, dtype)
+            decode_tables = None
+        else:
+            keys = torch.arange(width * block_size, device=device)
+            decode_mask = (keys.unsqueeze(0) <= pos.unsqueeze(1)).view(len(decodes), 1, 1, -1)
         logits_rows += [i for i, c in enumerate(decodes) if c.sample]
         rows = len(decodes)
     chunk_meta = []
@@ -85,17 +115,18 @@ def build_ragged(chunks: Sequence[SeqChunk], block_size: int, device: torch.devi
         table = torch.tensor(c.block_table[:-(-c.end_pos // block_size)], dtype=torch.long, device=device)
         pos = torch.arange(c.start_pos, c.end_pos, device=device)
         slots.append(table[pos // block_size] * block_size + pos % block_size)
-        mask = None
+        bias = None
         if c.start_pos:
-            mask = torch.arange(c.end_pos, device=device).unsqueeze(0) <= pos.unsqueeze(1)  # [n, end_pos]
-        chunk_meta.append(PrefillChunk(rows, n, c.end_pos, table, mask))
+            future = torch.arange(c.end_pos, device=device).unsqueeze(0) > pos.unsqueeze(1)  # [n, end_pos]
+            bias = torch.zeros(future.shape, dtype=dtype, device=device).masked_fill_(future, float("-inf"))
+        chunk_meta.append(PrefillChunk(rows, n, c.end_pos, table, bias))
         rows += n
         if c.sample:
             logits_rows.append(rows - 1)
     meta = RaggedMetadata(slot_mapping=torch.cat(slots),
                           logits_indices=torch.tensor(logits_rows, dtype=torch.long, device=device),
                           num_decodes=len(decodes), decode_block_tables=decode_tables, decode_mask=decode_mask,
-                          prefills=tuple(chunk_meta), workspace=workspace)
+                          prefills=tuple(chunk_meta), decode_splits=splits, workspace=workspace)
     sampled = [c for c in ordered if c.sample]
     return torch.tensor(ids, dtype=torch.long, device=device), positions.to(device), meta, sampled
 
@@ -140,10 +171,17 @@ def build_padded(chunks: Sequence[SeqChunk], num_rows: int, row_tokens: int, con
 
 class ModelRunner:
     """Runs steps of ``model`` over ``kv_cache``; with ``layers=(lo, hi)`` it is one pipeline
-    stage: the cache holds only those layers and ``run_stage`` hands hidden states on."""
+    stage: the cache holds only those layers and ``run_stage`` hands hidden states on.
+    ``decode_kernel`` picks the ragged steps' decode attention (``attention.DECODE_KERNELS``);
+    padded steps always run the padded layout their policy asked for."""
 
     def __init__(self, model: Model, kv_cache: PagedKVCache, sampler: Sampler | None = None, *,
-                 layers: tuple[int, int] | None = None) -> None:
+                 layers: tuple[int, int] | None = None, decode_kernel: str = "split-kv",
+                 split_tokens: int = SPLIT_TOKENS) -> None:
+        if decode_kernel not in DECODE_KERNELS:
+            raise ValueError(f"decode_kernel must be one of {DECODE_KERNELS}, got {decode_kernel!r}")
+        if split_tokens < 1:
+            raise ValueError(f"split_tokens must be >= 1, got {split_tokens}")
         num_layers = model.config.num_layers if layers is None else layers[1] - layers[0]
         if layers is not None and not 0 <= layers[0] < layers[1] <= model.config.num_layers:
             raise ValueError(f"layers {layers} is not a non-empty range of the model's {model.config.num_layers}")
@@ -156,13 +194,19 @@ class ModelRunner:
         self.device = kv_cache.device
         self.sampler = sampler or Sampler(device=self.device)
         self.workspace = GatherWorkspace()  # reused by every layer of every step
+        self.decode_kernel = decode_kernel
+        self.split_tokens = split_tokens
+
+    def _build_ragged(self, chunks: Sequence[SeqChunk]):
+        return build_ragged(chunks, self.kv_cache.block_size, self.device, self.workspace,
+                            decode_kernel=self.decode_kernel, split_tokens=self.split_tokens, dtype=self.kv_cache.dtype)
 
     @torch.inference_mode()
     def compute_logits(self, chunks: Sequence[SeqChunk]) -> tuple[list[int], torch.Tensor]:
         """Request ids of the sampled chunks, and their logits [R, vocab] float32 in that order."""
         if not chunks:
             return [], torch.empty(0, self.model.config.vocab_size)
-        ids, positions, meta, sampled = build_ragged(chunks, self.kv_cache.block_size, self.device, self.workspace)
+        ids, positions, meta, sampled = self._build_ragged(chunks)
         logits = self.model(ids, positions, self.kv_cache.kv, meta)
         return [c.request_id for c in sampled], logits
 
@@ -181,7 +225,7 @@ class ModelRunner:
         stage) or the hidden state [T, hidden] for the next stage (same row order every stage)."""
         if self.layers is None:
             raise ValueError("run_stage needs a runner built with layers=(lo, hi)")
-        ids, positions, meta, sampled = build_ragged(chunks, self.kv_cache.block_size, self.device, self.workspace)
+        ids, positions, meta, sampled = self._build_ragged(chunks)
         if hidden is not None:
             hidden = hidden.to(self.device)
         out = self.model.forward_layers(ids, positions, self.kv_cache.kv, meta, self.layers, hidden)

@@ -26,7 +26,7 @@ class EngineInstance(EngineCluster):
     """A loaded model, its KV cache, and a policy spec; ``run`` serves one workload."""
 
     def __init__(self, model: str | Path | Any, policy_spec: str = "vllm", config: EngineConfig = EngineConfig(), *,
-                 dtype: str | None = None, device: str = "cpu") -> None:
+                 dtype: str | None = None, device: str = "auto") -> None:
         super().__init__(model, policy_spec, config, num_instances=1, dtype=dtype, device=device)
         self.policy_name, self.policy_params = self.groups[0].policy, dict(self.groups[0].policy_params)
 

@@ -30,10 +30,15 @@ def _load_both(folder):
     return load_checkpoint(folder), hf
 
 
+# every decode kernel; split-kv with 8-token splits so that a 41..73-token context spans many
+KERNELS = {"split-kv": dict(decode_kernel="split-kv", split_tokens=8), "padded": dict(decode_kernel="padded")}
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_prefill_then_32_decodes_match_hf(variant, make_checkpoint, prompts):
+def test_prefill_then_32_decodes_match_hf(variant, kernel, make_checkpoint, prompts):
     loaded, hf = _load_both(make_checkpoint(**VARIANTS[variant]))
-    runner, blocks = make_runner(loaded)
+    runner, blocks = make_runner(loaded, **KERNELS[kernel])
     seq = list(prompts[7])
     _, logits = runner.compute_logits([chunk(blocks, 0, seq, 0)])
     assert (logits[0] - hf_last_logits(hf, seq)).abs().max() <= TOL

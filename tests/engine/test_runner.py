@@ -65,11 +65,11 @@ def test_padded_step_matches_ragged(loaded, prompts):
     order = [p_ids.index(i) for i in r_ids]
     assert torch.allclose(r_logits, p_logits[order], atol=1e-5)
     # a padded decode step over a padded context of 32 keys
-    nxt = [int(x) for x in r_logits.argmax(-1)]
+    nxt = {rid: int(x) for rid, x in zip(r_ids, r_logits.argmax(-1))}  # by id: the ragged step reorders rows
     r_ids, r_logits = ragged.compute_logits(
-        [chunk(rblocks, rid, [t], len(chosen[rid])) for rid, t in zip(r_ids, nxt)])
+        [chunk(rblocks, rid, [nxt[rid]], len(chosen[rid])) for rid in r_ids])
     p_ids, p_logits = padded.compute_logits_padded(
-        [chunk(pblocks, rid, [t], len(chosen[rid])) for rid, t in zip(p_ids, [nxt[r_ids.index(i)] for i in p_ids])],
+        [chunk(pblocks, rid, [nxt[rid]], len(chosen[rid])) for rid in p_ids],
         num_rows=4, row_tokens=1, context_tokens=32)
     order = [p_ids.index(i) for i in r_ids]
     assert torch.allclose(r_logits, p_logits[order], atol=1e-5)

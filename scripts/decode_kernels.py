@@ -1,0 +1,172 @@
+"""Decode kernels and GEMMs of the engine on this CPU; writes docs/benchmarks/decode_kernels.md.
+
+    python scripts/decode_kernels.py [--repeats 5] [--no-flex]
+
+1. Projections: ``F.linear`` against the oneDNN-packed weights the engine now uses on CPU, at
+   the bench-200m shapes, fp32 and bf16, 32 and 2,048 rows.
+2. Decode attention of one layer (bench-200m heads, block size 16, scattered blocks): the
+   padded kernel, the split-kv kernel at several split sizes, and ``flex_attention`` compiled
+   over a dense (unpaged) KV as the bound a compiled kernel could reach; uniform, one long row
+   among short ones, and spread contexts.
+3. Whole decode steps of bench-200m (batch 32 at context 256 and 1,152) per kernel, against this
+   CPU's roofline: max(bytes a step must read / measured read bandwidth, FLOPs / the best
+   measured single-core GEMM rate). All timings are CPU time of one thread, medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+OUT = ROOT / "docs" / "benchmarks" / "decode_kernels.md"
+
+from servelab.engine.attention import GatherWorkspace  # noqa: E402
+from servelab.engine.bench import random_model, read_bandwidth_bytes_per_s, step_bytes, step_flops  # noqa: E402
+from servelab.engine.kv_cache import PagedKVCache  # noqa: E402
+from servelab.engine.runner import ModelRunner, SeqChunk, build_ragged  # noqa: E402
+
+HEADS, KV_HEADS, HEAD_DIM, BLOCK = 16, 4, 64, 16
+CASES = {"uniform 32 x 1,152": [1152] * 32, "1 x 1,536 + 31 x 128": [1536] + [128] * 31,
+         "spread 64..1,304": [64 + 40 * i for i in range(32)]}
+
+
+def cpu_ms(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.process_time()
+        fn()
+        times.append(time.process_time() - t0)
+    return statistics.median(times) * 1e3
+
+
+def gemm_rates(repeats: int) -> list[tuple[str, int, str, float, float]]:
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        for n, k, name in ((3072, 1024, "qkv"), (5632, 1024, "gate_up"), (1024, 2816, "down")):
+            w = torch.randn(n, k, dtype=dtype)
+            packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+            for m in (32, 2048):
+                x = torch.randn(m, k, dtype=dtype)
+                flops = 2 * m * n * k
+                plain = flops / cpu_ms(lambda: F.linear(x, w), repeats) / 1e6
+                onednn = flops / cpu_ms(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""),
+                                        repeats) / 1e6
+                rows.append((str(dtype).removeprefix("torch."), m, f"{name} [{n} x {k}]", plain, onednn))
+    return rows
+
+
+def attention_case(contexts: list[int], kernel: str, split_tokens: int, repeats: int) -> float:
+    gen = torch.Generator().manual_seed(0)
+    num_blocks = sum(-(-c // BLOCK) for c in contexts) + 1
+    perm = torch.randperm(num_blocks, generator=gen).tolist()
+    tables, used = [], 1
+    for c in contexts:
+        n = -(-c // BLOCK)
+        tables.append([perm[b] for b in range(used, used + n)])
+        used += n
+    kv = torch.randn(2, num_blocks, BLOCK, KV_HEADS, HEAD_DIM, generator=gen)
+    chunks = [SeqChunk(i, [3], c - 1, t) for i, (c, t) in enumerate(zip(contexts, tables))]
+    _, _, meta, _ = build_ragged(chunks, BLOCK, torch.device("cpu"), GatherWorkspace(), decode_kernel=kernel,
+                                 split_tokens=split_tokens)
+    q, k, v = torch.randn(len(contexts), HEADS, HEAD_DIM), torch.randn(len(contexts), KV_HEADS, HEAD_DIM), \
+        torch.randn(len(contexts), KV_HEADS, HEAD_DIM)
+    return cpu_ms(lambda: meta.attend(kv, q, k, v, HEAD_DIM ** -0.5), repeats)
+
+
+def flex_dense(contexts: list[int], repeats: int) -> tuple[float, float]:
+    """(compile s, ms per call) of flex_attention over a dense [B, Hkv, max, D] KV with a length mask."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    lens = torch.tensor(contexts)
+    longest, rows, group = max(contexts), len(contexts), HEADS // KV_HEADS
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return kv_idx < lens[b]
+
+    t0 = time.perf_counter()
+    block_mask = create_block_mask(mask_mod, rows, None, group, longest, device="cpu", BLOCK_SIZE=128)
+    compiled = torch.compile(flex_attention, dynamic=False)
+    q = torch.randn(rows, KV_HEADS, group, HEAD_DIM)
+    k, v = torch.randn(rows, KV_HEADS, longest, HEAD_DIM), torch.randn(rows, KV_HEADS, longest, HEAD_DIM)
+    compiled(q, k, v, block_mask=block_mask)
+    compile_s = time.perf_counter() - t0
+    return compile_s, cpu_ms(lambda: compiled(q, k, v, block_mask=block_mask), repeats)
+
+
+def decode_step_ms(model, batch: int, context: int, kernel: str, repeats: int) -> float:
+    c = model.config
+    per = -(-(context + 2) // BLOCK)
+    cache = PagedKVCache(c.num_layers, batch * per, BLOCK, c.num_kv_heads, c.head_dim)
+    cache.kv.normal_()
+    order = torch.randperm(batch * per).tolist()
+    runner = ModelRunner(model, cache, decode_kernel=kernel)
+    chunks = [SeqChunk(i, [7 + i], context - 1, order[i * per:(i + 1) * per]) for i in range(batch)]
+    return cpu_ms(lambda: runner.run(chunks), repeats)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--no-flex", action="store_true", help="Skip flex_attention (compiles for ~35 s a shape).")
+    ap.add_argument("--doc", type=Path, default=OUT)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    load0 = os.getloadavg()[0]
+    lines = ["# Decode kernels and GEMMs on this CPU (measured)", "",
+             "Written by `python scripts/decode_kernels.py`; rerun it rather than editing this file. One torch "
+             f"thread, CPU time, medians of {args.repeats}; torch {torch.__version__}. Machine shared with other "
+             f"sessions (1-minute load average {load0:.2f} at the start", "LOADEND", "",
+             "## 1. Projections: F.linear vs oneDNN-packed weights (GFLOP/s)", "",
+             "| dtype | rows | weight | F.linear | oneDNN packed | gain |", "|---|---:|---|---:|---:|---:|"]
+    gemms = gemm_rates(args.repeats)
+    lines += [f"| {d} | {m} | {w} | {a:.0f} | {b:.0f} | {b / a:.2f}x |" for d, m, w, a, b in gemms]
+    peak = max(b for d, _, _, _, b in gemms if d == "float32")
+    lines += ["", f"Best fp32 rate measured: {peak:.0f} GFLOP/s (the roofline's compute peak below).", "",
+              "## 2. Decode attention, one layer (ms)", "",
+              "Bench-200m heads (16 query, 4 KV, dim 64), 32 rows, block size 16, blocks scattered.", ""]
+    kernels = [("padded", 0), *(("split-kv", s) for s in (64, 128, 256, 512))]
+    header = "| contexts | " + " | ".join("padded" if k == "padded" else f"split-kv {s}" for k, s in kernels)
+    lines += [header + (" | flex (dense KV, compiled) |" if not args.no_flex else " |"),
+              "|---|" + "---:|" * (len(kernels) + (0 if args.no_flex else 1))]
+    for name, contexts in CASES.items():
+        cells = [f"{attention_case(sorted(contexts, reverse=True), k, s or 128, args.repeats):.2f}" for k, s in kernels]
+        if not args.no_flex:
+            compile_s, ms = flex_dense(contexts, args.repeats)
+            cells.append(f"{ms:.2f} (compile {compile_s:.0f} s)")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "## 3. Decode steps of bench-200m, fp32, batch 32 (ms)", ""]
+    bandwidth = read_bandwidth_bytes_per_s()
+    model = random_model(torch.float32)
+    lines += [f"Read bandwidth (tensor.sum over 512 MiB): {bandwidth / 1e9:.1f} GB/s.", "",
+              "| context | kernel | ms/step | tok/s | min bytes | bytes / BW (ms) | FLOPs / peak (ms) | "
+              "roofline / step |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for context in (256, 1152):
+        nbytes, flops = step_bytes(model, 32, context), step_flops(model, 32, context)
+        roof = max(nbytes / bandwidth, flops / (peak * 1e9)) * 1e3
+        for kernel in ("split-kv", "padded"):
+            ms = decode_step_ms(model, 32, context, kernel, args.repeats)
+            lines.append(f"| {context} | {kernel} | {ms:.1f} | {32e3 / ms:.1f} | {nbytes / 1e9:.3f} GB | "
+                         f"{nbytes / bandwidth * 1e3:.0f} | {flops / peak / 1e6:.0f} | {roof / ms:.0%} |")
+    load1 = os.getloadavg()[0]
+    lines[lines.index("LOADEND")] = f"and {load1:.2f} at the end; 2 cores)."
+    lines += ["", "## GPU", "", "No GPU was lent to this task: the CUDA path (bf16 when torch sees a GPU; split-kv's "
+              "log-sum-exp from plain matmuls there) is tested on CPU only, and there are no GPU measurements here.",
+              ""]
+    args.doc.parent.mkdir(parents=True, exist_ok=True)
+    args.doc.write_text("\n".join(lines))
+    print(f"wrote {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

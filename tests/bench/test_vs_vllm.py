@@ -1,0 +1,90 @@
+"""The vLLM comparison's plan, rates, resumption and report, without starting any server."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from servelab.bench.vs_vllm import (Record, RunKey, Setup, client_command, default_loads, plan_runs, poisson_rate,
+                                    read_records, server_command)
+from servelab.bench.vs_vllm_report import client_agreement, medians, render, same_work
+
+SETUP = Setup(checkpoint=Path("/ckpt/bench200m"), vllm_python=Path("/v/bin/python"), servelab_python=Path("/s/python"))
+
+
+def _record(repeat, load, client, server, duration, rate=math.inf, tpot=100.0, cpu=20.0):
+    metrics = {"duration": duration, "server_cpu_s": cpu, "completed": 32, "output_throughput": 2048 / duration, "median_ttft_ms": 1000.0,
+               "p90_ttft_ms": 2000.0, "p99_ttft_ms": 3000.0, "median_tpot_ms": tpot, "p90_tpot_ms": tpot,
+               "p99_tpot_ms": tpot}
+    return Record(RunKey(repeat, load, client, server), rate, metrics, (1.0, 1.0, 1.0), (1.5, 1.0, 1.0), duration,
+                  SETUP.fingerprint())
+
+
+def test_the_eight_loads_and_their_order():
+    loads = default_loads()
+    assert len(loads) == 8 and len({ld.name for ld in loads}) == 8
+    assert [ld.poisson for ld in loads] == [False] * 4 + [True] * 4  # the rates need the bursts first
+    assert {(ld.prompt_tokens, ld.output_tokens) for ld in loads} == {(256, 64), (1024, 128)}
+    assert {ld.num_requests for ld in loads} == {32, 128}
+
+
+def test_plan_alternates_servers_and_runs_vllms_client_once():
+    loads = default_loads()
+    plan = plan_runs(loads, {"short-32-burst"}, None)
+    firsts = [key.server for key, _ in plan[::2]]
+    assert set(firsts) == {"servelab", "vllm"}  # each server goes first sometimes
+    for (a, _), (b, _) in zip(plan[::2], plan[1::2]):  # runs come in pairs: same load and client, both servers
+        assert (a.repeat, a.load, a.client) == (b.repeat, b.load, b.client) and a.server != b.server
+    vllm_client = [key for key, _ in plan if key.client == "vllm"]
+    assert {k.load for k in vllm_client} == {"short-32-burst"} and {k.repeat for k in vllm_client} == {0}
+    assert max(k.repeat for k, _ in plan if k.load == "long-128-burst") == 0  # large loads: one repeat
+    assert max(k.repeat for k, _ in plan if k.load == "short-32-burst") == 1
+
+
+def test_poisson_rate_is_a_fraction_of_vllms_burst_capacity():
+    load = next(ld for ld in default_loads() if ld.name == "short-32-poisson")
+    assert poisson_rate(load, [], 0.9) is None
+    records = [_record(0, "short-32-burst", "servelab", "servelab", 50.0),
+               _record(0, "short-32-burst", "servelab", "vllm", 32.0)]
+    assert poisson_rate(load, records, 0.9) == 0.9 * 32 / 32.0
+
+
+def test_records_resume_only_for_the_same_setup(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    rec = _record(0, "short-32-burst", "servelab", "vllm", 30.0)
+    other = Record(**{**rec.__dict__, "setup": {**rec.setup, "dtype": "float32"}})
+    path.write_text(json.dumps(rec.to_json()) + "\n" + json.dumps(other.to_json()) + "\n")
+    back = read_records(path, SETUP)
+    assert len(back) == 1 and back[0].key == rec.key and math.isinf(back[0].rate)
+
+
+def test_both_servers_get_the_same_limits():
+    s_argv, s_env = server_command(SETUP, "servelab")
+    v_argv, v_env = server_command(SETUP, "vllm")
+    for flag in ("--dtype", "--max-num-seqs", "--max-num-batched-tokens", "--block-size", "--max-model-len"):
+        assert s_argv[s_argv.index(flag) + 1] == v_argv[v_argv.index(flag) + 1], flag
+    assert s_env["OMP_NUM_THREADS"] == v_env["OMP_NUM_THREADS"] == "1"
+    assert float(s_argv[s_argv.index("--kv-budget-mb") + 1]) == 1024 * float(v_env["VLLM_CPU_KVCACHE_SPACE"])
+    load = default_loads()[0]
+    assert "ids" in client_command(SETUP, "servelab", "vllm", load, math.inf, Path("/tmp/x.json"))
+    v_client = client_command(SETUP, "vllm", "servelab", load, 1.5, Path("/tmp/x.json"))
+    assert v_client[v_client.index("--request-rate") + 1] == "1.5" and "--ignore-eos" in v_client
+
+
+def test_report_ratios_and_client_agreement():
+    loads = tuple(ld for ld in default_loads() if ld.name == "short-32-burst")
+    records = [_record(r, "short-32-burst", "servelab", "servelab", d) for r, d in ((0, 60.0), (1, 40.0))]
+    records += [_record(r, "short-32-burst", "servelab", "vllm", 25.0) for r in (0, 1)]
+    records += [_record(0, "short-32-burst", "vllm", "vllm", 26.0, cpu=30.0),
+                _record(0, "short-32-burst", "vllm", "servelab", 70.0, cpu=21.0)]
+    med = medians(records)
+    assert med[("short-32-burst", "servelab", "servelab")]["duration"] == 50.0
+    ratios, ok = client_agreement(med, "short-32-burst", "vllm")
+    assert ok and abs(ratios["duration"] - 26 / 25) < 1e-9
+    assert not client_agreement(med, "short-32-burst", "servelab")[1]  # 70 s vs 50 s
+    assert same_work(med, "short-32-burst", "servelab")  # ... for the same 20-21 CPU seconds
+    assert not same_work(med, "short-32-burst", "vllm")  # 30 vs 20 CPU s
+    text = render(records, loads, SETUP.fingerprint(), {"machine": "test"}, "python scripts/vs_vllm.py")
+    assert "**2.00x**" in text and "1 of 2 (load, server) pairs agree" in text
+    assert "python scripts/vs_vllm.py" in text

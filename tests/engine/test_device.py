@@ -1,0 +1,60 @@
+"""Device and dtype choice (CUDA + bf16 when torch sees a GPU), and the CPU's packed projections."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from servelab.core.errors import UserError
+from servelab.engine.device import resolve_device, resolve_dtype
+from servelab.engine.loader import load_checkpoint
+from servelab.engine.model import Linear
+
+
+def test_auto_picks_cuda_only_when_torch_sees_a_gpu():
+    assert resolve_device("auto", cuda_available=True) == torch.device("cuda")
+    assert resolve_device("auto", cuda_available=False) == torch.device("cpu")
+    assert resolve_device("cpu", cuda_available=True) == torch.device("cpu")
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        resolve_device("cuda", cuda_available=False)
+
+
+def test_fp32_checkpoints_run_in_bf16_on_cuda_only():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert resolve_dtype(None, "float32", cuda) == "bfloat16"
+    assert resolve_dtype(None, "float16", cuda) == "float16"  # a half checkpoint keeps its dtype
+    assert resolve_dtype(None, "float32", cpu) == "float32"
+    assert resolve_dtype("float32", "float32", cuda) == "float32"  # explicit wins
+
+
+def test_load_on_auto_device_here(make_checkpoint):
+    loaded = load_checkpoint(make_checkpoint(), device="auto")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert loaded.model.embed_tokens.weight.device.type == expected
+    if expected == "cpu":
+        assert loaded.model.embed_tokens.weight.dtype == torch.float32
+
+
+def test_cuda_asked_without_a_gpu_is_one_clear_error(make_checkpoint):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(UserError, match="no CUDA GPU"):
+        load_checkpoint(make_checkpoint(), device="cuda")
+
+
+def test_packed_linear_matches_and_falls_back_when_it_cannot_be_trusted():
+    torch.manual_seed(0)
+    layer = Linear(32, 48, bias=True).requires_grad_(False)
+    x = torch.randn(5, 32)
+    expected = torch.nn.functional.linear(x, layer.weight, layer.bias)
+    if not layer.pack():
+        pytest.skip("no oneDNN in this torch build")
+    assert layer.packed is not None
+    assert torch.allclose(layer(x), expected, atol=1e-5)
+    clone = copy.deepcopy(layer)  # KunServe moves layers by deep copy: the copy computes from its weight
+    assert clone.packed is None and torch.allclose(clone(x), expected, atol=1e-5)
+    with torch.no_grad():
+        layer.weight.mul_(2)  # a changed weight must not be served from the stale packed copy
+    assert torch.allclose(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5)
