@@ -14,8 +14,9 @@ back when memory frees.
   only when it lands (charged, not free). Queued requests are not a reason to swap: they
   wait for memory, as the paper's Fig. 3b shows InferCept's queue does.
 - Swap in, checked every ``poll_s`` and after every step: a parked request returns to its
-  instance over PCIe as soon as that instance has room for it plus ``headroom`` of its
-  capacity and its running decodes' growth, before queued requests are admitted (vLLM
+  instance over PCIe as soon as that instance has room for it plus the watermark new
+  requests keep (and ``headroom`` of its capacity, 0 by default) and its running decodes'
+  growth, before queued requests are admitted (vLLM
   serves swapped requests first; this router used to bring them back only when the queue
   was empty, which let new requests overtake them), or when it runs nothing and has room.
   The oldest running request is never swapped out and one swapped back in decodes a token
@@ -59,7 +60,7 @@ def growth_shortfall(view) -> int:
 @dataclass(frozen=True)
 class InferCeptConfig:
     host_gb: float = 256.0  # host memory for swapped KV per instance
-    headroom: float = 0.05  # of capacity kept free when swapping in
+    headroom: float = 0.0  # of capacity kept free when swapping in, beyond the watermark new requests keep
     poll_s: float = 0.05
 
     def __post_init__(self) -> None:
@@ -138,7 +139,8 @@ class InferCeptRouter(Router):
             iid = view.instance_id
             if iid not in budget:  # swapped first: the queue does not hold them back
                 b = view.blocks
-                budget[iid] = b.num_free_gpu_blocks - int(self.config.headroom * b.num_gpu_blocks) - _decodes(view)
+                budget[iid] = (b.num_free_gpu_blocks - b.watermark_blocks - int(self.config.headroom * b.num_gpu_blocks)
+                               - _decodes(view))
             if getattr(view, "swapped", None):
                 continue  # the instance's own swapped requests (swap preemption) go back first
             need = view.blocks.blocks_for(req.num_computed_tokens + 1)

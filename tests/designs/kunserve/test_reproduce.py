@@ -44,9 +44,25 @@ def test_slo_violation_is_against_the_best_baselines_p50():
 def test_one_run_reports_the_memory_timeline_and_the_drops():
     hw = dataclasses.replace(st.CLUSTER_A, num_instances=2, memory_reserve_fraction=0.6)  # ~20K KV tokens each
     specs = st.workload("decode-heavy", 2.5, 30.0, ((10.0, 20.0),), seed=0, factor=3)
-    r = ex.run_system("kunserve", specs, hw, ex.Sizes(window_s=5.0))
+    r = ex.run_system("kunserve", specs, hw, ex.Sizes(window_s=5.0, bursts=((10.0, 20.0),)))
     assert r["conserved"] and r["finished"] == len(specs)
     m = r["memory"]
     assert len(m["t"]) >= 5 and max(m["kv_capacity_gb"]) > m["kv_capacity_gb"][0]
     assert r["drops"] and r["pipeline"]["steps"] > 0 and r["exchange"]["num"] >= 1
     assert 0 < r["mean_demand_share"] < 2
+
+
+def test_the_premise_check_reads_throttling_and_the_ceiling():
+    """vLLM on the throttled 2-instance setting: memory-throttled, prompt before the burst;
+    the 4x-KV ceiling decides whether memory is what queues."""
+    from servelab.designs.kunserve.reproduce.premise import with_ceiling
+
+    hw = dataclasses.replace(st.CLUSTER_A, num_instances=2, memory_reserve_fraction=0.6)
+    sizes = ex.Sizes(window_s=5.0, bursts=((10.0, 20.0),))
+    specs = st.workload("decode-heavy", 2.5, 30.0, sizes.bursts, seed=0, factor=3)
+    v = ex.run_system("vllm", specs, hw, sizes)
+    ceil = ex.run_system("vllm", specs, hw, sizes, kv_scale=4.0)
+    c = v["check"]
+    assert c["memory_throttled"] and c["time_above_95_kv_s"] > 1.0 and c["pre_burst_p50_ttft_s"] < 1.0
+    assert ceil["check"]["time_above_95_kv_s"] < c["time_above_95_kv_s"]
+    assert with_ceiling(c, c["p99_ttft_s"] / 3)["holds"] and not with_ceiling(c, c["p99_ttft_s"])["holds"]
