@@ -68,25 +68,29 @@ def test_the_premise_check_reads_throttling_and_the_ceiling():
     assert with_ceiling(c, c["p99_ttft_s"] / 3)["holds"] and not with_ceiling(c, c["p99_ttft_s"])["holds"]
 
 
-def test_the_operating_point_is_the_highest_checked_rate_under_the_papers_bound(monkeypatch):
+def test_the_operating_point_is_the_highest_rate_where_the_premise_holds(monkeypatch):
     from servelab.designs.kunserve.reproduce import points
 
     def fake(checks):
         def checked(wl, rate, hw, sizes, seed):
-            holds, prompt, demand = checks[round(rate)]
-            return {"check": {"holds": holds, "prompt_before_burst": prompt, "mean_demand_share": demand},
-                    "ttft_s": {"50": 0.1}}, None
+            holds, prompt = checks[round(rate)]
+            return {"check": {"holds": holds, "prompt_before_burst": prompt}, "ttft_s": {"50": 0.1}}, None
         return checked
 
     sizes = ex.Sizes(rate_probes=4)
-    grid = {1: (False, True, 0.2), 2: (True, True, 0.4), 4: (True, True, 0.55), 8: (True, False, 0.9)}
-    monkeypatch.setattr(points, "checked", fake(grid))
+    monkeypatch.setattr(points.st, "workload", lambda *a, **k: [])
+    monkeypatch.setattr(points.ex, "run_system", lambda *a, **k: {"ttft_s": {"99": 1.0}})
+    monkeypatch.setattr(points, "checked", fake({1: (False, True), 2: (True, True), 4: (True, True), 8: (False, False)}))
     p = points.choose_point("x", st.CLUSTER_A, sizes, 0, 1.0, 8.0)
-    assert round(p["rate"]) == 4 and p["holds"]  # 8 holds too, but demands 90%: a run throttled throughout
-    monkeypatch.setattr(points, "checked", fake({1: (False, True, .2), 2: (False, True, .3), 4: (True, True, .7),
-                                                 8: (True, True, .9)}))
-    assert round(points.choose_point("x", st.CLUSTER_A, sizes, 0, 1.0, 8.0)["rate"]) == 4  # the mildest that holds
-    monkeypatch.setattr(points, "checked", fake({1: (False, True, .2), 2: (False, True, .3), 4: (False, False, .7),
-                                                 8: (False, False, .9)}))
+    assert round(p["rate"]) == 4 and p["holds"]
+    assert [g.get("kunserve_p99_ttft_s") for g in p["grid"]] == [None, 1.0, 1.0, None]  # the claim at every pass
+    monkeypatch.setattr(points, "checked", fake({1: (False, True), 2: (False, True), 4: (False, False), 8: (False, False)}))
     p = points.choose_point("x", st.CLUSTER_A, sizes, 0, 1.0, 8.0)
     assert round(p["rate"]) == 2 and not p["holds"]  # none holds: the highest still prompt, marked
+
+
+def test_the_premise_needs_the_papers_mean_demand_bound():
+    from servelab.designs.kunserve.reproduce.premise import with_ceiling
+
+    c = {"prompt_before_burst": True, "memory_throttled": True, "p99_ttft_s": 30.0}
+    assert with_ceiling(c, 3.0, 0.5)["holds"] and not with_ceiling(c, 3.0, 0.65)["holds"]

@@ -15,7 +15,9 @@ add compute, and pipelining removes some. The check reads the run's steps:
 - ``ceiling_p99_ttft_s`` (``with_ceiling``): vLLM's P99 TTFT on the same arrivals with 4x
   the KV blocks and the same compute, the most any design that frees memory can reach;
 - ``holds``: pre-burst P50 under 1 s, vLLM memory-throttled (time above 95% KV or
-  preemptions), and memory what queues: the 4x-KV ceiling at most half vLLM's P99 TTFT.
+  preemptions), memory what queues (the 4x-KV ceiling at most half vLLM's P99 TTFT), and
+  the run's mean KV demand (running + head of line, the router's timeline) under the
+  paper's 60%: a burst that throttles a system otherwise within its memory.
   (Recompute fills vLLM's steps with re-prefill, so the step fill alone cannot tell a
   memory queue from a compute one; the ceiling run can.)
 """
@@ -30,6 +32,7 @@ PRE_BURST_P50_S = 1.0
 KV_FULL = 0.95
 FILL_FULL = 0.9
 CEILING_GAIN = 2.0
+MEAN_DEMAND = 0.6  # the paper's bound on the run's mean KV demand (running + head of line)
 KV_SCALE = 4.0
 
 
@@ -57,13 +60,17 @@ def premise_check(result, table, bursts: Sequence[tuple[float, float]], token_bu
     return out
 
 
-def with_ceiling(check: dict, ceiling_p99_ttft_s: float) -> dict:
+def with_ceiling(check: dict, ceiling_p99_ttft_s: float, mean_demand_share: float | None = None) -> dict:
     """The check completed by the memory-unbound run (see the module docstring)."""
     out = dict(check, ceiling_p99_ttft_s=ceiling_p99_ttft_s)
+    if mean_demand_share is not None:
+        out["mean_demand_share"] = mean_demand_share
     p99 = check["p99_ttft_s"]
     out["ceiling_gain"] = p99 / ceiling_p99_ttft_s if p99 and ceiling_p99_ttft_s else None
+    demand = out.get("mean_demand_share")
     out["holds"] = bool(check["prompt_before_burst"] and check["memory_throttled"]
-                        and out["ceiling_gain"] is not None and out["ceiling_gain"] >= CEILING_GAIN)
+                        and out["ceiling_gain"] is not None and out["ceiling_gain"] >= CEILING_GAIN
+                        and (demand is None or demand <= MEAN_DEMAND))
     return out
 
 

@@ -27,11 +27,12 @@ from servelab.reproduce.runner import Reproduction, Run, Step
 
 FULL = ex.Sizes(workloads=("burstgpt", "sharegpt", "longbench", "decode-heavy"))
 REDUCED = ex.Sizes(duration_s=150.0, bursts=((40.0, 100.0),), long_duration_s=300.0,
-                   long_bursts=((50.0, 90.0), (190.0, 230.0)), rate_probes=5, workloads=("longbench", "decode-heavy"),
+                   long_bursts=((50.0, 90.0), (190.0, 230.0)), rate_probes=5, workloads=("burstgpt", "sharegpt", "longbench", "decode-heavy"),
                    num_instances_a=4, extreme_repeats=3, plan_sizes=(8, 1024), seeds=(0, 1))
 # base rate grids per instance (req/s), geometric, searched for the premise (points.choose_point)
 RATES_PER_INSTANCE = {"burstgpt": (1.0, 4.5), "sharegpt": (0.3, 1.8), "longbench": (0.08, 0.5),
-                      "decode-heavy": (0.5, 1.6)}
+                      "decode-heavy": (0.9, 1.6)}
+RESTORE_RATE = 0.75  # of the faithful point's: the long run's base load must leave room between its bursts
 RATES_PER_INSTANCE_B = {"longbench": (0.15, 1.2)}
 FAITHFUL = "decode-heavy-14B"  # the point where the premise holds (not the paper's lengths)
 SLO_SCALES = tuple(float(s) for s in range(1, 11))
@@ -69,7 +70,7 @@ def _steps(run: Run) -> list[Step]:
              "ablation"),
         Step("ablation (Fig. 14), faithful point",
              lambda _: _ablation(point(FAITHFUL)["rate"], hw_a, sizes, "decode-heavy"), "ablation_memory_bound"),
-        Step("restore (Fig. 15)", lambda _: _restore(point(FAITHFUL)["rate"], hw_a, sizes), "restore"),
+        Step("restore (Fig. 15)", lambda _: _restore(RESTORE_RATE * point(FAITHFUL)["rate"], hw_a, sizes), "restore"),
         Step("extreme bursts (Fig. 16)", lambda _: _extreme(point("longbench-72B")["rate"], hw_b, sizes, seed),
              "extreme"),
         Step("gap: microbatches per step", lambda _: _gap_microbatches(point(FAITHFUL)["rate"], hw_a, sizes),
@@ -123,6 +124,8 @@ def _over_seeds(systems: dict, wl: str, rate: float, hw: st.Hardware, sizes: ex.
         specs = st.workload(wl, rate, duration_s, bursts, s)
         runs = {name: ex.run_system(name, specs, hw, sz, spec=spec) for name, spec in systems.items()}
         runs0 = runs0 or runs
+        for r in runs.values():
+            r["check"]["mean_demand_share"] = r.get("mean_demand_share")
         per_seed.append({"seed": s, "runs": {k: points._summary(r) | {"check": r["check"]} for k, r in runs.items()}})
     return {"runs": runs0, "seeds": per_seed}
 
@@ -133,7 +136,8 @@ def _ablation(rate: float, hw: st.Hardware, sizes: ex.Sizes, lengths: str = "lon
 
 
 def _restore(rate: float, hw: st.Hardware, sizes: ex.Sizes) -> dict:
-    """A long run with two bursts, with and without restore, at the faithful point's rate: its
+    """A long run with two bursts, with and without restore, at 3/4 of the faithful point's
+    rate (over the long run the base load alone fills more KV than in the short one): its
     groups split between the bursts (restore on head-of-line demand)."""
     wl = "decode-heavy"
     systems = {"vllm": "kunserve:drop=false", "kunserve": "kunserve", "kunserve w/o restore": "kunserve:restore=false"}
