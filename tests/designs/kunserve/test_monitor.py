@@ -98,3 +98,33 @@ def test_microbatches_default_to_the_stages_and_the_report_says_what_the_design_
     assert g["restore_demand_share"] <= 0.5 and g["formed_s"] < g["restore_s"] < g["split_s"]
     groups = list(rep["pipeline_groups"].values())
     assert groups and 0 < groups[0]["bubble_share"] < 1
+
+
+def test_a_throttled_group_triggers_a_drop_and_an_unthrottled_one_may_restore():
+    """Escalation: a pipeline group whose head-of-line demand exceeds its KV asks for a drop
+    (before, groups only ever checked for restore, so a throttled group never escalated)."""
+    from types import SimpleNamespace as NS
+
+    from servelab.designs.kunserve.router import KunServeRouter
+
+    calls = []
+
+    class Probe(KunServeRouter):
+        def _drop(self, now_s, cluster):
+            calls.append(("drop", now_s))
+            return []
+
+        def _maybe_restore(self, now_s, view, cluster):
+            calls.append(("restore", now_s))
+            return []
+
+    spec = NS(layers=(0, 24))
+    view = NS(instance_id=0, members=[(0, spec), (1, spec)], waiting=[_Req(0.0, 7, 3200)],
+              blocks=_Blocks(990, 1000), num_running=5, kv_bytes_per_token=1.0)
+    cluster = NS(instances=[view], instance=lambda i: view, can_change_layers=True)
+    router = Probe()
+    router._last_sample_s = 100.0  # no memory sample in this probe
+    router.on_step_done(10.1, 0, None, [], cluster)
+    view.blocks.num_used_gpu_blocks = 400  # the head fits now: not throttled
+    router.on_step_done(12.0, 0, None, [], cluster)
+    assert calls == [("drop", 10.1), ("restore", 12.0)]

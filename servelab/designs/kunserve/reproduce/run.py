@@ -27,7 +27,8 @@ from servelab.reproduce.runner import Reproduction, Run, Step
 
 FULL = ex.Sizes(workloads=("burstgpt", "sharegpt", "longbench", "decode-heavy"))
 REDUCED = ex.Sizes(duration_s=150.0, bursts=((40.0, 100.0),), long_duration_s=300.0,
-                   long_bursts=((50.0, 90.0), (190.0, 230.0)), rate_probes=5, workloads=("burstgpt", "sharegpt", "longbench", "decode-heavy"),
+                   long_bursts=((50.0, 90.0), (190.0, 230.0)), rate_probes=5,
+                   workloads=("burstgpt", "sharegpt", "longbench", "decode-heavy"),
                    num_instances_a=4, extreme_repeats=3, plan_sizes=(8, 1024), seeds=(0, 1))
 # base rate grids per instance (req/s), geometric, searched for the premise (points.choose_point)
 RATES_PER_INSTANCE = {"burstgpt": (1.0, 4.5), "sharegpt": (0.3, 1.8), "longbench": (0.08, 0.5),
