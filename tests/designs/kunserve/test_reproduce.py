@@ -74,10 +74,10 @@ def test_the_operating_point_is_the_highest_rate_where_the_premise_holds(monkeyp
     def fake(checks):
         def checked(wl, rate, hw, sizes, seed):
             holds, prompt = checks[round(rate)]
-            return {"check": {"holds": holds, "prompt_before_burst": prompt}, "ttft_s": {"50": 0.1}}, None
+            return {"check": {"holds": holds, "prompt_before_burst": prompt}, "ttft_s": {"50": 0.1, "99": 2.0}}, None
         return checked
 
-    sizes = ex.Sizes(rate_probes=4)
+    sizes = ex.Sizes(rate_probes=4, seeds=(0,))
     monkeypatch.setattr(points.st, "workload", lambda *a, **k: [])
     monkeypatch.setattr(points.ex, "run_system", lambda *a, **k: {"ttft_s": {"99": 1.0}})
     monkeypatch.setattr(points, "checked", fake({1: (False, True), 2: (True, True), 4: (True, True), 8: (False, False)}))

@@ -71,7 +71,7 @@ def _lines(res: dict) -> list[str]:
         out += sec.seeds_table(ab, title, f"{ab['workload']} lengths, {ab['rate']:.2f} req/s base, rate x2 in the burst.")
     r = res["restore"]
     out += sec.seeds_table(r, "## Figure 15: restore (two bursts)",
-                           f"{r['workload']} lengths at 3/4 of the faithful point's rate, {r['rate']:.2f} req/s, rate x2 inside "
+                           f"{r['workload']} lengths at the faithful point's rate, {r['rate']:.2f} req/s, rate x2 inside "
                            f"the bursts {r['bursts']} of a {res['sizes']['long_duration_s']:.0f} s run (the paper: "
                            "BurstGPT; its lengths do not reach the premise here, see above).")
     m = res["gap_microbatches"]

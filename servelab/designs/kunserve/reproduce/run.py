@@ -25,15 +25,19 @@ from servelab.metrics.plain_json import plain
 from servelab.reproduce.runner import Reproduction, Run, Step
 
 
-FULL = ex.Sizes(workloads=("burstgpt", "sharegpt", "longbench", "decode-heavy"))
-REDUCED = ex.Sizes(duration_s=150.0, bursts=((40.0, 100.0),), long_duration_s=300.0,
-                   long_bursts=((50.0, 90.0), (190.0, 230.0)), rate_probes=5,
+# bursts start after a warm-up longer than a decode-heavy request's life (~100 s): before it the
+# KV has not filled and "prompt before the burst" would be a cold start, not a steady state
+FULL = ex.Sizes(duration_s=400.0, bursts=((150.0, 240.0),), long_duration_s=960.0,
+                long_bursts=((200.0, 290.0), (560.0, 650.0)),
+                workloads=("burstgpt", "sharegpt", "longbench", "decode-heavy"))
+REDUCED = ex.Sizes(duration_s=240.0, bursts=((120.0, 180.0),), long_duration_s=800.0,
+                   long_bursts=((200.0, 260.0), (500.0, 560.0)), rate_probes=5,
                    workloads=("burstgpt", "sharegpt", "longbench", "decode-heavy"),
                    num_instances_a=4, extreme_repeats=3, plan_sizes=(8, 1024), seeds=(0, 1))
 # base rate grids per instance (req/s), geometric, searched for the premise (points.choose_point)
 RATES_PER_INSTANCE = {"burstgpt": (1.0, 4.5), "sharegpt": (0.3, 1.8), "longbench": (0.08, 0.5),
-                      "decode-heavy": (0.9, 1.6)}
-RESTORE_RATE = 0.75  # of the faithful point's: the long run's base load must leave room between its bursts
+                      "decode-heavy": (0.7, 1.6)}
+RESTORE_RATE = 1.0  # of the faithful point's (checked at steady state: its bursts start after the warm-up)
 RATES_PER_INSTANCE_B = {"longbench": (0.15, 1.2)}
 FAITHFUL = "decode-heavy-14B"  # the point where the premise holds (not the paper's lengths)
 SLO_SCALES = tuple(float(s) for s in range(1, 11))
@@ -137,9 +141,9 @@ def _ablation(rate: float, hw: st.Hardware, sizes: ex.Sizes, lengths: str = "lon
 
 
 def _restore(rate: float, hw: st.Hardware, sizes: ex.Sizes) -> dict:
-    """A long run with two bursts, with and without restore, at 3/4 of the faithful point's
-    rate (over the long run the base load alone fills more KV than in the short one): its
-    groups split between the bursts (restore on head-of-line demand)."""
+    """A long run with two bursts, with and without restore, at the faithful point's rate: its
+    groups split between the bursts (restore on head-of-line demand), which are further apart
+    than a request's life."""
     wl = "decode-heavy"
     systems = {"vllm": "kunserve:drop=false", "kunserve": "kunserve", "kunserve w/o restore": "kunserve:restore=false"}
     out = _over_seeds(systems, wl, rate, hw, sizes, sizes.long_duration_s, sizes.long_bursts)
