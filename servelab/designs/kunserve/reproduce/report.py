@@ -52,7 +52,8 @@ def _lines(res: dict) -> list[str]:
            "(`servelab/designs/kunserve/reproduce/premise.py`): on a grid of base rates, vLLM must serve promptly "
            "before the burst (P50 TTFT < 1 s), be memory-throttled in it (time above 95% KV, preemptions), and "
            "memory must be what queues: vLLM with 4x the KV and the same compute (the ceiling of any design that "
-           "frees memory) must at least halve its P99 TTFT. The highest grid rate that passes is used; where "
+           "frees memory) must at least halve its P99 TTFT, and vLLM's mean KV demand over the run (running + head "
+           "of line) must stay under the paper's 60%. The lowest grid rate that passes is used; where "
            "none passes, the highest prompt one, marked *premise fails*. The check's numbers are printed beside "
            f"every claim. Every claim is over seeds {list(sz['seeds'])} (mean and min-max).", "",
            "Systems (all chunked prefill with the cluster's token budget, 512 on A and 2,048 for 72B TP 4 on B, "

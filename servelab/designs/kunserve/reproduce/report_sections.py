@@ -30,7 +30,8 @@ def premise_grid(res: dict) -> list[str]:
            "Each workload's grid of base rates (seed 0): vLLM's check at each rate, and where the premise holds "
            "vLLM's P99 TTFT / KunServe's (seed 0, then the ratio's mean [min-max] over the seeds: the claim at every "
            "passing rate, not only the chosen one). The "
-           "chosen rate, the highest that passes, is marked; the claims above are read there over seeds.", ""]
+           "chosen rate, the lowest that passes (there the burst, not the base load, throttles), is marked; the "
+           "claims above are read there over seeds.", ""]
     for key, e in res["end_to_end"].items():
         out += [f"### {key} ({e['hardware']})", "",
                 "| base rate (req/s) | vLLM P50 TTFT | check | P99 TTFT vLLM / KunServe | chosen |",
