@@ -67,7 +67,8 @@ def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec
            "aborted": status.count("aborted"), "conserved": res.conserved,
            "ttft_s": _pct(ttft), "tpot_s": _pct(tpot), "makespan_s": res.makespan_s,
            "throughput_tok_s": res.num_output_tokens / max(res.makespan_s, 1e-9),
-           "num_preemptions": int(sum(r.num_preemptions for r in res.requests))}
+           "num_preemptions": int(sum(r.num_preemptions for r in res.requests)),
+           "last_arrival_s": float(max((s.arrival_time_s for s in specs), default=0.0))}
     out["check"] = premise_check(res, table, sizes.bursts, st.token_budget(hw))
     out["timeline"] = _timelines(table, sizes.window_s)
     out["raw"] = {"ttft": ttft, "tpot": tpot}

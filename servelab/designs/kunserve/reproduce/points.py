@@ -62,6 +62,9 @@ def _summary(r: dict) -> dict:
     out = {k: r[k] for k in SUMMARY_KEYS if k in r}
     out["forms"] = sum(1 for e in r.get("events", []) if e[1] == "form")
     out["splits"] = sum(1 for e in r.get("events", []) if e[1] == "split")
+    out["form_s"] = [float(e[0]) for e in r.get("events", []) if e[1] == "form"]
+    out["split_s"] = [float(e[0]) for e in r.get("events", []) if e[1] == "split"]
+    out["last_arrival_s"] = r.get("last_arrival_s")
     out["bubble_share"] = r.get("pipeline", {}).get("bubble_share")
     return out
 

@@ -100,6 +100,12 @@ def seeds_table(block: dict, title: str, note: str = "") -> list[str]:
                    f"{iv([r['ttft_s']['99'] for r in runs])} | {iv([1e3 * r['tpot_s']['50'] for r in runs], '{:.0f}')} | "
                    f"{iv([1e3 * r['tpot_s']['99'] for r in runs], '{:.0f}')} | {iv([r['forms'] for r in runs], '{:.1f}')}"
                    f" / {iv([r['splits'] for r in runs], '{:.1f}')} | {iv([r['bubble_share'] for r in runs], '{:.1%}')} |")
+    for name, r in seeds[0]["runs"].items():
+        if r.get("form_s"):
+            out.append(f"- {name}, seed {seeds[0]['seed']}: groups formed at "
+                       f"{', '.join(f'{t:.0f}' for t in r['form_s'])} s, split at "
+                       f"{', '.join(f'{t:.0f}' for t in r.get('split_s', [])) or 'never'} s; last arrival at "
+                       f"{f(r.get('last_arrival_s'), '{:.0f}')} s.")
     first = next(iter(seeds[0]["runs"]))
     out += ["", "vLLM's check (" + first + "), per seed:", ""]
     out += [f"- seed {s['seed']}: {fmt_check(s['runs'][first]['check'])}" for s in seeds]

@@ -141,9 +141,9 @@ def _ablation(rate: float, hw: st.Hardware, sizes: ex.Sizes, lengths: str = "lon
 
 
 def _restore(rate: float, hw: st.Hardware, sizes: ex.Sizes) -> dict:
-    """A long run with two bursts, with and without restore, at the faithful point's rate: its
-    groups split between the bursts (restore on head-of-line demand), which are further apart
-    than a request's life."""
+    """A long run with two bursts (further apart than a request's life), with and without
+    restore, at the faithful point's rate; the report prints when groups formed and split
+    against the last arrival, so whether restore acted inside the run is read, not assumed."""
     wl = "decode-heavy"
     systems = {"vllm": "kunserve:drop=false", "kunserve": "kunserve", "kunserve w/o restore": "kunserve:restore=false"}
     out = _over_seeds(systems, wl, rate, hw, sizes, sizes.long_duration_s, sizes.long_bursts)
