@@ -110,10 +110,13 @@ class SimulationOutput:
 
     @property
     def policy_reports(self) -> dict[str, dict]:
-        """Each instance's policy report by instance id, and the router's under ``"router"``."""
+        """Each instance's policy report by instance id, the router's under ``"router"`` and the
+        pipeline groups a router formed (members, span, steps, bubble share) under ``"pipeline_groups"``."""
         reports = {str(k): v for k, v in self.result.policy_reports.items()}
         if self.result.router_report:
             reports["router"] = self.result.router_report
+        if getattr(self.result, "pipeline", None):  # pipeline groups a router formed: steps, bubble share
+            reports["pipeline_groups"] = {str(k): v for k, v in self.result.pipeline.items()}
         return reports
 
 

@@ -4,18 +4,23 @@ with compute (InferCept's point: no idle GPU while KV moves), and swapped reques
 back when memory frees.
 
 - Dispatch: the lowest KV load (as every system in this comparison).
-- Swap out, checked after every step of an instance: when it is throttled (running plus
-  queued KV beyond its capacity), its most recently arrived running requests (vLLM's
-  preemption order) are sent to host memory until their blocks cover the excess, within the
-  host pool's room (``host_gb`` per instance). The copy is a transfer over the instance's
-  PCIe link (``Move`` to the pool): it takes the link's time while the instance keeps
-  computing, and the GPU blocks are freed only when it lands (charged, not free).
+- Swap out, checked after every step of an instance: when its running requests cannot keep
+  growing (fewer free blocks than running decodes, each of which may open a block on its
+  next token), its most recently arrived running requests (vLLM's preemption order) are
+  sent to host memory until their blocks cover the shortfall, within the host pool's room
+  (``host_gb`` per instance): vLLM's swap preemption, taken before the scheduler has to
+  recompute. The copy is a transfer over the instance's PCIe link (``Move`` to the pool):
+  it takes the link's time while the instance keeps computing, and the GPU blocks are freed
+  only when it lands (charged, not free). Queued requests are not a reason to swap: they
+  wait for memory, as the paper's Fig. 3b shows InferCept's queue does.
 - Swap in, checked every ``poll_s`` and after every step: a parked request returns to its
-  instance over PCIe when that instance has no queued demand and room for it plus
-  ``headroom`` of its capacity, or runs nothing and has room (swapped requests wait while
-  the queue is served: their TPOT suffers, as the paper observes). The oldest running
-  request is never swapped out and one swapped back in decodes a token before it may
-  leave again, so swapping never undoes itself.
+  instance over PCIe as soon as that instance has room for it plus the watermark new
+  requests keep (and ``headroom`` of its capacity, 0 by default) and its running decodes'
+  growth, before queued requests are admitted (vLLM
+  serves swapped requests first; this router used to bring them back only when the queue
+  was empty, which let new requests overtake them), or when it runs nothing and has room.
+  The oldest running request is never swapped out and one swapped back in decodes a token
+  before it may leave again, so swapping never undoes itself.
 - Why a run ends: a request swapped back in waits in its instance's queue with its KV, and
   Sarathi runs such KV holders whenever its step would otherwise be empty. It used to do so
   only when nothing ran: with a recompute-preempted request at the queue's head (it cannot
@@ -32,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from servelab.baselines.llumnix import excess_blocks, least_loaded, queued_blocks, router_preset
+from servelab.baselines.llumnix import least_loaded, router_preset
 from servelab.cluster.config import ClusterConfig
 from servelab.cluster.presets import register_preset
 from servelab.core.registry import RegistryError, coerce_param
@@ -41,10 +46,21 @@ from servelab.core.request import Request, RequestStatus
 from servelab.costmodel.links import LinkSpec
 
 
+def _decodes(view) -> int:
+    return sum(1 for r in view.running if r.status is RequestStatus.DECODING)
+
+
+def growth_shortfall(view) -> int:
+    """Blocks the running decodes may need on their next token beyond the free ones (> 0:
+    they cannot all grow, and vLLM would preempt)."""
+    b = view.blocks
+    return _decodes(view) + b.watermark_blocks - b.num_free_gpu_blocks
+
+
 @dataclass(frozen=True)
 class InferCeptConfig:
     host_gb: float = 256.0  # host memory for swapped KV per instance
-    headroom: float = 0.05  # of capacity kept free when swapping in
+    headroom: float = 0.0  # of capacity kept free when swapping in, beyond the watermark new requests keep
     poll_s: float = 0.05
 
     def __post_init__(self) -> None:
@@ -85,7 +101,7 @@ class InferCeptRouter(Router):
 
     def on_step_done(self, now_s, instance_id, shape, finished, cluster: ClusterState) -> list:
         view = cluster.instance(instance_id)
-        excess = excess_blocks(view)
+        excess = growth_shortfall(view)
         if excess <= 0 or cluster.pool is None:
             return self._swap_in(cluster) if self._parked else []
         actions, freed, room = [], 0, cluster.pool.free_bytes
@@ -121,10 +137,12 @@ class InferCeptRouter(Router):
             home = self._home.get(rid)
             view = active.get(home) if home in active else least_loaded(cluster.instances)
             iid = view.instance_id
-            if iid not in budget:
+            if iid not in budget:  # swapped first: the queue does not hold them back
                 b = view.blocks
-                budget[iid] = -1 if queued_blocks(view) else \
-                    b.num_free_gpu_blocks - int(self.config.headroom * b.num_gpu_blocks)
+                budget[iid] = (b.num_free_gpu_blocks - b.watermark_blocks - int(self.config.headroom * b.num_gpu_blocks)
+                               - _decodes(view))
+            if getattr(view, "swapped", None):
+                continue  # the instance's own swapped requests (swap preemption) go back first
             need = view.blocks.blocks_for(req.num_computed_tokens + 1)
             if need > budget[iid] and (view.num_running or need > view.blocks.num_free_gpu_blocks):
                 continue  # an instance with nothing running takes it back if it fits at all

@@ -56,3 +56,22 @@ def test_vllm_pp_pairs_instances_into_pipelines():
     members = sim.driver.reconfig.groups[0].members
     whole = sim.driver.drivers[2].runtime.blocks.num_gpu_blocks
     assert all(m.runtime.blocks.num_gpu_blocks > 2 * whole for m in members)
+
+
+def test_infercept_serves_swapped_requests_before_the_queue():
+    """vLLM brings swapped requests back before it admits queued ones; InferCept here used to
+    wait until its instance's queue was empty, so new requests overtook the swapped ones."""
+    from types import SimpleNamespace as NS
+
+    from servelab.baselines.infercept import InferCeptRouter
+    from servelab.core.policy import Move
+
+    blocks = NS(num_free_gpu_blocks=500, num_gpu_blocks=1000, watermark_blocks=10, blocks_for=lambda t: -(-t // 16))
+    queued = [NS(num_tokens=4000, arrival_time_s=1.0, request_id=9)]  # a head that does not fit: 250 blocks
+    view = NS(instance_id=0, blocks=blocks, waiting=queued, running=[], num_running=0)
+    parked = NS(request_id=3, arrival_time_s=0.5, num_computed_tokens=1600, num_generated_tokens=10,
+                status=RequestStatus.SWAPPED)
+    router = InferCeptRouter()
+    router._parked[3], router._home[3] = parked, 0
+    actions = router._swap_in(NS(instances=[view]))
+    assert [type(a) for a in actions] == [Move] and actions[0].destination == 0

@@ -2,16 +2,18 @@
 
 - Dispatch (as Llumnix): a new request goes to the unit (instance or pipeline group) with
   the lowest KV load, ``(used blocks + blocks the queue needs) / capacity``.
-- Monitor: after every step of a unit, throttling is checked: the KV of its running
-  requests plus its head-of-line queued ones exceeds its capacity. The need ``R`` is the
-  sum over all units of their excess (KV bytes of the whole model per token).
+- Monitor (``monitor``): after every step of a unit (an instance or a group: a throttled
+  group triggers too), throttling is checked: the KV of its running requests plus its
+  head-of-line queued request exceeds its capacity. The need ``R`` is the sum over all
+  units of their head-of-line excess (KV bytes of the whole model per token); each drop
+  records every unit's reading.
 - Drop: ``drop_plan`` (Figure 6) merges the smallest groups until ``R`` is freed. Each new
   group's members keep contiguous layer ranges (``SetLayers``) and run as one pipeline
   (``FormPipeline``) whose running requests exchange KV with the other stages, in chunks
   sized to one stage's step time (coordinated: activations pass between chunks) or as one
   bulk job per link (uncoordinated). Microbatches are formed by the lookahead former over
   Eq. 1 fitted to the instance's cost model, or by token-count chunking.
-- Restore: when a group's KV (used + queued) falls below ``restore_threshold`` of what its
+- Restore: when a group's head-of-line KV demand (used + head) falls below ``restore_threshold`` of what its
   members hold without the drop (the paper: 50% of the GPUs' memory without drop), its
   members pull their missing layers from each other, chunked the same way, and the group
   splits once every member holds the whole model (its requests then fit in half of the
@@ -36,9 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 # KunServe's dispatcher balances by KV-use load as Llumnix does: one definition of load
-from servelab.baselines.llumnix import excess_blocks as _excess_blocks
 from servelab.baselines.llumnix import kv_load as _load
-from servelab.baselines.llumnix import queued_blocks as _queued_blocks
 from servelab.cluster.config import ClusterConfig, InstanceGroup
 from servelab.cluster.presets import register_preset
 from servelab.cluster.reconfig import FormPipeline, SetLayers, SplitPipeline
@@ -49,6 +49,7 @@ from servelab.core.request import Request
 from servelab.costmodel.links import LinkSpec
 from servelab.designs.kunserve.drop_plan import drop_plan, stage_layers
 from servelab.designs.kunserve.microbatch import MicrobatchFormer
+from servelab.designs.kunserve.monitor import GroupStats, block_bytes, hol_demand_blocks, hol_excess_blocks, reading
 
 _FORMERS = ("lookahead", "tokens", "rows")
 
@@ -56,7 +57,7 @@ _FORMERS = ("lookahead", "tokens", "rows")
 @dataclass(frozen=True)
 class KunServeConfig:
     drop: bool = True  # False: the dispatcher alone (the ablation's baseline)
-    num_microbatches: int = 4
+    num_microbatches: int = 0  # 0: as many as the group has stages (vLLM's virtual engines)
     former: str = "lookahead"  # lookahead | tokens (token-count chunking) | rows (whole rows dealt)
     coordinated: bool = True  # KV exchange and restores in stage-time chunks (False: one bulk job)
     restore: bool = True
@@ -72,8 +73,8 @@ class KunServeConfig:
     def __post_init__(self) -> None:
         if self.former not in _FORMERS:
             raise ValueError(f"former must be one of {_FORMERS}, got {self.former!r}")
-        if self.num_microbatches < 1 or self.token_budget < 1 or self.max_group_size < 0:
-            raise ValueError("num_microbatches and token_budget must be >= 1, max_group_size >= 0")
+        if self.num_microbatches < 0 or self.token_budget < 1 or self.max_group_size < 0:
+            raise ValueError("num_microbatches must be >= 0, token_budget >= 1, max_group_size >= 0")
         if not 0 < self.restore_threshold <= 1 or self.headroom <= 0 or self.cooldown_s < 0 or self.sample_s <= 0:
             raise ValueError("restore_threshold in (0, 1], headroom > 0, cooldown_s >= 0, sample_s > 0")
 
@@ -86,6 +87,9 @@ class KunServeRouter(Router):
         self.config = config
         self._full_blocks: dict[int, int] = {}  # instance id -> KV blocks with the whole model
         self._copy_bytes = 0.0
+        self._kv_per_token = 0.0  # the whole model's KV bytes per token
+        self.stats = GroupStats()
+        self._now_s = 0.0
         self._eq1 = None
         self._last_drop_s = -math.inf
         self._restoring: dict[int, tuple[int, ...]] = {}  # group id -> members
@@ -108,6 +112,7 @@ class KunServeRouter(Router):
     def on_step_done(self, now_s: float, instance_id: int, shape: StepShape, finished, cluster: ClusterState
                      ) -> list:
         self._learn(cluster)
+        self._now_s = now_s
         if now_s - self._last_sample_s >= self.config.sample_s:
             self._last_sample_s = now_s
             self._sample(now_s, cluster)
@@ -115,11 +120,14 @@ class KunServeRouter(Router):
             return []
         view = cluster.instance(instance_id)
         actions: list = []
-        if len(view.members) > 1:
+        throttled = hol_excess_blocks(view) > 0
+        if len(view.members) > 1 and not throttled:
             actions += self._maybe_restore(now_s, view, cluster)
-        elif _excess_blocks(view) > 0 and now_s - self._last_drop_s >= self.config.cooldown_s:
-            actions += self._drop(now_s, cluster)
-        elif _excess_blocks(view) <= 0:
+        elif len(view.members) > 1 and view.instance_id in self._restoring:
+            actions += self._maybe_restore(now_s, view, cluster)  # a copy under way finishes first
+        elif throttled and now_s - self._last_drop_s >= self.config.cooldown_s:
+            actions += self._drop(now_s, cluster)  # a single instance or a group (escalation)
+        elif not throttled:
             self._pressure_since = None
         return actions
 
@@ -132,15 +140,18 @@ class KunServeRouter(Router):
                         from servelab.catalog.instance import held_param_bytes
 
                         self._copy_bytes = float(held_param_bytes(spec))
+                        self._kv_per_token = float(v.kv_bytes_per_token)
 
     def _sample(self, now_s: float, cluster: ClusterState) -> None:
+        """KV used, head-of-line demand and capacity in bytes (each block at the whole model's
+        KV per token: a group's ``kv_bytes_per_token`` overcounts while members restore)."""
         used = demand = cap = params = 0.0
         from servelab.catalog.instance import held_param_bytes
 
         for v in cluster.instances:
-            per_block = v.kv_bytes_per_token * v.blocks.block_size
+            per_block = block_bytes(v, self._kv_per_token)
             used += v.blocks.num_used_gpu_blocks * per_block
-            demand += (v.blocks.num_used_gpu_blocks + _queued_blocks(v)) * per_block
+            demand += hol_demand_blocks(v) * per_block
             cap += v.blocks.num_gpu_blocks * per_block
             params += sum(held_param_bytes(spec) for _, spec in v.members if spec is not None)
         self.timeline.append((now_s, used, demand, cap, params))
@@ -149,7 +160,8 @@ class KunServeRouter(Router):
     def _drop(self, now_s: float, cluster: ClusterState) -> list:
         self._last_drop_s = now_s
         units = list(cluster.instances)
-        need = self.config.headroom * sum(max(0, _excess_blocks(v)) * v.kv_bytes_per_token * v.blocks.block_size
+        readings = [reading(v) for v in units if hol_excess_blocks(v) > 0]
+        need = self.config.headroom * sum(max(0, hol_excess_blocks(v)) * block_bytes(v, self._kv_per_token)
                                           for v in units)
         singles = [v for v in units if len(v.members) == 1]
         groups = [tuple(i for i, _ in v.members) for v in units]
@@ -163,14 +175,19 @@ class KunServeRouter(Router):
         whole = {v.instance_id for v in singles if v.members[0][1].layers is None}
         actions: list = []
         formed = []
+        blocked = []
         for members in plan.merged:
             if not set(members) <= whole:
+                blocked.append(list(members))
                 continue  # merging formed groups needs a regroup the cluster layer does not do
             actions += self._form(members, cluster, model)
             formed.append(list(members))
-        self.drops.append({"t": now_s, "need_bytes": need, "freed_bytes": plan.freed_bytes,
-                           "satisfied": plan.satisfied, "groups": formed, "plan_ms": 1e3 * plan_s,
-                           "num_units": len(units)})
+            self.stats.formed(now_s, members[0], len(members))
+        freed = self._copy_bytes * sum(len(m) - 1 for m in formed)
+        self.drops.append({"t": now_s, "need_bytes": need, "freed_bytes": freed, "plan_freed_bytes": plan.freed_bytes,
+                           "satisfied": freed >= need, "groups": formed,
+                           "microbatches": [self._microbatches(len(m)) for m in formed], "merges_not_carried": blocked,
+                           "plan_ms": 1e3 * plan_s, "num_units": len(units), "trigger": readings})
         if not formed:
             if self._pressure_since is None:
                 self._pressure_since = now_s
@@ -193,19 +210,22 @@ class KunServeRouter(Router):
                 from servelab.designs.kunserve.eq1 import fit_eq1
 
                 self._eq1 = fit_eq1(first.cost_model)
-            former = MicrobatchFormer(cfg.former, cfg.num_microbatches, self._eq1)
+            former = MicrobatchFormer(cfg.former, self._microbatches(len(members)), self._eq1)
         actions: list = [SetLayers(iid, rng) for iid, rng in zip(members, ranges)]
         n = len(members)  # one virtual engine per stage, as vLLM's pipeline runs
-        actions.append(FormPipeline(tuple(members), cfg.num_microbatches, exchange_chunk_bytes=chunk, former=former,
+        actions.append(FormPipeline(tuple(members), self._microbatches(n), exchange_chunk_bytes=chunk, former=former,
                                     max_num_seqs=n * first.max_num_seqs, max_batch_tokens=n * first.max_batch_tokens,
                                     overlap=cfg.overlap))
         return actions
+
+    def _microbatches(self, stages: int) -> int:
+        return self.config.num_microbatches or stages
 
     def _chunk_bytes(self, view, members, cluster: ClusterState) -> float:
         """A chunk crosses in about one stage's share of a full-budget step."""
         budget = self.config.token_budget * len(members)
         step_s = view.cost_model.step_time_s(StepShape((budget,), (budget,)))
-        stage_s = step_s / len(members) / self.config.num_microbatches
+        stage_s = step_s / len(members) / self._microbatches(len(members))
         bw = cluster.link(members[0], members[1]).spec.bandwidth_bytes_per_s
         return max(1.0, stage_s * bw)
 
@@ -216,22 +236,29 @@ class KunServeRouter(Router):
         if gid in self._restoring:
             if all(spec.layers is None for _, spec in view.members):
                 del self._restoring[gid]
+                self.stats.split(now_s, gid)
                 return [SplitPipeline(gid)]
             return []
         if not self.config.restore or any(i not in self._full_blocks for i in members):
             return []
-        tokens = (view.blocks.num_used_gpu_blocks + _queued_blocks(view)) * view.blocks.block_size
+        tokens = hol_demand_blocks(view) * view.blocks.block_size
         full_tokens = sum(self._full_blocks[i] for i in members) * view.blocks.block_size
         if tokens > self.config.restore_threshold * full_tokens:
             return []
         self._restoring[gid] = members
+        self.stats.restoring(now_s, gid, tokens / max(full_tokens, 1))
         layers = view.members[0][1].model_spec.num_layers
         chunk = self._chunk_for.get(gid) if self.config.coordinated else None
         return [SetLayers(iid, (0, layers), restore_from=members[(k + 1) % len(members)], chunk_bytes=chunk)
                 for k, iid in enumerate(members)]
 
     def report(self) -> dict:
-        return {"drops": self.drops, "autoscale_requests": self.autoscale_requests,
+        """What the design did, for every run's summary.json (``policy_reports["router"]``):
+        drops with the trigger's reading, groups formed and split, time pipelined, KV freed."""
+        drops = [d for d in self.drops if d["groups"]]
+        return {"num_drops": len(drops), "kv_freed_gb": sum(d["freed_bytes"] for d in drops) / 1e9,
+                **self.stats.report(self._now_s), "num_drop_attempts": len(self.drops),
+                "drops": drops, "autoscale_requests": self.autoscale_requests,
                 "eq1": dataclasses.asdict(self._eq1) if self._eq1 is not None else None}
 
 

@@ -44,9 +44,53 @@ def test_slo_violation_is_against_the_best_baselines_p50():
 def test_one_run_reports_the_memory_timeline_and_the_drops():
     hw = dataclasses.replace(st.CLUSTER_A, num_instances=2, memory_reserve_fraction=0.6)  # ~20K KV tokens each
     specs = st.workload("decode-heavy", 2.5, 30.0, ((10.0, 20.0),), seed=0, factor=3)
-    r = ex.run_system("kunserve", specs, hw, ex.Sizes(window_s=5.0))
+    r = ex.run_system("kunserve", specs, hw, ex.Sizes(window_s=5.0, bursts=((10.0, 20.0),)))
     assert r["conserved"] and r["finished"] == len(specs)
     m = r["memory"]
     assert len(m["t"]) >= 5 and max(m["kv_capacity_gb"]) > m["kv_capacity_gb"][0]
     assert r["drops"] and r["pipeline"]["steps"] > 0 and r["exchange"]["num"] >= 1
     assert 0 < r["mean_demand_share"] < 2
+
+
+def test_the_premise_check_reads_throttling_and_the_ceiling():
+    """vLLM on the throttled 2-instance setting: memory-throttled, prompt before the burst;
+    the 4x-KV ceiling decides whether memory is what queues."""
+    from servelab.designs.kunserve.reproduce.premise import with_ceiling
+
+    hw = dataclasses.replace(st.CLUSTER_A, num_instances=2, memory_reserve_fraction=0.6)
+    sizes = ex.Sizes(window_s=5.0, bursts=((10.0, 20.0),))
+    specs = st.workload("decode-heavy", 2.5, 30.0, sizes.bursts, seed=0, factor=3)
+    v = ex.run_system("vllm", specs, hw, sizes)
+    ceil = ex.run_system("vllm", specs, hw, sizes, kv_scale=4.0)
+    c = v["check"]
+    assert c["memory_throttled"] and c["time_above_95_kv_s"] > 1.0 and c["pre_burst_p50_ttft_s"] < 1.0
+    assert ceil["check"]["time_above_95_kv_s"] < c["time_above_95_kv_s"]
+    assert with_ceiling(c, c["p99_ttft_s"] / 3)["holds"] and not with_ceiling(c, c["p99_ttft_s"])["holds"]
+
+
+def test_the_operating_point_is_the_lowest_rate_where_the_premise_holds(monkeypatch):
+    from servelab.designs.kunserve.reproduce import points
+
+    def fake(checks):
+        def checked(wl, rate, hw, sizes, seed):
+            holds, prompt = checks[round(rate)]
+            return {"check": {"holds": holds, "prompt_before_burst": prompt}, "ttft_s": {"50": 0.1, "99": 2.0}}, None
+        return checked
+
+    sizes = ex.Sizes(rate_probes=4, seeds=(0,))
+    monkeypatch.setattr(points.st, "workload", lambda *a, **k: [])
+    monkeypatch.setattr(points.ex, "run_system", lambda *a, **k: {"ttft_s": {"99": 1.0}})
+    monkeypatch.setattr(points, "checked", fake({1: (False, True), 2: (True, True), 4: (True, True), 8: (False, False)}))
+    p = points.choose_point("x", st.CLUSTER_A, sizes, 0, 1.0, 8.0)
+    assert round(p["rate"]) == 2 and p["holds"]
+    assert [g.get("kunserve_p99_ttft_s") for g in p["grid"]] == [None, 1.0, 1.0, None]  # the claim at every pass
+    monkeypatch.setattr(points, "checked", fake({1: (False, True), 2: (False, True), 4: (False, False), 8: (False, False)}))
+    p = points.choose_point("x", st.CLUSTER_A, sizes, 0, 1.0, 8.0)
+    assert round(p["rate"]) == 2 and not p["holds"]  # none holds: the highest still prompt, marked
+
+
+def test_the_premise_needs_the_papers_mean_demand_bound():
+    from servelab.designs.kunserve.reproduce.premise import with_ceiling
+
+    c = {"prompt_before_burst": True, "memory_throttled": True, "p99_ttft_s": 30.0}
+    assert with_ceiling(c, 3.0, 0.5)["holds"] and not with_ceiling(c, 3.0, 0.65)["holds"]

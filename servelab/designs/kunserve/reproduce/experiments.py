@@ -28,13 +28,13 @@ class Sizes:
     bursts: tuple[tuple[float, float], ...] = ((60.0, 150.0),)
     long_duration_s: float = 640.0
     long_bursts: tuple[tuple[float, float], ...] = ((100.0, 160.0), (400.0, 460.0))
-    target_demand: float = 0.6
     rate_probes: int = 5
     window_s: float = 10.0
     workloads: tuple[str, ...] = ("burstgpt", "sharegpt", "longbench")
     num_instances_a: int = 8
     extreme_repeats: int = 4
     plan_sizes: tuple[int, ...] = (8, 64, 256, 1024)
+    seeds: tuple[int, ...] = (0, 1, 2)
 
 
 def _pct(x: np.ndarray) -> dict:
@@ -44,10 +44,19 @@ def _pct(x: np.ndarray) -> dict:
     return {str(p): float(np.percentile(x, p)) for p in PCTS}
 
 
-def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec: str | None = None) -> dict:
+def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec: str | None = None,
+               kv_scale: float = 1.0) -> dict:
+    """One run, reduced to plain numbers; with ``bursts`` in ``sizes`` the premise check of
+    ``premise.premise_check`` is in ``out["check"]``. ``kv_scale`` multiplies every instance's
+    KV blocks (compute unchanged): the memory-unbound ceiling of the premise check."""
+    from servelab.designs.kunserve.reproduce.premise import premise_check
+
     spec = spec or st.SYSTEMS[system]
     t0 = time.process_time()
     sim = Simulation(list(specs), st.cluster(spec, hw))
+    if kv_scale != 1.0:
+        for d in sim.driver.drivers:
+            d.runtime.resize(int(kv_scale * d.runtime.blocks.num_gpu_blocks))
     res = sim.run()
     cpu = time.process_time() - t0
     table = RequestTable.from_requests(res.requests)
@@ -58,7 +67,9 @@ def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec
            "aborted": status.count("aborted"), "conserved": res.conserved,
            "ttft_s": _pct(ttft), "tpot_s": _pct(tpot), "makespan_s": res.makespan_s,
            "throughput_tok_s": res.num_output_tokens / max(res.makespan_s, 1e-9),
-           "num_preemptions": int(sum(r.num_preemptions for r in res.requests))}
+           "num_preemptions": int(sum(r.num_preemptions for r in res.requests)),
+           "last_arrival_s": float(max((s.arrival_time_s for s in specs), default=0.0))}
+    out["check"] = premise_check(res, table, sizes.bursts, st.token_budget(hw))
     out["timeline"] = _timelines(table, sizes.window_s)
     out["raw"] = {"ttft": ttft, "tpot": tpot}
     router = sim.router
@@ -126,21 +137,3 @@ def slo_violation(runs: dict[str, dict], scales: Sequence[float], baselines: Seq
             row.append(float(np.mean(bad)))
         out[name] = row
     return {"scales": list(scales), "best_p50_ttft_s": best_ttft, "best_p50_tpot_s": best_tpot, "violation": out}
-
-
-def calibrate_rate(lengths: str, hw: st.Hardware, sizes: Sizes, seed: int, lo: float, hi: float) -> dict:
-    """Bisection on the base rate: vLLM's mean KV demand at ``sizes.target_demand``."""
-    probes = []
-    for _ in range(sizes.rate_probes):
-        mid = (lo * hi) ** 0.5
-        specs = st.workload(lengths, mid, sizes.duration_s, sizes.bursts, seed)
-        r = run_system("vllm", specs, hw, sizes)
-        share = r["mean_demand_share"]
-        probes.append({"rate": mid, "mean_demand_share": share, "p99_ttft_s": r["ttft_s"]["99"]})
-        if share > sizes.target_demand:
-            hi = mid
-        else:
-            lo = mid
-    ok = [p for p in probes if p["mean_demand_share"] <= sizes.target_demand]
-    rate = max(p["rate"] for p in ok) if ok else lo
-    return {"rate": rate, "probes": probes}

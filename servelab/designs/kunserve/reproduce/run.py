@@ -1,9 +1,12 @@
 """``servelab reproduce kunserve``: KunServe's claims in the simulator.
 
-The steps calibrate each workload's base rate (vLLM's mean KV demand at the paper's "under
-60%"), run the five systems on it (Figs. 12/13, and the 72B cluster), the ablation (Fig. 14),
-restore on a long run with two bursts (Fig. 15), repeated extreme bursts (Fig. 16), time the
-drop plan up to 1,024 instances and run the gap tests; ``_write`` makes the plots under
+The steps choose and check each workload's operating point (``points``: the highest base
+rate on a grid where vLLM is prompt before the burst and memory-throttled in it, checked
+against a 4x-KV ceiling; the paper's lengths are checked the same way and reported beside),
+run the five systems there over several seeds (Figs. 12/13, and the 72B cluster), the
+ablation (Fig. 14) at the LongBench point and at the faithful point, restore on a long run
+with two bursts (Fig. 15), repeated extreme bursts (Fig. 16), the microbatch count's TPOT
+cost, and time the drop plan up to 1,024 instances; ``_write`` makes the plots under
 ``out_dir/kunserve/`` and ``out_dir/kunserve.md``, and the runner (``servelab.reproduce``)
 writes ``out_dir/kunserve.json``, times the steps and shows progress.
 """
@@ -16,20 +19,29 @@ import numpy as np
 
 from servelab.designs.kunserve.drop_plan import time_drop_plan
 from servelab.designs.kunserve.reproduce import experiments as ex
+from servelab.designs.kunserve.reproduce import points
 from servelab.designs.kunserve.reproduce import setting as st
 from servelab.metrics.plain_json import plain
 from servelab.reproduce.runner import Reproduction, Run, Step
 
 
-FULL = ex.Sizes()
-REDUCED = ex.Sizes(duration_s=150.0, bursts=((40.0, 100.0),), long_duration_s=300.0,
-                   long_bursts=((50.0, 90.0), (190.0, 230.0)), rate_probes=4, workloads=("longbench",),
-                   num_instances_a=4, extreme_repeats=3, plan_sizes=(8, 1024))
-RATE_RANGES = {"burstgpt": (4.0, 160.0), "sharegpt": (2.0, 80.0), "longbench": (0.5, 16.0),
-               "decode-heavy": (0.5, 40.0)}
-MEMORY_BOUND_FACTOR = 3  # decode-heavy at its calibrated base throttles the KV only when the rate triples (gap test)
+# bursts start after a warm-up longer than a decode-heavy request's life (~100 s): before it the
+# KV has not filled and "prompt before the burst" would be a cold start, not a steady state
+FULL = ex.Sizes(duration_s=400.0, bursts=((150.0, 240.0),), long_duration_s=960.0,
+                long_bursts=((200.0, 290.0), (560.0, 650.0)),
+                workloads=("burstgpt", "sharegpt", "longbench", "decode-heavy"))
+REDUCED = ex.Sizes(duration_s=240.0, bursts=((120.0, 180.0),), long_duration_s=800.0,
+                   long_bursts=((200.0, 260.0), (500.0, 560.0)), rate_probes=5,
+                   workloads=("burstgpt", "sharegpt", "longbench", "decode-heavy"),
+                   num_instances_a=4, extreme_repeats=3, plan_sizes=(8, 1024), seeds=(0, 1))
+# base rate grids per instance (req/s), geometric, searched for the premise (points.choose_point)
+RATES_PER_INSTANCE = {"burstgpt": (1.0, 4.5), "sharegpt": (0.3, 1.8), "longbench": (0.08, 0.5),
+                      "decode-heavy": (0.7, 1.6)}
+RESTORE_RATE = 1.0  # of the faithful point's (checked at steady state: its bursts start after the warm-up)
+RATES_PER_INSTANCE_B = {"longbench": (0.15, 1.2)}
+FAITHFUL = "decode-heavy-14B"  # the point where the premise holds (not the paper's lengths)
 SLO_SCALES = tuple(float(s) for s in range(1, 11))
-TYPICAL_SCALE = {"burstgpt": 5.0, "sharegpt": 5.0, "longbench": 10.0}
+TYPICAL_SCALE = {"burstgpt": 5.0, "sharegpt": 5.0, "longbench": 10.0, "decode-heavy": 5.0}
 ABLATION = {"vllm": "kunserve:drop=false", "+drop": "kunserve:coordinated=false,former=tokens",
             "+coordinated": "kunserve:former=tokens", "+lookahead": "kunserve"}
 
@@ -48,12 +60,9 @@ def _steps(run: Run) -> list[Step]:
     sizes, seed, res = run.sizes, run.seed, run.results
     hw_a, hw_b = _clusters(sizes)
 
-    def lb() -> dict:
+    def point(key: str) -> dict:
         e2e = res["end_to_end"]
-        return e2e.get("longbench-14B") or next(iter(e2e.values()))
-
-    def headroom_rate() -> float:
-        return res["gap_headroom"]["rate"]
+        return e2e.get(key) or next(iter(e2e.values()))
 
     return [
         Step("drop-plan time", lambda _: [time_drop_plan(n) for n in sizes.plan_sizes], "plan_time"),
@@ -62,17 +71,15 @@ def _steps(run: Run) -> list[Step]:
           for wl in sizes.workloads],
         Step("end to end longbench 72B", lambda _: _end_to_end("longbench", hw_b, sizes, seed),
              ("end_to_end", "longbench-72B")),
-        Step("ablation (Fig. 14)", lambda _: _ablation(lb()["rate"], hw_a, sizes, seed), "ablation"),
-        Step("extreme bursts (Fig. 16)", lambda _: _extreme(res["end_to_end"]["longbench-72B"]["rate"], hw_b, sizes,
-                                                            seed), "extreme"),
-        Step("gap: microbatches per step", lambda _: _gap_microbatches(lb()["rate"], hw_a, sizes, seed),
+        Step("ablation (Fig. 14), LongBench", lambda _: _ablation(point("longbench-14B")["rate"], hw_a, sizes),
+             "ablation"),
+        Step("ablation (Fig. 14), faithful point",
+             lambda _: _ablation(point(FAITHFUL)["rate"], hw_a, sizes, "decode-heavy"), "ablation_memory_bound"),
+        Step("restore (Fig. 15)", lambda _: _restore(RESTORE_RATE * point(FAITHFUL)["rate"], hw_a, sizes), "restore"),
+        Step("extreme bursts (Fig. 16)", lambda _: _extreme(point("longbench-72B")["rate"], hw_b, sizes, seed),
+             "extreme"),
+        Step("gap: microbatches per step", lambda _: _gap_microbatches(point(FAITHFUL)["rate"], hw_a, sizes),
              "gap_microbatches"),
-        Step("gap: deeper burst", lambda _: _gap_deeper(lb()["rate"], hw_a, sizes, seed), "gap_deeper_burst"),
-        Step("gap: compute headroom", lambda _: _gap_headroom(hw_a, sizes, seed), "gap_headroom"),
-        Step("restore (Fig. 15)", lambda _: _restore(headroom_rate(), hw_a, sizes, seed), "restore"),
-        Step("ablation, decode-heavy (memory-bound)",
-             lambda _: _ablation(headroom_rate(), hw_a, sizes, seed, "decode-heavy", MEMORY_BOUND_FACTOR),
-             "ablation_memory_bound"),
         Step("PP throughput at saturation", lambda _: _pp_throughput(hw_a, seed), "pp_throughput"),
     ]
 
@@ -108,33 +115,39 @@ def _eq1_fits(hw_a: st.Hardware, hw_b: st.Hardware) -> list[dict]:
 
 
 def _end_to_end(wl: str, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> dict:
-    lo, hi = RATE_RANGES[wl]
-    scale = hw.num_instances / 8 if hw.tp == 1 else hw.num_instances * 4 / 8 * 0.4
-    cal = ex.calibrate_rate(wl, hw, sizes, seed, lo * scale, hi * scale)
-    specs = st.workload(wl, cal["rate"], sizes.duration_s, sizes.bursts, seed)
-    runs = {name: ex.run_system(name, specs, hw, sizes) for name in st.SYSTEMS}
-    slo = ex.slo_violation(runs, SLO_SCALES, st.BASELINES)
-    return {"workload": wl, "hardware": hw.label, "rate": cal["rate"], "calibration": cal["probes"],
-            "num_requests": len(specs), "runs": runs, "slo": slo, "typical_scale": TYPICAL_SCALE[wl]}
+    lo, hi = (RATES_PER_INSTANCE_B if hw.tp > 1 else RATES_PER_INSTANCE)[wl]
+    return points.end_to_end(wl, hw, sizes, seed, lo * hw.num_instances, hi * hw.num_instances, SLO_SCALES,
+                             TYPICAL_SCALE[wl])
 
 
-def _ablation(rate: float, hw: st.Hardware, sizes: ex.Sizes, seed: int, lengths: str = "longbench",
-              factor: int = 2) -> dict:
-    specs = st.workload(lengths, rate, sizes.duration_s, sizes.bursts, seed, factor=factor)
-    runs = {name: ex.run_system(name, specs, hw, sizes, spec=spec) for name, spec in ABLATION.items()}
-    return {"rate": rate, "workload": lengths, "factor": factor, "runs": runs}
+def _over_seeds(systems: dict, wl: str, rate: float, hw: st.Hardware, sizes: ex.Sizes, duration_s: float,
+                bursts) -> dict:
+    """Each system on each seed's arrivals: seed 0's full runs and every seed's summary."""
+    runs0, per_seed = None, []
+    sz = dataclasses.replace(sizes, bursts=tuple(bursts))
+    for s in sizes.seeds:
+        specs = st.workload(wl, rate, duration_s, bursts, s)
+        runs = {name: ex.run_system(name, specs, hw, sz, spec=spec) for name, spec in systems.items()}
+        runs0 = runs0 or runs
+        for r in runs.values():
+            r["check"]["mean_demand_share"] = r.get("mean_demand_share")
+        per_seed.append({"seed": s, "runs": {k: points._summary(r) | {"check": r["check"]} for k, r in runs.items()}})
+    return {"runs": runs0, "seeds": per_seed}
 
 
-def _restore(rate: float, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> dict:
-    """A long run with two bursts, with and without restore. On the decode-heavy lengths of the
-    headroom gap test: with the paper's prompt-heavy lengths our groups stay compute-bound and
-    never fall to the restore threshold between the bursts (a first run), so restore is not
-    exercised there."""
+def _ablation(rate: float, hw: st.Hardware, sizes: ex.Sizes, lengths: str = "longbench") -> dict:
+    out = _over_seeds(ABLATION, lengths, rate, hw, sizes, sizes.duration_s, sizes.bursts)
+    return {"rate": rate, "workload": lengths, "factor": 2, **out}
+
+
+def _restore(rate: float, hw: st.Hardware, sizes: ex.Sizes) -> dict:
+    """A long run with two bursts (further apart than a request's life), with and without
+    restore, at the faithful point's rate; the report prints when groups formed and split
+    against the last arrival, so whether restore acted inside the run is read, not assumed."""
     wl = "decode-heavy"
-    specs = st.workload(wl, rate, sizes.long_duration_s, sizes.long_bursts, seed, factor=MEMORY_BOUND_FACTOR)
     systems = {"vllm": "kunserve:drop=false", "kunserve": "kunserve", "kunserve w/o restore": "kunserve:restore=false"}
-    runs = {name: ex.run_system(name, specs, hw, sizes, spec=spec) for name, spec in systems.items()}
-    return {"rate": rate, "workload": wl, "bursts": sizes.long_bursts, "factor": MEMORY_BOUND_FACTOR, "runs": runs}
+    out = _over_seeds(systems, wl, rate, hw, sizes, sizes.long_duration_s, sizes.long_bursts)
+    return {"rate": rate, "workload": wl, "bursts": sizes.long_bursts, "factor": 2, **out}
 
 
 def _extreme(rate: float, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> dict:
@@ -157,43 +170,12 @@ def _extreme(rate: float, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> dict:
     return out
 
 
-def _gap_microbatches(rate: float, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> list[dict]:
-    specs = st.workload("longbench", rate, sizes.duration_s, sizes.bursts, seed)
-    rows = []
-    for overlap in (True, False):
-        for m in (2, 4, 8):
-            r = ex.run_system("kunserve", specs, hw, sizes,
-                              spec=f"kunserve:num_microbatches={m},overlap={str(overlap).lower()}")
-            rows.append({"num_microbatches": m, "overlap": overlap,
-                         "bubble_share": r.get("pipeline", {}).get("bubble_share"),
-                         "ttft_s": r["ttft_s"], "tpot_s": r["tpot_s"]})
-    return rows
-
-
-def _gap_deeper(rate: float, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> list[dict]:
-    rows = []
-    for factor in (2, 3, 4):
-        specs = st.workload("longbench", rate, sizes.duration_s, sizes.bursts, seed, factor=factor)
-        for name in ("vllm", "kunserve"):
-            r = ex.run_system(name, specs, hw, sizes)
-            rows.append({"factor": factor, "system": name, "ttft_s": r["ttft_s"], "tpot_s": r["tpot_s"],
-                         "num_preemptions": r["num_preemptions"], "mean_demand_share": r.get("mean_demand_share")})
-    return rows
-
-
-def _gap_headroom(hw: st.Hardware, sizes: ex.Sizes, seed: int) -> dict:
-    """Decode-heavy requests (1K in / 1.5K out): KV fills while decode steps leave compute idle."""
-    lo, hi = RATE_RANGES["decode-heavy"]
-    cal = ex.calibrate_rate("decode-heavy", hw, sizes, seed, lo * hw.num_instances / 8, hi * hw.num_instances / 8)
-    rows = []
-    for factor in (2, 3):
-        specs = st.workload("decode-heavy", cal["rate"], sizes.duration_s, sizes.bursts, seed, factor=factor)
-        for name in ("vllm", "infercept", "llumnix", "kunserve"):
-            r = ex.run_system(name, specs, hw, sizes)
-            rows.append({"factor": factor, "system": name, "ttft_s": r["ttft_s"], "tpot_s": r["tpot_s"],
-                         "num_preemptions": r["num_preemptions"], "forms": sum(1 for e in r["events"] if e[1] == "form"),
-                         "mean_demand_share": r.get("mean_demand_share")})
-    return {"rate": cal["rate"], "rows": rows}
+def _gap_microbatches(rate: float, hw: st.Hardware, sizes: ex.Sizes) -> dict:
+    """TPOT cost of the pipeline at the faithful point: microbatches = stages (the default,
+    vLLM's virtual engines) against the old fixed 4, which reads every stage's weights twice
+    per decode step in a two-stage group."""
+    systems = {"vllm": "kunserve:drop=false", "M=stages": "kunserve", "M=4": "kunserve:num_microbatches=4"}
+    return {"rate": rate, **_over_seeds(systems, "decode-heavy", rate, hw, sizes, sizes.duration_s, sizes.bursts)}
 
 
 def _pp_throughput(hw: st.Hardware, seed: int) -> list[dict]:
