@@ -1,0 +1,192 @@
+"""``servelab validate --base-url URL``: a workload replayed against a running server (the
+bench client, arrival times kept) and through the simulator with a fitted step model and
+the server's limits; per-request errors next to the server's own replay-to-replay noise.
+
+The requests: the workload spec's arrival times (relative to its first) and its prompt and
+output lengths, capped as ``servelab validate`` caps them; prompts are random token ids of
+that length (a random-weight or real model's step time depends on shapes, not on tokens),
+outputs forced by ``ignore_eos``. The simulator gets the same requests (prompt lengths as
+the server counted them), the policy (``sarathi`` with ``token_budget`` = the server's
+``max_num_batched_tokens`` is vLLM v1's chunked prefill with decodes first), the batch limits,
+block size, KV blocks and context limit the server reported or the flags gave.
+
+Errors are |sim - measured| / measured per request (TTFT, TPOT, e2e) against the first
+replay; the noise is the same error between the second replay and the first. An error
+inside the noise is as good as the measurement can tell.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from servelab.core.errors import UserError
+from servelab.validate.workloads import ValidationWorkload
+
+METRICS = ("ttft", "tpot", "e2e")
+
+
+@dataclass(frozen=True)
+class RemoteOptions:
+    base_url: str
+    cost_model: Path
+    workload: ValidationWorkload
+    policy: str = "sarathi"
+    replays: int = 2
+    vocab: int = 500
+    api_key: str | None = None
+    seed: int = 0
+    data_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.replays <= 10:
+            raise UserError(f"--replays must be in [1, 10], got {self.replays}")
+
+
+@dataclass
+class RemoteValidation:
+    options: RemoteOptions
+    limits: object
+    planned: list
+    replays: list[list[dict]]  # per replay, per request: ttft/tpot/e2e seconds (None when failed)
+    sim: list[dict]
+    metrics: dict
+    durations_s: list[float]
+    load_avg: list[tuple[float, float]]  # 1-min load average before / after each replay
+
+
+def plan_requests(options: RemoteOptions) -> list:
+    from servelab import api
+    from servelab.bench.prompts import PlannedRequest
+
+    w = options.workload
+    specs = api.load_workload(w.spec, data_dir=options.data_dir or api.DEFAULT_DATA_DIR, seed=options.seed)
+    if not specs:
+        raise UserError(f"workload {w.spec!r} has no requests")
+    rng = np.random.default_rng(options.seed)
+    t0 = min(s.arrival_time_s for s in specs)
+    out = []
+    for i, s in enumerate(sorted(specs, key=lambda s: (s.arrival_time_s, s.request_id))):
+        n = max(1, min(s.num_prompt_tokens, w.max_prompt))
+        ids = [int(x) for x in rng.integers(10, options.vocab, size=n)]
+        out.append(PlannedRequest(i, float(s.arrival_time_s - t0), ids, n, max(1, min(s.num_output_tokens,
+                                                                                      w.max_output))))
+    return out
+
+
+def _times(r) -> dict:
+    if not r.success:
+        return {"ttft": None, "tpot": None, "e2e": None, "prompt_len": r.prompt_len, "error": r.error}
+    return {"ttft": r.ttft_s, "tpot": r.tpot_s, "e2e": r.latency_s, "prompt_len": r.prompt_len, "error": ""}
+
+
+def _load1() -> float:
+    try:
+        import os
+
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def replay(options: RemoteOptions, model: str, planned: list) -> tuple[list[dict], float]:
+    from servelab.bench.run import BenchConfig, run_benchmark
+
+    config = BenchConfig(base_url=options.base_url, model=model, api_key=options.api_key, progress=False)
+    results, duration, _, _ = run_benchmark(config, planned)
+    return [_times(r) for r in results], duration
+
+
+def sim_policy(policy: str, max_batched_tokens: int) -> str:
+    """``sarathi`` gets the server's step token limit as its chunk budget unless the spec sets one."""
+    from servelab.core.registry import parse_name_params
+
+    name, params = parse_name_params(policy)
+    if name == "sarathi":
+        params.setdefault("token_budget", max_batched_tokens)
+    return name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")
+
+
+def simulate(options: RemoteOptions, limits, planned: list, prompt_lens: list[int]) -> list[dict]:
+    from servelab.cluster.presets import cluster_for
+    from servelab.core.request import RequestSpec
+    from servelab.costmodel.linear import LinearCostModel
+    from servelab.simulator.run import Simulation
+
+    cost = LinearCostModel.load(options.cost_model)
+    v = limits.values
+    specs = [RequestSpec(p.index, p.arrival_s, n, p.output_len) for p, n in zip(planned, prompt_lens)]
+    cluster = cluster_for(sim_policy(options.policy, v["max_num_batched_tokens"]), block_size=v["block_size"],
+                          max_batch_tokens=v["max_num_batched_tokens"], max_num_seqs=v["max_num_seqs"])
+    cluster = replace(cluster, max_model_len=v["max_model_len"])
+    sim = Simulation(specs, cluster, cost_model=cost)
+    if v.get("num_gpu_blocks"):
+        for d in sim.instances:
+            d.runtime.resize(v["num_gpu_blocks"])
+    result = sim.run()
+    out = []
+    for r in sorted(result.requests, key=lambda r: r.request_id):
+        t = r.token_times_s
+        done = bool(t) and r.status.value == "finished"
+        out.append({"ttft": t[0] - r.arrival_time_s if done else None,
+                    "tpot": (t[-1] - t[0]) / (len(t) - 1) if done and len(t) > 1 else None,
+                    "e2e": r.finish_time_s - r.arrival_time_s if done else None})
+    return out
+
+
+def _ape(a, b):
+    return None if a is None or b is None or b <= 0 else abs(a - b) / b
+
+
+def error_stats(pred: list[dict], real: list[dict]) -> dict:
+    """Median and p90 of |pred - real| / real per metric, with the signed median (bias)."""
+    out = {}
+    for m in METRICS:
+        pairs = [(p[m], r[m]) for p, r in zip(pred, real) if p[m] is not None and r[m] is not None and r[m] > 0]
+        ape = np.array([abs(a - b) / b for a, b in pairs])
+        bias = np.array([(a - b) / b for a, b in pairs])
+        out[m] = {"median": float(np.median(ape)) if len(ape) else None,
+                  "p90": float(np.percentile(ape, 90)) if len(ape) else None, "n": int(len(ape)),
+                  "bias_median": float(np.median(bias)) if len(bias) else None}
+    return out
+
+
+def run_remote_validation(options: RemoteOptions, limits, echo=print) -> RemoteValidation:
+    planned = plan_requests(options)
+    replays, durations, loads = [], [], []
+    for k in range(options.replays):
+        before = _load1()
+        t0 = time.perf_counter()
+        rows, duration = replay(options, limits.model, planned)
+        replays.append(rows)
+        durations.append(duration)
+        loads.append((before, _load1()))
+        failed = sum(1 for r in rows if r["ttft"] is None)
+        echo(f"  replay {k + 1}/{options.replays}: {len(rows)} requests in {time.perf_counter() - t0:.1f} s"
+             + (f", {failed} failed ({next(r['error'] for r in rows if r['ttft'] is None)[:200]})" if failed else ""))
+    if all(r["ttft"] is None for r in replays[0]):
+        raise UserError("every request of the first replay failed; see the errors above")
+    prompt_lens = [r["prompt_len"] or p.prompt_len for r, p in zip(replays[0], planned)]
+    sim = simulate(options, limits, planned, prompt_lens)
+    metrics = {"sim_vs_replay": [error_stats(sim, rows) for rows in replays],
+               "noise": [error_stats(rows, replays[0]) for rows in replays[1:]],
+               "num_requests": len(planned), "durations_s": durations,
+               "failed": [sum(1 for r in rows if r["ttft"] is None) for rows in replays],
+               "sim_unfinished": sum(1 for r in sim if r["ttft"] is None),
+               "load_avg_1min": loads, "limits": limits.to_json(), "workload": options.workload.label,
+               "policy": sim_policy(options.policy, limits.values["max_num_batched_tokens"])}
+    metrics["inside_noise"] = inside_noise(metrics)
+    return RemoteValidation(options, limits, planned, replays, sim, metrics, durations, loads)
+
+
+def inside_noise(metrics: dict) -> dict[str, bool | None]:
+    """Per metric: is the simulator's median error (against replay 1) at most the median
+    replay-to-replay error (None without a second replay)."""
+    if not metrics["noise"]:
+        return dict.fromkeys(METRICS)
+    sim, noise = metrics["sim_vs_replay"][0], metrics["noise"][0]
+    return {m: (None if sim[m]["median"] is None or noise[m]["median"] is None
+                else bool(sim[m]["median"] <= noise[m]["median"])) for m in METRICS}
