@@ -273,7 +273,8 @@ def calibrate_cmd(
                                                         "runs split-kv and keeps both terms, to compare."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Time engine steps over a grid of shapes, fit the linear cost model, save it for ``simulate --cost-model``."""
+    """Time engine steps over a grid of shapes (--model), or probe a running server through its API
+    (--base-url), fit the linear cost model, save it for ``simulate --cost-model``."""
     if base_url is not None or model is None:
         from servelab.cli.remote_cmds import calibrate_remote_cmd
 

@@ -50,9 +50,11 @@ def calibrate_remote_cmd(base_url: Optional[str], model: Optional[Path], out: Pa
     held = cal.held_out
     if held is not None and held.median_rel_error > HELD_OUT_WARN_MEDIAN:
         typer.secho(f"warning: held-out median error {held.median_rel_error:.1%} (leave-one-out over "
-                    f"{held.num_samples} probe samples) is over {HELD_OUT_WARN_MEDIAN:.0%}: the server's steps "
-                    f"were too noisy (a loaded machine?) or are not linear in these features; rerun with more "
-                    f"--repeats or on an idle machine before trusting simulations with it",
+                    f"{held.num_samples} probe samples) is over {HELD_OUT_WARN_MEDIAN:.0%}: "
+                    + (f"the same probe's repeats differed by {cal.noise['median']:.1%} (median), so " if cal.noise
+                       else "")
+                    + "the server's steps were too noisy (a loaded machine?) or are not linear in these features; "
+                    "rerun with more --repeats or on an idle machine before trusting simulations with it",
                     fg=typer.colors.YELLOW, err=True)
     payload = {"out": str(out), "probes": str(cal.probes_path), "elapsed_s": cal.elapsed_s,
                "num_probes": len(cal.runs), "num_skipped": len(cal.skipped),
@@ -60,12 +62,14 @@ def calibrate_remote_cmd(base_url: Optional[str], model: Optional[Path], out: Pa
                        "p90_rel_error": cal.fit.p90_rel_error},
                "held_out": None if held is None else {"median_rel_error": held.median_rel_error,
                                                       "p90_rel_error": held.p90_rel_error},
+               "repeat_noise": cal.noise,
                "coefficients": cal.model.to_json()["coefficients"], "limits": cal.limits.to_json()}
     if json_out:
         emit_json(payload)
         return
     typer.echo(f"fit over {cal.fit.num_samples} probe samples ({len(cal.runs)} probes, {cal.elapsed_s:.0f} s): "
-               f"{cal.fit}" + (f"; held out (leave-one-out): {held}" if held is not None else ""))
+               f"{cal.fit}" + (f"; held out (leave-one-out): {held}" if held is not None else "")
+               + (f"; repeats of a probe differ by {cal.noise['median']:.1%} (median)" if cal.noise else ""))
     for name, value in payload["coefficients"].items():
         typer.echo(f"  {name:<15} {value:.3e}")
     typer.echo(f"wrote {out} and its raw timings {cal.probes_path} "

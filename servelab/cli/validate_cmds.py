@@ -83,8 +83,9 @@ def validate(
     data_dir: Optional[Path] = typer.Option(None),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Run one workload on the real engine and in the calibrated simulator; per-request TTFT/TPOT/e2e
-    and per-step errors, CDF plots, CSVs (measured on this machine)."""
+    """Run one workload on the real engine (--model), or replay it twice against a running server
+    (--base-url), and in the calibrated simulator; per-request TTFT/TPOT/e2e errors, CDF plots, CSVs
+    (measured on this machine)."""
     from servelab.cli.outputs import resolve_out
 
     if base_url is not None or model is None:

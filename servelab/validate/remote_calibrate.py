@@ -30,6 +30,7 @@ class RemoteCalibration:
     model: object  # LinearCostModel
     fit: object  # FitError
     held_out: object  # FitError | None
+    noise: dict | None  # repeat_noise: the probes' own run-to-run spread
     samples: list
     runs: list
     skipped: list
@@ -81,14 +82,37 @@ def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.
             "attention_kernel": "split-kv"}
     model, fit = fit_linear_cost_model(samples, meta=meta, attention_kernel="split-kv")
     held = held_out_error(samples, "split-kv", bool(model.token_factors))
+    noise = repeat_noise(runs)
     out.parent.mkdir(parents=True, exist_ok=True)
     model.save(out)
     probes_path = out.with_name(out.stem + ".probes.json")
     probes_path.write_text(json.dumps({
         "base_url": base_url, "limits": limits.to_json(), "budget_s": budget_s, "elapsed_s": elapsed,
         "plan": [p.__dict__ for p in plan], "skipped": [p.__dict__ for p in skipped],
-        "fit": _err(fit), "held_out": _err(held), "runs": [r.to_json() for r in runs]}, indent=1))
-    return RemoteCalibration(model, fit, held, samples, runs, skipped, limits, probes_path, elapsed)
+        "fit": _err(fit), "held_out": _err(held), "repeat_noise": noise, "runs": [r.to_json() for r in runs]}, indent=1))
+    return RemoteCalibration(model, fit, held, noise, samples, runs, skipped, limits, probes_path, elapsed)
+
+
+def repeat_noise(runs: list) -> dict | None:
+    """How much the same probe's samples differ between its repeats: per (probe shape, sample)
+    with >= 2 repeats, |t - median| / median of each; the median and p90 over all. The
+    held-out error of a line cannot be much below this (it is the machine's noise, not the
+    model's misfit)."""
+    import numpy as np
+
+    groups: dict[tuple, list[float]] = {}
+    for r in runs:
+        p = r.probe
+        for k, (_, t) in enumerate(r.samples):
+            groups.setdefault((p.kind, p.prompt_len, p.batch, k), []).append(t)
+    devs = []
+    for times in groups.values():
+        if len(times) >= 2:
+            m = float(np.median(times))
+            devs += [abs(t - m) / m for t in times]
+    if not devs:
+        return None
+    return {"median": float(np.median(devs)), "p90": float(np.percentile(devs, 90)), "n": len(devs)}
 
 
 def _err(e) -> dict | None:
