@@ -121,3 +121,15 @@ def test_probe_plan_respects_the_limits():
     assert all(p.prompt_len + p.max_tokens <= 600 for p in plan)
     assert all(p.prompt_len <= 256 for p in plan if p.kind == "prefill")
     assert all(p.batch * (p.prompt_len + p.max_tokens) <= 40 * 16 for p in plan if p.kind == "decode")
+
+
+def test_repeat_noise_is_the_spread_between_repeats_of_one_probe():
+    from servelab.core.plan import StepShape
+    from servelab.validate.probes import ProbeRun
+    from servelab.validate.remote_calibrate import repeat_noise
+
+    shape = StepShape(num_decodes=2, decode_context_sum=200, decode_context_max=100)
+    runs = [ProbeRun(Probe("decode", 100, 2, 8, r), [], [(shape, t)]) for r, t in enumerate((0.1, 0.3))]
+    runs.append(ProbeRun(Probe("decode", 100, 4, 8), [], [(shape, 5.0)]))  # no repeat: not counted
+    noise = repeat_noise(runs)
+    assert noise["n"] == 2 and noise["median"] == pytest.approx(0.5)  # both 0.1 from their median 0.2
