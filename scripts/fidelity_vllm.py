@@ -83,6 +83,29 @@ def one_server(setup: Setup, server: str, out: Path, budget_s: float, workloads)
         stop_server(proc)
 
 
+def distributions(folder: Path) -> dict:
+    """From a validation's requests.csv: per metric, |p50(x) - p50(replay 1)| / p50(replay 1) for
+    x = the simulator ("sim") and replay 2 ("noise")."""
+    import csv
+
+    import numpy as np
+
+    with (folder / "requests.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    out = {}
+    for m in ("ttft", "tpot", "e2e"):
+        def col(name):
+            return [float(r[name]) for r in rows if r.get(name) not in (None, "", "None")]
+
+        ref = col(f"replay1_{m}_s")
+        base = float(np.median(ref)) if ref else None
+        out[m] = {}
+        for key, name in (("sim", f"sim_{m}_s"), ("noise", f"replay2_{m}_s")):
+            x = col(name)
+            out[m][key] = abs(float(np.median(x)) - base) / base if x and base else None
+    return out
+
+
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
@@ -129,9 +152,13 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                   f"median {_pct(held.get('median_rel_error'))}**, p90 {_pct(held.get('p90_rel_error'))}.",
                   "- Limits read: " + ", ".join(f"{k} {v} ({cal['limits']['sources'][k]})"
                                                for k, v in cal["limits"]["values"].items()), "",
-                  "| workload | TTFT error median / p90 | TTFT noise median | TPOT error median / p90 | TPOT noise "
-                  "median | e2e error median | e2e noise | goal (TTFT, TPOT) | load avg (1 min) | replay s |",
-                  "|---|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+                  "Per request: the median (p90) over requests of |sim - replay 1| / replay 1, and the noise, the "
+                  "median of |replay 2 - replay 1| / replay 1. Distribution: |p50 sim - p50 replay 1| / p50 replay 1 "
+                  "(and replay 2 for the noise), which does not depend on which request the server took first.", "",
+                  "| workload | TTFT error median / p90 | TTFT noise | TPOT error median / p90 | TPOT noise | "
+                  "e2e error / noise | p50 TTFT error / noise | p50 TPOT error / noise | goal (TTFT, TPOT) | "
+                  "load avg (1 min) | replay s |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
         for name, *_ in workloads:
             path = folder / name / "validate.json"
             if not path.is_file():
@@ -141,9 +168,12 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
             s, n = m["sim_vs_replay"][0], (m["noise"] or [None])[0]
             noise = (lambda k: _pct(n[k]["median"]) if n else "-")
             loads = ", ".join(f"{a:.1f}-{b:.1f}" for a, b in m["load_avg_1min"])
+            d = distributions(folder / name)
             lines.append(f"| {name} | {_pct(s['ttft']['median'])} / {_pct(s['ttft']['p90'])} | {noise('ttft')} | "
                          f"{_pct(s['tpot']['median'])} / {_pct(s['tpot']['p90'])} | {noise('tpot')} | "
-                         f"{_pct(s['e2e']['median'])} | {noise('e2e')} | {_goal(s['ttft']['median'])}, "
+                         f"{_pct(s['e2e']['median'])} / {noise('e2e')} | "
+                         f"{_pct(d['ttft']['sim'])} / {_pct(d['ttft']['noise'])} | "
+                         f"{_pct(d['tpot']['sim'])} / {_pct(d['tpot']['noise'])} | {_goal(s['ttft']['median'])}, "
                          f"{_goal(s['tpot']['median'])} | {loads} | "
                          f"{', '.join(f'{d:.0f}' for d in m['durations_s'])} |")
         lines += ["", "CDFs (measured replays and the simulator): "
@@ -173,9 +203,12 @@ def summary(out: Path, servers: list[str], workloads) -> list[str]:
             ok15 = sum(e is not None and e < 0.15 for e in errs)
             ok10 = sum(e is not None and e < 0.10 for e in errs)
             inside = sum(bool(m["inside_noise"][metric]) for m in rows)
+            dist = [distributions(out / server / name)[metric]["sim"] for name, *_ in workloads
+                    if (out / server / name / "requests.csv").is_file()]
             lines.append(f"- {label}, {metric.upper()}: median error under 15% on {ok15} of {len(rows)} workloads, "
                          f"under 10% on {ok10}; inside the replay-to-replay noise on {inside} of {len(rows)} "
-                         f"(errors {', '.join(_pct(e) for e in errs)}; noise {', '.join(_pct(x) for x in noise)}).")
+                         f"(errors {', '.join(_pct(e) for e in errs)}; noise {', '.join(_pct(x) for x in noise)}); "
+                         f"p50 of the distribution off by {', '.join(_pct(e) for e in dist)}.")
     if loads:
         lines.append(f"- Load: the 1-minute load average around the replays was {min(loads):.1f}-{max(loads):.1f} "
                      f"on {os.cpu_count()} cores (other sessions' work), so measured times carry that contention; "

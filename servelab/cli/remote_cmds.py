@@ -80,7 +80,7 @@ def validate_remote_cmd(base_url: Optional[str], *, workload: str, cost_model: O
                         max_prompt: int, max_output: int, replays: int, tokenizer: Optional[Path],
                         api_key: Optional[str], block_size, num_gpu_blocks, max_num_seqs, max_num_batched_tokens,
                         max_model_len, seed: int, out: Optional[Path], data_dir: Optional[Path],
-                        json_out: bool) -> None:
+                        json_out: bool, rescale: bool = False) -> None:
     from servelab.cli.outputs import resolve_out
 
     with user_errors():
@@ -99,7 +99,7 @@ def validate_remote_cmd(base_url: Optional[str], *, workload: str, cost_model: O
         folder = resolve_out(out, "validate")
         options = RemoteOptions(base_url=base_url, cost_model=cost_model, workload=w, policy=policy,
                                 replays=replays, vocab=_vocab(tokenizer), api_key=api_key, seed=seed,
-                                data_dir=data_dir)
+                                data_dir=data_dir, rescale=rescale)
         echo = (lambda text: typer.echo(text, err=True)) if json_out else typer.echo
         echo(f"server {base_url}: model {limits.model}; limits: {limits.describe()}")
         v = run_remote_validation(options, limits, echo=echo)

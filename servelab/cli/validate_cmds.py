@@ -62,6 +62,8 @@ def validate(
     block_size: Optional[int] = typer.Option(None, help="With --base-url: when /metrics does not say (default 16)."),
     num_gpu_blocks: Optional[int] = typer.Option(None, help="With --base-url: KV blocks, when /metrics does not say."),
     max_model_len: Optional[int] = typer.Option(None, help="With --base-url: when /v1/models does not say."),
+    rescale: bool = typer.Option(False, "--rescale", help="With --base-url: time 3 calibration probes first and "
+                                 "also report the simulator with the fit scaled to them (load drift since the fit)."),
     router: Optional[str] = typer.Option(None, help="Router spec (default: the preset's)."),
     instances: int = typer.Option(1, "--instances", "-n"),
     cost_model: Optional[Path] = typer.Option(None, help="Calibrated cost model JSON (timed with the same --clock); "
@@ -98,7 +100,8 @@ def validate(
                             max_prompt=max_prompt, max_output=max_output, replays=replays, tokenizer=tokenizer,
                             api_key=api_key, block_size=block_size, num_gpu_blocks=num_gpu_blocks,
                             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_batch_tokens,
-                            max_model_len=max_model_len, seed=seed, out=out, data_dir=data_dir, json_out=json_out)
+                            max_model_len=max_model_len, seed=seed, out=out, data_dir=data_dir, json_out=json_out,
+                            rescale=rescale)
         return
     policy = policy or "vllm"
     max_batch_tokens = 512 if max_batch_tokens is None else max_batch_tokens

@@ -74,6 +74,20 @@ def markdown(v: RemoteValidation) -> str:
         lines.append(f"| {NAMES[k]} | {pct(s['median'])} / {pct(s['p90'])} | {_signed(s['bias_median'])} | "
                      + (f"{pct(n['median'])} / {pct(n['p90'])}" if n else "- (one replay)")
                      + f" | {'-' if inside is None else ('yes' if inside else 'no')} |")
+    dist, dnoise = m["distribution"][0], (m["distribution_noise"] or [None])[0]
+    lines += ["", "Distributions (independent of which request the server took first): |sim - replay 1| / replay 1 "
+              "at p50 and p90, next to |replay 2 - replay 1| / replay 1.", "",
+              "| metric | sim p50 / p90 error | noise p50 / p90 |", "|---|---:|---:|"]
+    for k in METRICS:
+        lines.append(f"| {NAMES[k]} | {pct(dist[k][50])} / {pct(dist[k][90])} | "
+                     + (f"{pct(dnoise[k][50])} / {pct(dnoise[k][90])}" if dnoise else "-") + " |")
+    if m.get("drift"):
+        sc, sd = m["scaled_vs_replay"][0], m["scaled_distribution"][0]
+        lines += ["", f"Drift probes before the replays: the server ran at {m['drift']['ratio']:.2f}x the fitted "
+                  "model's step times; the simulator with every coefficient scaled by that:", "",
+                  "| metric | scaled sim error vs replay 1: median / p90 | p50 error |", "|---|---:|---:|"]
+        for k in METRICS:
+            lines.append(f"| {NAMES[k]} | {pct(sc[k]['median'])} / {pct(sc[k]['p90'])} | {pct(sd[k][50])} |")
     lines += ["", "| metric | replay 1 median | simulator median |", "|---|---:|---:|"]
     for k in METRICS:
         real = [r[k] for r in v.replays[0] if r[k] is not None]

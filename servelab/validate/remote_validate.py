@@ -40,6 +40,7 @@ class RemoteOptions:
     api_key: str | None = None
     seed: int = 0
     data_dir: Path | None = None
+    rescale: bool = False  # drift probes before the replays; also simulate with the model scaled to them
 
     def __post_init__(self) -> None:
         if not 1 <= self.replays <= 10:
@@ -110,13 +111,11 @@ def sim_policy(policy: str, max_batched_tokens: int) -> str:
     return name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")
 
 
-def simulate(options: RemoteOptions, limits, planned: list, prompt_lens: list[int]) -> list[dict]:
+def simulate(options: RemoteOptions, limits, planned: list, prompt_lens: list[int], cost) -> list[dict]:
     from servelab.cluster.presets import cluster_for
     from servelab.core.request import RequestSpec
-    from servelab.costmodel.linear import LinearCostModel
     from servelab.simulator.run import Simulation
 
-    cost = LinearCostModel.load(options.cost_model)
     v = limits.values
     specs = [RequestSpec(p.index, p.arrival_s, n, p.output_len) for p, n in zip(planned, prompt_lens)]
     cluster = cluster_for(sim_policy(options.policy, v["max_num_batched_tokens"]), block_size=v["block_size"],
@@ -154,8 +153,59 @@ def error_stats(pred: list[dict], real: list[dict]) -> dict:
     return out
 
 
+def distribution_errors(pred: list[dict], real: list[dict]) -> dict:
+    """Per metric, |p50(pred) - p50(real)| / p50(real) and the same at p90: errors of the
+    distributions, which do not depend on which request the server happened to take first
+    (in a burst that order is the HTTP arrival order, a per-request error counts it)."""
+    out = {}
+    for m in METRICS:
+        a = [p[m] for p in pred if p[m] is not None]
+        b = [r[m] for r in real if r[m] is not None]
+        out[m] = {q: (None if not a or not b or np.percentile(b, q) <= 0
+                      else float(abs(np.percentile(a, q) - np.percentile(b, q)) / np.percentile(b, q)))
+                  for q in (50, 90)}
+    return out
+
+
+DRIFT_PROBES = (("prefill", 512, 1, 4), ("decode", 128, 8, 12), ("decode", 512, 2, 12))
+
+
+def drift_ratio(options: RemoteOptions, limits, cost) -> dict:
+    """How much slower (> 1) or faster the server is now than the fitted model says: a few
+    calibration probes (a 512-token prefill, 8 and 2 decode rows) right before the replays,
+    the median of measured / predicted over their samples. On a shared machine the load at
+    calibration and at replay differ; the scaled simulation tells that drift apart from the
+    model's shape (if scaling closes the gap, the line was right and the machine moved)."""
+    import asyncio
+
+    from servelab.validate.probes import Probe, run_plan
+
+    v = limits.values
+    plan = [Probe(k, max(1, min(p, v["max_model_len"] - o - 1, v["max_num_batched_tokens"])),
+                  min(b, v["max_num_seqs"]), o) for k, p, b, o in DRIFT_PROBES]
+    runs, _ = asyncio.run(run_plan(options.base_url, limits.model, plan, 120.0, vocab=options.vocab,
+                                   seed=options.seed + 1, headers={"Authorization": f"Bearer {options.api_key}"}
+                                   if options.api_key else None))
+    ratios = [t / cost.step_time_s(shape) for r in runs for shape, t in r.samples if cost.step_time_s(shape) > 0]
+    return {"ratio": float(np.median(ratios)) if ratios else None, "ratios": ratios}
+
+
+def scaled(cost, ratio: float):
+    """The model with every coefficient times ``ratio`` (token factors, a shape, unchanged)."""
+    from servelab.costmodel.linear import COEFFICIENTS
+
+    return replace(cost, **{c: getattr(cost, c) * ratio for c in COEFFICIENTS})
+
+
 def run_remote_validation(options: RemoteOptions, limits, echo=print) -> RemoteValidation:
+    from servelab.costmodel.linear import LinearCostModel
+
     planned = plan_requests(options)
+    drift = None
+    if options.rescale:
+        drift = drift_ratio(options, limits, LinearCostModel.load(options.cost_model))
+        echo(f"  drift probes: the server is {drift['ratio']:.2f}x the fitted model's step times now"
+             if drift["ratio"] else "  drift probes: no sample")
     replays, durations, loads = [], [], []
     for k in range(options.replays):
         before = _load1()
@@ -170,15 +220,23 @@ def run_remote_validation(options: RemoteOptions, limits, echo=print) -> RemoteV
     if all(r["ttft"] is None for r in replays[0]):
         raise UserError("every request of the first replay failed; see the errors above")
     prompt_lens = [r["prompt_len"] or p.prompt_len for r, p in zip(replays[0], planned)]
-    sim = simulate(options, limits, planned, prompt_lens)
+    cost = LinearCostModel.load(options.cost_model)
+    sim = simulate(options, limits, planned, prompt_lens, cost)
     metrics = {"sim_vs_replay": [error_stats(sim, rows) for rows in replays],
                "noise": [error_stats(rows, replays[0]) for rows in replays[1:]],
+               "distribution": [distribution_errors(sim, rows) for rows in replays],
+               "distribution_noise": [distribution_errors(rows, replays[0]) for rows in replays[1:]],
                "num_requests": len(planned), "durations_s": durations,
                "failed": [sum(1 for r in rows if r["ttft"] is None) for rows in replays],
                "sim_unfinished": sum(1 for r in sim if r["ttft"] is None),
                "load_avg_1min": loads, "limits": limits.to_json(), "workload": options.workload.label,
                "policy": sim_policy(options.policy, limits.values["max_num_batched_tokens"])}
     metrics["inside_noise"] = inside_noise(metrics)
+    if drift is not None and drift["ratio"]:
+        sim_scaled = simulate(options, limits, planned, prompt_lens, scaled(cost, drift["ratio"]))
+        metrics["drift"] = drift
+        metrics["scaled_vs_replay"] = [error_stats(sim_scaled, rows) for rows in replays]
+        metrics["scaled_distribution"] = [distribution_errors(sim_scaled, rows) for rows in replays]
     return RemoteValidation(options, limits, planned, replays, sim, metrics, durations, loads)
 
 

@@ -64,7 +64,7 @@ def test_calibrate_then_validate_against_servelab_serve(served):
     out = folder / "val"
     r = runner.invoke(app, ["validate", "--base-url", url, "--cost-model", str(cost), "-w",
                             "poisson:rate=20,n=10,prompt=uniform(16,64),output=uniform(4,10)", "--tokenizer",
-                            str(ckpt), "--out", str(out), "--json"])
+                            str(ckpt), "--out", str(out), "--rescale", "--json"])
     assert r.exit_code == 0, r.output
     m = json.loads(r.output[r.output.index('{\n  "out"'):])["metrics"]
     assert m["failed"] == [0, 0] and m["sim_unfinished"] == 0 and m["num_requests"] == 10
@@ -72,6 +72,8 @@ def test_calibrate_then_validate_against_servelab_serve(served):
         assert m["sim_vs_replay"][0][metric]["n"] == 10
         assert m["noise"][0][metric]["median"] is not None
         assert m["inside_noise"][metric] in (True, False)
+    assert m["drift"]["ratio"] > 0 and len(m["drift"]["ratios"]) >= 3  # 3 drift probes timed, >= 1 sample each
+    assert m["scaled_vs_replay"][0]["ttft"]["n"] == 10
     assert (out / "cdf.png").stat().st_size > 0 and (out / "requests.csv").read_text().count("\n") == 11
     assert "inside noise" in (out / "validate.md").read_text()
 
