@@ -73,7 +73,7 @@ def one_server(setup: Setup, server: str, out: Path, budget_s: float, workloads)
             (folder / "calibrate.json").write_text(r.stdout)
         for name, spec, max_prompt, max_output in pending:
             r = run(servelab("validate", "--base-url", url, "--cost-model", str(cost), "-w", spec,
-                             "--max-prompt", str(max_prompt), "--max-output", str(max_output), *tok,
+                             "--max-prompt", str(max_prompt), "--max-output", str(max_output), *tok, "--rescale",
                              "--max-num-seqs", str(setup.max_num_seqs), "--max-batch-tokens",
                              str(setup.max_num_batched_tokens), "--out", str(folder / name), "--json"),
                     folder / f"validate-{name}.log", 1800)
@@ -104,6 +104,16 @@ def distributions(folder: Path) -> dict:
             x = col(name)
             out[m][key] = abs(float(np.median(x)) - base) / base if x and base else None
     return out
+
+
+def probe_noise(folder: Path) -> dict | None:
+    """The calibration probes' repeat-to-repeat spread, from the raw timings beside the fit."""
+    from servelab.validate.probes import Probe, ProbeRun, shape_from_json
+    from servelab.validate.remote_calibrate import repeat_noise
+
+    raw = json.loads((folder / "cost_model.probes.json").read_text())
+    return repeat_noise([ProbeRun(Probe(**r["probe"]), r["requests"], [(shape_from_json(x["shape"]), x["seconds"])
+                                                                       for x in r["samples"]]) for r in raw["runs"]])
 
 
 def _pct(x) -> str:
@@ -149,7 +159,9 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
         held = cal.get("held_out") or {}
         lines += [f"- Fit: {cal['num_probes']} probes in {cal['elapsed_s']:.0f} s ({cal['num_skipped']} skipped "
                   f"by the time budget), in-sample median {_pct(cal['fit']['median_rel_error'])}, **held-out "
-                  f"median {_pct(held.get('median_rel_error'))}**, p90 {_pct(held.get('p90_rel_error'))}.",
+                  f"median {_pct(held.get('median_rel_error'))}**, p90 {_pct(held.get('p90_rel_error'))}; the same "
+                  f"probe's repeats differed from their median by {_pct((probe_noise(folder) or {}).get('median'))} "
+                  "(median): the part of the held-out error that is the machine's noise.",
                   "- Limits read: " + ", ".join(f"{k} {v} ({cal['limits']['sources'][k]})"
                                                for k, v in cal["limits"]["values"].items()), "",
                   "Per request: the median (p90) over requests of |sim - replay 1| / replay 1, and the noise, the "
@@ -176,6 +188,21 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                          f"{_pct(d['tpot']['sim'])} / {_pct(d['tpot']['noise'])} | {_goal(s['ttft']['median'])}, "
                          f"{_goal(s['tpot']['median'])} | {loads} | "
                          f"{', '.join(f'{d:.0f}' for d in m['durations_s'])} |")
+        scaled_rows = []
+        for name, *_ in workloads:
+            path = folder / name / "validate.json"
+            m = json.loads(path.read_text())["metrics"] if path.is_file() else {}
+            if m.get("drift"):
+                sc, sd = m["scaled_vs_replay"][0], m["scaled_distribution"][0]
+                scaled_rows.append(f"| {name} | {m['drift']['ratio']:.2f}x | {_pct(sc['ttft']['median'])} | "
+                                   f"{_pct(sc['tpot']['median'])} | {_pct(sc['e2e']['median'])} | "
+                                   f"{_pct(sd['ttft']['50'])} | {_pct(sd['tpot']['50'])} |")
+        if scaled_rows:
+            lines += ["", "Load drift: three probes right before the replays (`validate --rescale`) time the server "
+                      "against the fit; the simulator rerun with every coefficient scaled by their median ratio "
+                      "tells the machine's drift since the calibration from the model's shape:", "",
+                      "| workload | server now / fit | scaled sim TTFT error median | TPOT | e2e | p50 TTFT error | "
+                      "p50 TPOT error |", "|---|---:|---:|---:|---:|---:|---:|", *scaled_rows]
         lines += ["", "CDFs (measured replays and the simulator): "
                   + ", ".join(f"[{n}](fidelity_vllm/{server}-{n}.png)" for n, *_ in workloads
                               if (folder / n / "cdf.png").is_file()), ""]
