@@ -84,6 +84,8 @@ def validate_remote_cmd(base_url: Optional[str], *, workload: str, cost_model: O
     from servelab.cli.outputs import resolve_out
 
     with user_errors():
+        if base_url is None:
+            raise UserError("give --model (our engine) or --base-url (a running server)")
         if cost_model is None:
             raise UserError("--base-url needs --cost-model (make one with servelab calibrate --base-url URL)")
         if not cost_model.is_file():

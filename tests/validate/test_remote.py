@@ -84,6 +84,8 @@ def test_bad_input_is_one_line(tmp_path):
     assert r.exit_code != 0 and "no such file" in r.output and "Traceback" not in r.output
     r = runner.invoke(app, ["calibrate", "--base-url", "http://127.0.0.1:9", "--out", str(tmp_path / "c.json")])
     assert r.exit_code != 0 and "cannot reach" in r.output and "Traceback" not in r.output
+    r = runner.invoke(app, ["validate", "-w", "gsm8k"])  # neither --model nor --base-url
+    assert r.exit_code != 0 and "give --model (our engine) or --base-url" in r.output
     r = runner.invoke(app, ["calibrate", "--base-url", "ftp://x", "--out", str(tmp_path / "c.json")])
     assert r.exit_code != 0 and "http://" in r.output
 
