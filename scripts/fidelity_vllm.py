@@ -136,7 +136,8 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
              f"weights); both servers: dtype {setup.dtype}, {setup.threads} torch thread, KV {setup.kv_gib:g} GiB, "
              f"max-num-seqs {setup.max_num_seqs}, max-num-batched-tokens {setup.max_num_batched_tokens}, block "
              f"{setup.block_size}, max-model-len {setup.max_model_len} (as in docs/benchmarks/vs_vllm.md); vLLM "
-             "without prefix caching, servelab `--policy vllm --enable-chunked-prefill`.",
+             "without prefix caching, servelab `--policy vllm --enable-chunked-prefill`. The servers and clients ran under "
+             "`nice -n 10` (this shared machine's rule), so other sessions' work takes the CPU first.",
              "- Calibration: `servelab calibrate --base-url URL --time-budget S` (single prompts of 32-2,048 tokens "
              "for prefill; 1-32 concurrent streams at contexts 128 and 512 for decode; 2 repeats; medians of the "
              "streamed gaps); held-out error is leave-one-out over the probe samples.",
@@ -235,7 +236,11 @@ def summary(out: Path, servers: list[str], workloads) -> list[str]:
             lines.append(f"- {label}, {metric.upper()}: median error under 15% on {ok15} of {len(rows)} workloads, "
                          f"under 10% on {ok10}; inside the replay-to-replay noise on {inside} of {len(rows)} "
                          f"(errors {', '.join(_pct(e) for e in errs)}; noise {', '.join(_pct(x) for x in noise)}); "
-                         f"p50 of the distribution off by {', '.join(_pct(e) for e in dist)}.")
+                         f"p50 of the distribution off by {', '.join(_pct(e) for e in dist)}"
+                         + (f"; with the fit scaled to the drift probes: per-request median "
+                            f"{', '.join(_pct(m['scaled_vs_replay'][0][metric]['median']) for m in rows)}, p50 "
+                            f"{', '.join(_pct(m['scaled_distribution'][0][metric]['50']) for m in rows)}"
+                            if all(m.get("drift") for m in rows) else "") + ".")
     if loads:
         lines.append(f"- Load: the 1-minute load average around the replays was {min(loads):.1f}-{max(loads):.1f} "
                      f"on {os.cpu_count()} cores (other sessions' work), so measured times carry that contention; "
