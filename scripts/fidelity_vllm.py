@@ -116,6 +116,15 @@ def probe_noise(folder: Path) -> dict | None:
                                                                        for x in r["samples"]]) for r in raw["runs"]])
 
 
+def _median_col(path: Path, name: str) -> float:
+    import csv
+
+    import numpy as np
+
+    with path.open() as f:
+        return float(np.median([float(r[name]) for r in csv.DictReader(f) if r[name] not in ("", "None")]))
+
+
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
@@ -167,13 +176,19 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                                                for k, v in cal["limits"]["values"].items()), "",
                   "Per request: the median (p90) over requests of |sim - replay 1| / replay 1, and the noise, the "
                   "median of |replay 2 - replay 1| / replay 1. Distribution: |p50 sim - p50 replay 1| / p50 replay 1 "
-                  "(and replay 2 for the noise), which does not depend on which request the server took first.", "",
+                  "(and replay 2 for the noise), which does not depend on which request the server took first. "
+                  "An `earlier run` row is the same validation run 10-20 minutes before the others (kept in "
+                  "`earlier/` when the drift probes were added): its difference from the row above is the "
+                  "machine's drift between runs.", "",
                   "| workload | TTFT error median / p90 | TTFT noise | TPOT error median / p90 | TPOT noise | "
                   "e2e error / noise | p50 TTFT error / noise | p50 TPOT error / noise | goal (TTFT, TPOT) | "
                   "load avg (1 min) | replay s |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
-        for name, *_ in workloads:
-            path = folder / name / "validate.json"
+        runs = [(name, folder / name) for name, *_ in workloads]
+        runs += [(f"{name} (earlier run, same fit)", folder / "earlier" / name) for name, *_ in workloads
+                 if (folder / "earlier" / name / "validate.json").is_file()]  # a whole validation run repeated
+        for name, where in runs:
+            path = where / "validate.json"
             if not path.is_file():
                 lines.append(f"| {name} | not run | | | | | | | | |")
                 continue
@@ -181,7 +196,7 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
             s, n = m["sim_vs_replay"][0], (m["noise"] or [None])[0]
             noise = (lambda k: _pct(n[k]["median"]) if n else "-")
             loads = ", ".join(f"{a:.1f}-{b:.1f}" for a, b in m["load_avg_1min"])
-            d = distributions(folder / name)
+            d = distributions(where)
             lines.append(f"| {name} | {_pct(s['ttft']['median'])} / {_pct(s['ttft']['p90'])} | {noise('ttft')} | "
                          f"{_pct(s['tpot']['median'])} / {_pct(s['tpot']['p90'])} | {noise('tpot')} | "
                          f"{_pct(s['e2e']['median'])} / {noise('e2e')} | "
@@ -241,6 +256,17 @@ def summary(out: Path, servers: list[str], workloads) -> list[str]:
                             f"{', '.join(_pct(m['scaled_vs_replay'][0][metric]['median']) for m in rows)}, p50 "
                             f"{', '.join(_pct(m['scaled_distribution'][0][metric]['50']) for m in rows)}"
                             if all(m.get("drift") for m in rows) else "") + ".")
+    for server in servers:
+        moved = []
+        for name, *_ in workloads:
+            now, before = out / server / name / "requests.csv", out / server / "earlier" / name / "requests.csv"
+            if now.is_file() and before.is_file():
+                a, b = _median_col(before, "replay1_ttft_s"), _median_col(now, "replay1_ttft_s")
+                c, d = _median_col(before, "replay1_tpot_s"), _median_col(now, "replay1_tpot_s")
+                moved.append(f"{name} TTFT {a * 1e3:.0f} -> {b * 1e3:.0f} ms, TPOT {c * 1e3:.1f} -> {d * 1e3:.1f} ms")
+        if moved:
+            lines.append(f"- The same requests, the same server ({server}), one validation run after the other: the "
+                         f"measured medians moved by {'; '.join(moved)}.")
     if loads:
         lines.append(f"- Load: the 1-minute load average around the replays was {min(loads):.1f}-{max(loads):.1f} "
                      f"on {os.cpu_count()} cores (other sessions' work), so measured times carry that contention; "
