@@ -12,7 +12,12 @@ block size, KV blocks and context limit the server reported or the flags gave.
 
 Errors are |sim - measured| / measured per request (TTFT, TPOT, e2e) against the first
 replay; the noise is the same error between the second replay and the first. An error
-inside the noise is as good as the measurement can tell.
+inside the noise is as good as the measurement can tell. The distributions' p50 and p90
+are compared too (``distribution_errors``): in a burst, which request the server takes first
+is the HTTP arrival order, which a per-request error counts and a distribution does not.
+``rescale`` times three calibration probes right before the replays and also simulates with
+the fit scaled to them (``drift_ratio``): on a shared machine the load moves between the
+calibration and the replay, and the scaled run says how much of the error that drift explains.
 """
 
 from __future__ import annotations
