@@ -62,7 +62,7 @@ def calibrate_remote_cmd(base_url: Optional[str], model: Optional[Path], out: Pa
                        "p90_rel_error": cal.fit.p90_rel_error},
                "held_out": None if held is None else {"median_rel_error": held.median_rel_error,
                                                       "p90_rel_error": held.p90_rel_error},
-               "repeat_noise": cal.noise,
+               "repeat_noise": cal.noise, "request_overhead_s": cal.overhead_s,
                "coefficients": cal.model.to_json()["coefficients"], "limits": cal.limits.to_json()}
     if json_out:
         emit_json(payload)
@@ -70,6 +70,8 @@ def calibrate_remote_cmd(base_url: Optional[str], model: Optional[Path], out: Pa
     typer.echo(f"fit over {cal.fit.num_samples} probe samples ({len(cal.runs)} probes, {cal.elapsed_s:.0f} s): "
                f"{cal.fit}" + (f"; held out (leave-one-out): {held}" if held is not None else "")
                + (f"; repeats of a probe differ by {cal.noise['median']:.1%} (median)" if cal.noise else ""))
+    typer.echo(f"request overhead (TTFT no step explains: HTTP, tokenising, pick-up): {cal.overhead_s * 1e3:.1f} ms, "
+               f"kept out of the step costs; validate adds it to each simulated TTFT and e2e")
     for name, value in payload["coefficients"].items():
         typer.echo(f"  {name:<15} {value:.3e}")
     typer.echo(f"wrote {out} and its raw timings {cal.probes_path} "

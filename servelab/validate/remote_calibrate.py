@@ -31,6 +31,7 @@ class RemoteCalibration:
     fit: object  # FitError
     held_out: object  # FitError | None
     noise: dict | None  # repeat_noise: the probes' own run-to-run spread
+    overhead_s: float  # request_overhead: TTFT no step explains
     samples: list
     runs: list
     skipped: list
@@ -76,10 +77,12 @@ def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.
         raise UserError(f"only {len(samples)} step samples from {len(runs)} probes in {elapsed:.0f} s "
                         f"(failures: {'; '.join(r.note for r in runs if r.note)[:300] or 'none'}); "
                         f"raise --time-budget or check the server")
+    overhead = request_overhead(runs)
+    samples = [(shape, t) for shape, t in adjusted_samples(runs, overhead)]
     meta = {"source": f"servelab calibrate --base-url {base_url} (TTFT and inter-token gaps of streamed "
                       f"requests, client clock)", "model": limits.model, "server": base_url,
             "limits": json.dumps(limits.values), "date": datetime.date.today().isoformat(),
-            "attention_kernel": "split-kv"}
+            "attention_kernel": "split-kv", REQUEST_OVERHEAD_KEY: f"{overhead:.6g}"}
     model, fit = fit_linear_cost_model(samples, meta=meta, attention_kernel="split-kv")
     held = held_out_error(samples, "split-kv", bool(model.token_factors))
     noise = repeat_noise(runs)
@@ -89,8 +92,45 @@ def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.
     probes_path.write_text(json.dumps({
         "base_url": base_url, "limits": limits.to_json(), "budget_s": budget_s, "elapsed_s": elapsed,
         "plan": [p.__dict__ for p in plan], "skipped": [p.__dict__ for p in skipped],
-        "fit": _err(fit), "held_out": _err(held), "repeat_noise": noise, "runs": [r.to_json() for r in runs]}, indent=1))
-    return RemoteCalibration(model, fit, held, noise, samples, runs, skipped, limits, probes_path, elapsed)
+        "fit": _err(fit), "held_out": _err(held), "repeat_noise": noise,
+        "request_overhead_s": overhead, "runs": [r.to_json() for r in runs]}, indent=1))
+    return RemoteCalibration(model, fit, held, noise, overhead, samples, runs, skipped, limits, probes_path, elapsed)
+
+
+REQUEST_OVERHEAD_KEY = "request_overhead_s"  # in the fit's meta: what validate adds to TTFT and e2e
+
+
+def _is_ttft(run, k: int) -> bool:
+    return run.probe.kind == "prefill" and k == 0
+
+
+def request_overhead(runs: list) -> float:
+    """Seconds of a request's TTFT that no step explains: the HTTP hop, tokenising, the wait for
+    the server's loop to pick the request up. The step features of every sample plus a column
+    that is 1 for TTFT samples, fitted together (non-negative, relative least squares); that
+    column's coefficient. It does not occupy the engine, so it is not a step cost: the fit
+    subtracts it from the TTFT samples, and ``validate --base-url`` adds it to the simulated
+    TTFT and end-to-end latency of every request."""
+    import numpy as np
+
+    from servelab.costmodel.fitting import nonneg_relative_lstsq
+    from servelab.costmodel.linear import step_features
+
+    rows, times = [], []
+    for r in runs:
+        for k, (shape, t) in enumerate(r.samples):
+            rows.append(list(step_features(shape)) + [1.0 if _is_ttft(r, k) else 0.0])
+            times.append(t)
+    x = np.array(rows, dtype=float)
+    if len(times) < x.shape[1] or not x[:, -1].any() or x[:, -1].all():
+        return 0.0
+    return float(nonneg_relative_lstsq(x, np.array(times))[-1])
+
+
+def adjusted_samples(runs: list, overhead: float) -> list:
+    """The step samples with ``overhead`` taken off each TTFT (kept >= 10% of the TTFT)."""
+    return [(shape, max(t - overhead, 0.1 * t) if _is_ttft(r, k) else t)
+            for r in runs for k, (shape, t) in enumerate(r.samples)]
 
 
 def repeat_noise(runs: list) -> dict | None:

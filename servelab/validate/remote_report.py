@@ -60,7 +60,9 @@ def markdown(v: RemoteValidation) -> str:
     lines = [f"# Simulator vs {v.options.base_url} (measured server, simulated with the fitted step model)", "",
              f"- workload: {m['workload']}, {m['num_requests']} requests, arrival times kept",
              f"- server limits: {v.limits.describe()}",
-             f"- simulator: policy `{m['policy']}`, cost model `{v.options.cost_model}`",
+             f"- simulator: policy `{m['policy']}`, cost model `{v.options.cost_model}`; request overhead "
+             f"(TTFT no step explains, from the calibration) added to each TTFT and e2e: "
+             f"{1e3 * m.get('request_overhead_s', 0.0):.1f} ms",
              f"- replays: {len(v.replays)}, durations {', '.join(f'{d:.1f} s' for d in v.durations_s)}, failed "
              f"requests {m['failed']}; simulator unfinished {m['sim_unfinished']}",
              "- 1-min load average before/after each replay: "

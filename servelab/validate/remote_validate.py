@@ -131,14 +131,24 @@ def simulate(options: RemoteOptions, limits, planned: list, prompt_lens: list[in
         for d in sim.instances:
             d.runtime.resize(v["num_gpu_blocks"])
     result = sim.run()
+    extra = request_overhead_of(cost)
     out = []
     for r in sorted(result.requests, key=lambda r: r.request_id):
         t = r.token_times_s
         done = bool(t) and r.status.value == "finished"
-        out.append({"ttft": t[0] - r.arrival_time_s if done else None,
+        out.append({"ttft": t[0] - r.arrival_time_s + extra if done else None,
                     "tpot": (t[-1] - t[0]) / (len(t) - 1) if done and len(t) > 1 else None,
-                    "e2e": r.finish_time_s - r.arrival_time_s if done else None})
+                    "e2e": r.finish_time_s - r.arrival_time_s + extra if done else None})
     return out
+
+
+def request_overhead_of(cost) -> float:
+    """The fit's request overhead (``remote_calibrate.request_overhead``), 0 when it has none;
+    scaled with the model by ``scaled`` like every step cost."""
+    try:
+        return float(cost.meta.get("request_overhead_s", 0.0))
+    except ValueError:
+        return 0.0
 
 
 def _ape(a, b):
@@ -199,7 +209,10 @@ def scaled(cost, ratio: float):
     """The model with every coefficient times ``ratio`` (token factors, a shape, unchanged)."""
     from servelab.costmodel.linear import COEFFICIENTS
 
-    return replace(cost, **{c: getattr(cost, c) * ratio for c in COEFFICIENTS})
+    meta = dict(cost.meta)
+    if "request_overhead_s" in meta:
+        meta["request_overhead_s"] = f"{request_overhead_of(cost) * ratio:.6g}"
+    return replace(cost, meta=meta, **{c: getattr(cost, c) * ratio for c in COEFFICIENTS})
 
 
 def run_remote_validation(options: RemoteOptions, limits, echo=print) -> RemoteValidation:
@@ -235,7 +248,8 @@ def run_remote_validation(options: RemoteOptions, limits, echo=print) -> RemoteV
                "failed": [sum(1 for r in rows if r["ttft"] is None) for rows in replays],
                "sim_unfinished": sum(1 for r in sim if r["ttft"] is None),
                "load_avg_1min": loads, "limits": limits.to_json(), "workload": options.workload.label,
-               "policy": sim_policy(options.policy, limits.values["max_num_batched_tokens"])}
+               "policy": sim_policy(options.policy, limits.values["max_num_batched_tokens"]),
+               "request_overhead_s": request_overhead_of(cost)}
     metrics["inside_noise"] = inside_noise(metrics)
     if drift is not None and drift["ratio"]:
         sim_scaled = simulate(options, limits, planned, prompt_lens, scaled(cost, drift["ratio"]))
