@@ -137,3 +137,29 @@ def test_repeat_noise_is_the_spread_between_repeats_of_one_probe():
     runs.append(ProbeRun(Probe("decode", 100, 4, 8), [], [(shape, 5.0)]))  # no repeat: not counted
     noise = repeat_noise(runs)
     assert noise["n"] == 2 and noise["median"] == pytest.approx(0.5)  # both 0.1 from their median 0.2
+
+
+def test_request_overhead_is_the_ttft_no_step_explains():
+    """Synthetic probes from a known line plus 40 ms on every TTFT: the overhead is recovered and
+    taken off the TTFT samples only, so the step fit sees the line itself."""
+    from servelab.core.plan import StepShape
+    from servelab.costmodel.linear import fit_linear_cost_model
+    from servelab.validate.probes import ProbeRun
+    from servelab.validate.remote_calibrate import adjusted_samples, request_overhead
+
+    def step(tokens, rows, ctx):
+        return 0.010 + 0.001 * tokens + 0.002 * rows + 1e-6 * ctx
+
+    runs = []
+    for p in (32, 128, 512, 1024):
+        runs.append(ProbeRun(Probe("prefill", p, 1, 4), [], [
+            (StepShape((p,), (p,)), step(p, 1, 0) + 0.040),
+            (StepShape(num_decodes=1, decode_context_sum=p + 2, decode_context_max=p + 2), step(1, 1, p + 2))]))
+    for b in (2, 4, 8, 16):
+        runs.append(ProbeRun(Probe("decode", 128, b, 12), [], [
+            (StepShape(num_decodes=b, decode_context_sum=b * 134, decode_context_max=134), step(b, b, b * 134))]))
+    overhead = request_overhead(runs)
+    assert overhead == pytest.approx(0.040, rel=0.05)
+    model, fit = fit_linear_cost_model(adjusted_samples(runs, overhead), attention_kernel="split-kv",
+                                       token_factors=False)
+    assert fit.max_rel_error < 0.05 and model.c_token == pytest.approx(0.001, rel=0.1)
