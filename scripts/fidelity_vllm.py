@@ -171,7 +171,9 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                   f"by the time budget), in-sample median {_pct(cal['fit']['median_rel_error'])}, **held-out "
                   f"median {_pct(held.get('median_rel_error'))}**, p90 {_pct(held.get('p90_rel_error'))}; the same "
                   f"probe's repeats differed from their median by {_pct((probe_noise(folder) or {}).get('median'))} "
-                  "(median): the part of the held-out error that is the machine's noise.",
+                  "(median): the part of the held-out error that is the machine's noise. Request overhead (TTFT "
+                  f"no step explains, kept out of the step costs and added to every simulated TTFT and e2e): "
+                  f"{1e3 * cal.get('request_overhead_s', 0.0):.1f} ms.",
                   "- Limits read: " + ", ".join(f"{k} {v} ({cal['limits']['sources'][k]})"
                                                for k, v in cal["limits"]["values"].items()), "",
                   "Per request: the median (p90) over requests of |sim - replay 1| / replay 1, and the noise, the "
