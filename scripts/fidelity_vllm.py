@@ -178,10 +178,10 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                                                for k, v in cal["limits"]["values"].items()), "",
                   "Per request: the median (p90) over requests of |sim - replay 1| / replay 1, and the noise, the "
                   "median of |replay 2 - replay 1| / replay 1. Distribution: |p50 sim - p50 replay 1| / p50 replay 1 "
-                  "(and replay 2 for the noise), which does not depend on which request the server took first. "
-                  "An `earlier run` row is the same validation run 10-20 minutes before the others (kept in "
-                  "`earlier/` when the drift probes were added): its difference from the row above is the "
-                  "machine's drift between runs.", "",
+                  "(and replay 2 for the noise), which does not depend on which request the server took first."
+                  + (" An `earlier run` row is the same validation run minutes before the others (kept in "
+                     "`earlier/`): its difference from the row above is the machine's drift between runs."
+                     if (folder / "earlier").is_dir() else ""), "",
                   "| workload | TTFT error median / p90 | TTFT noise | TPOT error median / p90 | TPOT noise | "
                   "e2e error / noise | p50 TTFT error / noise | p50 TPOT error / noise | goal (TTFT, TPOT) | "
                   "load avg (1 min) | replay s |",
