@@ -248,10 +248,23 @@ def make_tiny_model_cmd(
 
 
 def calibrate_cmd(
-    model: Path = typer.Option(..., "--model", help="HF checkpoint folder."),
+    model: Optional[Path] = typer.Option(None, "--model", help="HF checkpoint folder (our engine's steps)."),
     out: Path = typer.Option(..., "--out", help="Where to write the cost model JSON."),
     grid: str = typer.Option("default", help="default (~2-3 min on bench-200m, 2 cores) | reduced (seconds)."),
-    block_size: int = typer.Option(16),
+    block_size: Optional[int] = typer.Option(None, help="KV block size (default 16; with --base-url: the "
+                                             "server's /metrics, else 16)."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="Instead of --model: probe this running "
+                                           "OpenAI-compatible server (vLLM, servelab serve, ...) through its API."),
+    time_budget: float = typer.Option(300.0, "--time-budget", help="With --base-url: seconds the probes may take."),
+    repeats: int = typer.Option(2, help="With --base-url: times each probe runs."),
+    tokenizer: Optional[Path] = typer.Option(None, help="With --base-url: the server's tokenizer (checkpoint "
+                                             "folder), for its vocabulary size (probe prompts are random ids)."),
+    api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY"),
+    max_num_seqs: Optional[int] = typer.Option(None, help="With --base-url: the server's limit when /metrics "
+                                               "does not say (default 256)."),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, help="With --base-url: as --max-num-seqs "
+                                                         "(default 2048)."),
+    max_model_len: Optional[int] = typer.Option(None, help="With --base-url: when /v1/models does not say."),
     dtype: Optional[str] = typer.Option(None),
     threads: Optional[int] = typer.Option(None),
     attention_kernel: Optional[str] = typer.Option(None, "--attention-kernel",
@@ -260,7 +273,17 @@ def calibrate_cmd(
                                                         "runs split-kv and keeps both terms, to compare."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Time engine steps over a grid of shapes, fit the linear cost model, save it for ``simulate --cost-model``."""
+    """Time engine steps over a grid of shapes (--model), or probe a running server through its API
+    (--base-url), fit the linear cost model, save it for ``simulate --cost-model``."""
+    if base_url is not None or model is None:
+        from servelab.cli.remote_cmds import calibrate_remote_cmd
+
+        calibrate_remote_cmd(base_url, model, out, block_size=block_size, time_budget=time_budget, repeats=repeats,
+                             tokenizer=tokenizer, api_key=api_key, max_num_seqs=max_num_seqs,
+                             max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+                             json_out=json_out)
+        return
+    block_size = 16 if block_size is None else block_size
     with user_errors():
         if grid not in ("default", "reduced"):
             raise UserError(f"--grid must be default or reduced, got {grid!r}")

@@ -48,10 +48,22 @@ def _cost_model(loaded, cost_model: Optional[Path], out: Path, clock: str) -> tu
 
 
 def validate(
-    model: Path = typer.Option(..., "--model", help="HF checkpoint folder (e.g. make-tiny-model --preset bench-30m)."),
+    model: Optional[Path] = typer.Option(None, "--model", help="HF checkpoint folder (e.g. make-tiny-model --preset "
+                                         "bench-30m): our engine in this process."),
     workload: str = typer.Option("gsm8k", "--workload", "-w", help="gsm8k | azure-conv | long-short (the reduced "
                                  "validation workloads) or any workload spec."),
-    policy: str = typer.Option("vllm", "--policy", "-p", help="Policy or preset spec."),
+    policy: Optional[str] = typer.Option(None, "--policy", "-p", help="Policy or preset spec (default: vllm; with "
+                                         "--base-url sarathi, vLLM v1's chunked prefill, decodes first)."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="Instead of --model: replay against this running "
+                                           "OpenAI-compatible server (needs --cost-model from calibrate --base-url)."),
+    replays: int = typer.Option(2, help="With --base-url: replays of the workload (the 2nd measures the noise)."),
+    tokenizer: Optional[Path] = typer.Option(None, help="With --base-url: the server's tokenizer folder (vocab size)."),
+    api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY"),
+    block_size: Optional[int] = typer.Option(None, help="With --base-url: when /metrics does not say (default 16)."),
+    num_gpu_blocks: Optional[int] = typer.Option(None, help="With --base-url: KV blocks, when /metrics does not say."),
+    max_model_len: Optional[int] = typer.Option(None, help="With --base-url: when /v1/models does not say."),
+    rescale: bool = typer.Option(False, "--rescale", help="With --base-url: time 3 calibration probes first and "
+                                 "also report the simulator with the fit scaled to them (load drift since the fit)."),
     router: Optional[str] = typer.Option(None, help="Router spec (default: the preset's)."),
     instances: int = typer.Option(1, "--instances", "-n"),
     cost_model: Optional[Path] = typer.Option(None, help="Calibrated cost model JSON (timed with the same --clock); "
@@ -60,18 +72,40 @@ def validate(
                               "wall (the engine's wall clock)."),
     max_prompt: int = typer.Option(256, help="Prompt cap for a workload spec (tokens)."),
     max_output: int = typer.Option(32, help="Output cap for a workload spec (tokens)."),
-    kv_budget_mb: float = typer.Option(64.0), max_batch_tokens: int = typer.Option(512),
-    max_num_seqs: int = typer.Option(16), seed: int = typer.Option(0), threads: int = typer.Option(1),
+    kv_budget_mb: float = typer.Option(64.0),
+    max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", "--max-num-batched-tokens",
+                                                   help="Step token limit (default 512; with --base-url: "
+                                                   "/metrics, else 2048)."),
+    max_num_seqs: Optional[int] = typer.Option(None, help="Batch row limit (default 16; with --base-url: "
+                                               "/metrics, else 256)."),
+    seed: int = typer.Option(0), threads: int = typer.Option(1),
     out: Optional[Path] = typer.Option(None, help="Folder (default: results/validate/<time>)."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Also write Chrome/Perfetto traces: FILE.json gets "
                                          "the engine's, FILE.sim.json the simulator's."),
     data_dir: Optional[Path] = typer.Option(None),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Run one workload on the real engine and in the calibrated simulator; per-request TTFT/TPOT/e2e
-    and per-step errors, CDF plots, CSVs (measured on this machine)."""
+    """Run one workload on the real engine (--model), or replay it twice against a running server
+    (--base-url), and in the calibrated simulator; per-request TTFT/TPOT/e2e errors, CDF plots, CSVs
+    (measured on this machine)."""
     from servelab.cli.outputs import resolve_out
 
+    if base_url is not None or model is None:
+        from servelab.cli.remote_cmds import validate_remote_cmd
+
+        with user_errors():
+            if model is not None:
+                raise UserError("give either --model (our engine) or --base-url (a running server), not both")
+        validate_remote_cmd(base_url, workload=workload, cost_model=cost_model, policy=policy or "sarathi",
+                            max_prompt=max_prompt, max_output=max_output, replays=replays, tokenizer=tokenizer,
+                            api_key=api_key, block_size=block_size, num_gpu_blocks=num_gpu_blocks,
+                            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_batch_tokens,
+                            max_model_len=max_model_len, seed=seed, out=out, data_dir=data_dir, json_out=json_out,
+                            rescale=rescale)
+        return
+    policy = policy or "vllm"
+    max_batch_tokens = 512 if max_batch_tokens is None else max_batch_tokens
+    max_num_seqs = 16 if max_num_seqs is None else max_num_seqs
     with user_errors():
         from servelab.validate.compare import ValidateOptions, run_validation
         from servelab.validate.report import metrics_line, write_validation

@@ -68,8 +68,19 @@ class ServerMetrics:
                                    registry=r).labels(model_name)
         self.busy = Gauge("servelab:engine_busy_seconds", "Wall time the instances spent in steps (summed).",
                           labels, registry=r).labels(model_name)
+        self.cache_info = Gauge("vllm:cache_config_info", "KV cache set-up in the labels (as vLLM writes it).",
+                                ["block_size", "num_gpu_blocks"], registry=r)
+        self.scheduler_info = Gauge("servelab:scheduler_config_info", "Batch limits in the labels (what a "
+                                    "simulator of this server needs; servelab validate --base-url reads them).",
+                                    ["max_num_seqs", "max_num_batched_tokens"], registry=r)
         ProcessCollector(registry=r)  # process_cpu_seconds_total: with busy_seconds, the CPU share steps got
         self.model_name = model_name
+
+    def set_config(self, block_size: int, num_gpu_blocks: int, max_num_seqs: int, max_num_batched_tokens: int
+                   ) -> None:
+        """The info gauges (value 1): KV blocks per instance and the batch limits."""
+        self.cache_info.labels(str(block_size), str(num_gpu_blocks)).set(1)
+        self.scheduler_info.labels(str(max_num_seqs), str(max_num_batched_tokens)).set(1)
 
     def set_queues(self, num_running: int, num_waiting: int, num_swapped: int, kv_used: int, kv_total: int) -> None:
         self.running.set(num_running)

@@ -91,6 +91,9 @@ class EngineService:
         self.engine = engine
         self.model_name = model_name
         self.metrics = ServerMetrics(model_name)
+        c = engine.config
+        self.metrics.set_config(c.block_size, engine.num_gpu_blocks, c.max_num_seqs,  # blocks per instance
+                                c.max_batch_tokens)
         self.params: dict[int, SamplingParams] = {}
         self.streams: dict[int, RequestStream] = {}
         self._ids = itertools.count()

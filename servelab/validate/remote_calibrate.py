@@ -1,0 +1,160 @@
+"""``servelab calibrate --base-url URL``: fit the linear step model of any running
+OpenAI-compatible server from the outside (``probes``), the same model ``servelab calibrate
+--model`` fits from our engine's own steps (``costmodel.linear``).
+
+The fit keeps the attention term of a ragged (paged) kernel, ``split-kv``: a decode costs its
+own context, which is what vLLM's paged attention and our split-kv kernel both do, and the
+probes' decode rows all have one context, so the padded term could not be told apart. The
+held-out error is leave-one-out over the probe samples; above ``HELD_OUT_WARN_MEDIAN`` the
+command warns. The raw timings (every request's send time and token arrival times), the
+samples, the server's limits and the plan go to ``<out stem>.probes.json`` beside the fit.
+
+What the probes cannot see: mixed steps (a prefill chunk with decodes) are predicted by the
+sum of the line's terms, never timed as such; the HTTP hop and the server's tokenising are
+inside every TTFT sample and so in the fitted per-step cost (``c_step``) of every step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from servelab.core.errors import UserError
+
+
+@dataclass
+class RemoteCalibration:
+    model: object  # LinearCostModel
+    fit: object  # FitError
+    held_out: object  # FitError | None
+    noise: dict | None  # repeat_noise: the probes' own run-to-run spread
+    overhead_s: float  # request_overhead: TTFT no step explains
+    samples: list
+    runs: list
+    skipped: list
+    limits: object  # ServerLimits
+    probes_path: Path
+    elapsed_s: float
+
+
+def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.0, repeats: int = 2,
+                     seed: int = 0, vocab: int = 500, api_key: str | None = None, echo=print,
+                     prefill_lens=None, decode_batches=None, decode_contexts=None) -> RemoteCalibration:
+    import time
+
+    from servelab.costmodel.linear import fit_linear_cost_model, held_out_error
+    from servelab.validate import probes as pr
+
+    if not budget_s > 0:
+        raise UserError(f"--time-budget must be > 0 seconds, got {budget_s}")
+    if not 1 <= repeats <= 20:
+        raise UserError(f"--repeats must be in [1, 20], got {repeats}")
+    kwargs = {k: v for k, v in (("prefill_lens", prefill_lens), ("decode_batches", decode_batches),
+                                ("decode_contexts", decode_contexts)) if v}
+    plan = pr.probe_plan(limits.values, repeats=repeats, seed=seed, **kwargs)
+    if not plan:
+        raise UserError(f"no probe fits the server's limits ({limits.describe()})")
+    echo(f"server {base_url}: model {limits.model}; limits: {limits.describe()}")
+    echo(pr.format_plan(plan, budget_s))
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+
+    def progress(k, n, probe, samples, note):
+        text = ", ".join(f"{t * 1e3:.1f} ms" for _, t in samples) or f"no sample ({note})"
+        echo(f"  [{k}/{n}] {probe.label}: {text}")
+
+    t0 = time.perf_counter()
+    runs, skipped = asyncio.run(pr.run_plan(base_url, limits.model, plan, budget_s, vocab=vocab, seed=seed,
+                                            headers=headers, progress=progress))
+    elapsed = time.perf_counter() - t0
+    samples = [s for r in runs for s in r.samples]
+    if skipped:
+        echo(f"warning: time budget spent after {len(runs)} of {len(plan)} probes; {len(skipped)} skipped "
+             f"(raise --time-budget for a fuller fit)")
+    if len(samples) < 6:
+        raise UserError(f"only {len(samples)} step samples from {len(runs)} probes in {elapsed:.0f} s "
+                        f"(failures: {'; '.join(r.note for r in runs if r.note)[:300] or 'none'}); "
+                        f"raise --time-budget or check the server")
+    overhead = request_overhead(runs)
+    samples = [(shape, t) for shape, t in adjusted_samples(runs, overhead)]
+    meta = {"source": f"servelab calibrate --base-url {base_url} (TTFT and inter-token gaps of streamed "
+                      f"requests, client clock)", "model": limits.model, "server": base_url,
+            "limits": json.dumps(limits.values), "date": datetime.date.today().isoformat(),
+            "attention_kernel": "split-kv", REQUEST_OVERHEAD_KEY: f"{overhead:.6g}"}
+    model, fit = fit_linear_cost_model(samples, meta=meta, attention_kernel="split-kv")
+    held = held_out_error(samples, "split-kv", bool(model.token_factors))
+    noise = repeat_noise(runs)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model.save(out)
+    probes_path = out.with_name(out.stem + ".probes.json")
+    probes_path.write_text(json.dumps({
+        "base_url": base_url, "limits": limits.to_json(), "budget_s": budget_s, "elapsed_s": elapsed,
+        "plan": [p.__dict__ for p in plan], "skipped": [p.__dict__ for p in skipped],
+        "fit": _err(fit), "held_out": _err(held), "repeat_noise": noise,
+        "request_overhead_s": overhead, "runs": [r.to_json() for r in runs]}, indent=1))
+    return RemoteCalibration(model, fit, held, noise, overhead, samples, runs, skipped, limits, probes_path, elapsed)
+
+
+REQUEST_OVERHEAD_KEY = "request_overhead_s"  # in the fit's meta: what validate adds to TTFT and e2e
+
+
+def _is_ttft(run, k: int) -> bool:
+    return run.probe.kind == "prefill" and k == 0
+
+
+def request_overhead(runs: list) -> float:
+    """Seconds of a request's TTFT that no step explains: the HTTP hop, tokenising, the wait for
+    the server's loop to pick the request up. The step features of every sample plus a column
+    that is 1 for TTFT samples, fitted together (non-negative, relative least squares); that
+    column's coefficient. It does not occupy the engine, so it is not a step cost: the fit
+    subtracts it from the TTFT samples, and ``validate --base-url`` adds it to the simulated
+    TTFT and end-to-end latency of every request."""
+    import numpy as np
+
+    from servelab.costmodel.fitting import nonneg_relative_lstsq
+    from servelab.costmodel.linear import step_features
+
+    rows, times = [], []
+    for r in runs:
+        for k, (shape, t) in enumerate(r.samples):
+            rows.append(list(step_features(shape)) + [1.0 if _is_ttft(r, k) else 0.0])
+            times.append(t)
+    x = np.array(rows, dtype=float)
+    if len(times) < x.shape[1] or not x[:, -1].any() or x[:, -1].all():
+        return 0.0
+    return float(nonneg_relative_lstsq(x, np.array(times))[-1])
+
+
+def adjusted_samples(runs: list, overhead: float) -> list:
+    """The step samples with ``overhead`` taken off each TTFT (kept >= 10% of the TTFT)."""
+    return [(shape, max(t - overhead, 0.1 * t) if _is_ttft(r, k) else t)
+            for r in runs for k, (shape, t) in enumerate(r.samples)]
+
+
+def repeat_noise(runs: list) -> dict | None:
+    """How much the same probe's samples differ between its repeats: per (probe shape, sample)
+    with >= 2 repeats, |t - median| / median of each; the median and p90 over all. The
+    held-out error of a line cannot be much below this (it is the machine's noise, not the
+    model's misfit)."""
+    import numpy as np
+
+    groups: dict[tuple, list[float]] = {}
+    for r in runs:
+        p = r.probe
+        for k, (_, t) in enumerate(r.samples):
+            groups.setdefault((p.kind, p.prompt_len, p.batch, k), []).append(t)
+    devs = []
+    for times in groups.values():
+        if len(times) >= 2:
+            m = float(np.median(times))
+            devs += [abs(t - m) / m for t in times]
+    if not devs:
+        return None
+    return {"median": float(np.median(devs)), "p90": float(np.percentile(devs, 90)), "n": len(devs)}
+
+
+def _err(e) -> dict | None:
+    return None if e is None else {"num_samples": e.num_samples, "median_rel_error": e.median_rel_error,
+                                   "p90_rel_error": e.p90_rel_error, "max_rel_error": e.max_rel_error}
