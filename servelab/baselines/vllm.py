@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servelab.core.plan import EMPTY_PLAN, StepPlan
+from servelab.core.plan import EMPTY_PLAN, PaddedBatch, StepPlan
 from servelab.core.policy import POLICIES, InstanceState, SchedulingPolicy
 from servelab.core.request import Request
 from servelab.core.planning import ORDERS, PlanBuilder, admission_error, run_held_kv, sorted_by, step_limit_error
@@ -31,6 +31,9 @@ class PreemptionConfig:
 @dataclass(frozen=True)
 class ContinuousConfig(PreemptionConfig):
     order: str = "fcfs"  # fcfs | sjf | ljf | priority
+    # prefill steps run as one dense batch padded to the longest prompt, whose rows x longest
+    # must fit the step limit (vLLM <= 0.3 counted len(seq_lens) * max(seq_lens)); KV stays paged
+    padded: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -91,7 +94,11 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
         # back nothing new is admitted, unless nothing runs and it cannot come back yet
         if swapped and (state.num_running or state.blocks.can_swap_in(swapped[0].request_id)):
             waiting = ()
+        padded, longest = getattr(self.config, "padded", False), 0
         for req in waiting:
+            if padded and req.num_pending_tokens > 1 and \
+                    (len(b.ids) + 1) * max(longest, req.num_pending_tokens) > state.max_batch_tokens:
+                break
             if not b.try_add(req, req.num_pending_tokens, new_request=True):
                 over = step_limit_error(req, state)  # preempted by recompute, its tokens no longer fit a step
                 if over is None:
@@ -99,10 +106,11 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
                 b.reject.append((req.request_id, over))
                 continue
             admitted_prefill |= req.num_pending_tokens > 1 or req.is_prefill
+            longest = max(longest, req.num_pending_tokens)
         if not b.ids and waiting and not state.num_running:  # a count: no member synced
             run_held_kv(state, waiting, b)
         if admitted_prefill:
-            return b.build()
+            return b.build(padding=PaddedBatch(len(b.ids), longest, longest) if padded and len(b.ids) > 1 else None)
         if not b.add_group_decodes():  # the common case costs O(1); shortages take the full path
             b.add_decodes(sorted_by(state.running, self._key), swap=self.config.preemption == "swap")
         plan = b.build(swap_in_ids=self._swap_ins(state, swapped, b))
