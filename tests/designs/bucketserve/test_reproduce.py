@@ -59,7 +59,8 @@ def test_same_seed_same_text_apart_from_measured_lines(two_runs):
     _, first, second, _ = two_runs
     assert without_timings(first) == without_timings(second)
     assert "simulated" in first.lower()
-    assert "| claim | paper | before (committed) | before (rerun) | seed 1 | over 2 seeds |" in first
+    assert "| claim | paper | before (committed) | before (rerun) | this run's seed | over seeds |" in first
+    assert "This run's seed: 1. Over seeds: mean and 95% Student-t interval over seeds 1-2" in first
     assert "| 3.580 | 9.023 | 8.639 |" in first  # the paper and the before numbers sit next to ours
 
 

@@ -91,13 +91,13 @@ def headline(results: dict) -> list[str]:
     lines = ["", "## The paper's claims at its operating points", "",
              "Before: the committed report (old driver; static stood in for UELLM; padded prefills; best point of "
              "each sweep) and the same code rerun on the new cluster driver (`servelab/designs/bucketserve/"
-             "reproduce/before.py` says how each was made). Seed {0}: this run's seed. Over seeds: mean and 95% "
+             "reproduce/before.py` says how each was made). This run's seed: {0}. Over seeds: mean and 95% "
              "Student-t interval over seeds {1}-{2} (each its own workload draw); the verdict is read from the "
              "interval (reached when all of it is on the paper's side, not reached when none of it is, else "
              "inconclusive). Server RPS is steady state over the arrival window (*Saturation*). `+` marks a "
              "capacity that is only a lower bound; `(b/n)` counts the seeds where a capacity was one.".format(
                  results["seed"], sd["seeds"][0], sd["seeds"][-1]), "",
-             f"| claim | paper | before (committed) | before (rerun) | seed {results['seed']} | over {n} seeds | "
+             "| claim | paper | before (committed) | before (rerun) | this run's seed | over seeds | "
              "operating point | verdict over seeds |",
              "|---|---|---|---|---|---|---|---|"]
     for key, text, paper, kind in CLAIMS:

@@ -53,8 +53,8 @@ _RATIO_TEXT = {
 def premise(results: dict) -> list[str]:
     sd = results["seeds"]
     n, top = len(sd["seeds"]), max(results["sizes"]["batch_sizes"])
-    lines = ["", "## The premise on both sides (Mixed offline, batch {}, {} seeds)".format(top, n), "",
-             "The paper's offline gain over DistServe needs one of two premises: prefill batches that pay for "
+    lines = ["", "## The premise on both sides (Mixed offline)", "",
+             f"Mixed offline at batch {top}, over {n} seeds. The paper's offline gain over DistServe needs one of two premises: prefill batches that pay for "
              "padding (bucketing cuts the padding) or batches smaller than memory allows (Eq. 6 sizes them to "
              "memory). The faithful DistServe (the main comparison) has neither: its prefill batches are "
              "ragged and capped by summed tokens, as its context-stage scheduler does, and both systems run the "
@@ -139,8 +139,8 @@ def saturation(results: dict) -> list[str]:
 def output_length(results: dict) -> list[str]:
     rows = results["output_length"]
     n = rows[0]["num_seeds"] if rows else 0
-    lines = ["", f"## Sensitivity to the Alpaca output length ({n} seeds)", "",
-             "Our Alpaca-like generator draws outputs with mean 270 tokens; the paper's Alpaca averages 83 output "
+    lines = ["", "## Sensitivity to the Alpaca output length", "",
+             f"Over {n} seeds. Our Alpaca-like generator draws outputs with mean 270 tokens; the paper's Alpaca averages 83 output "
              "tokens. Decode work per request scales with the output, so the rate where the decode instance "
              "saturates moves with it.", "",
              "| output mean | client RPS | system | steady RPS | served output tok/s | demanded | saturated (seeds) | "

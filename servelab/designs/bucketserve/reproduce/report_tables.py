@@ -251,7 +251,8 @@ def sweeps(results: dict) -> list[str]:
                    f"{r['server_rps']:.2f} | {'yes' if r['saturated'] else 'no'} | "
                    f"{r['slo_attainment']:.3f} | {r['ttft_mean_s']:.3f} | {r['tpot_mean_s']:.4f} | {r['num_stalled']} |")
     out += ["", "## Fig. 6a: end-to-end breakdown (BucketServe, Alpaca-like)", "",
-            "| client RPS | prefill s | transfer s | decode s |", "|---|---|---|---|"]
+            "| client RPS | prefill s | transfer s (with the wait for room on the decode instance) | decode s |",
+            "|---|---|---|---|"]
     for b in results["breakdown"]:
         out.append(f"| {b['client_rps']:g} | {b['prefill_s']:.3f} | {b['transfer_s']:.4f} | {b['decode_s']:.3f} |")
     out += ["", "Prefill = arrival to first token (queueing included). Figures: "
