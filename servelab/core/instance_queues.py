@@ -133,7 +133,11 @@ class InstanceQueues:
         requests already here to grow (vLLM's decode worker pulls a prefill's KV only when its
         scheduler admits it). Without that, a burst of hand-offs fills every block while nothing
         runs, and each arrival must then give its KV up and recompute. An empty cache takes
-        anything that fits."""
+        anything that fits. Nor is it pulled while a request swapped out here waits to come
+        back: vLLM v0 admits nothing new then, and DistServe's decoding scheduler takes its
+        swapped queue first (else landing KV keeps the swapped requests out)."""
+        if self.swapped:
+            return False
         blocks = self.blocks
         reserve = blocks.watermark_blocks if blocks.num_used_gpu_blocks else 0
         return blocks.blocks_for(num_tokens) + reserve <= blocks.num_free_gpu_blocks

@@ -113,6 +113,10 @@ class BlockManager:
     def can_swap_in(self, request_id: int) -> bool:
         return len(self._cpu_tables.get(request_id, ())) <= len(self._free_gpu)
 
+    def num_swapped_blocks(self, request_id: int) -> int:
+        """GPU blocks a swapped-out request takes back when it is swapped in."""
+        return len(self._cpu_tables.get(request_id, ()))
+
     # ---- mutations (only the instance runtime calls these) ----
     def allocate(self, request_id: int, num_new_tokens: int) -> list[int]:
         """Reserve slots for ``num_new_tokens`` more tokens; returns the new block ids."""

@@ -101,6 +101,12 @@ class PlanBuilder:
         if n < 1 or self.rows_left < 1 or n > self.tokens_left:
             return False
         need = self.blocks_needed(req, n)
+        # the watermark is charged once, when a request's blocks are first taken: one that
+        # arrived with its KV (a P/D hand-off, reserved by ``can_reserve`` with the watermark)
+        # is not charged again, or it idles holding its KV while running requests eat the
+        # watermark (found by the BucketServe reproduction: DistServe's decode instance held
+        # 37 such requests idle beside 24 running, KV 98% full, at 413 output tok/s)
+        new_request = new_request and not self.blocks.is_on_gpu(req.request_id)
         reserve = self.blocks.watermark_blocks if new_request else 0
         if need + reserve > self.free_blocks:
             return False

@@ -3,14 +3,16 @@
 Queued requests are grouped by sequence length into buckets that partition ``[0, max_len]``
 (half-open ``[low, up)``, the last one closed at ``max_len``). ``adjust`` runs
 ADJUSTBUCKETS: when fewer than ``n_max`` requests are queued every bucket merges back into
-one; otherwise a bucket whose share of requests below its midpoint exceeds ``theta`` and
-that holds more than ``m`` requests is split at the midpoint, repeatedly, until no bucket
-qualifies. The paper scans buckets linearly to place a request (O(k)); here the lower bounds
+one; otherwise every bucket whose share of requests below its midpoint exceeds ``theta`` and
+that holds more than ``m`` requests is split once at the midpoint: one pass over the buckets
+per adjustment, as Algorithm 1 gives it (``repeat=True``, a named variant, repeats the pass
+until no bucket qualifies). The paper scans buckets linearly to place a request (O(k)); here the lower bounds
 are a sorted list and placement is a bisection, O(log k).
 
 Invariants (property-tested): every queued key is in exactly one bucket and that bucket's
 interval holds its length; the buckets tile ``[0, max_len]`` without gaps or overlaps; after
-``adjust`` no bucket qualifies for a split.
+``adjust`` every bucket that qualified before it is split once (with ``repeat``, no bucket
+qualifies any more).
 
 Pure bookkeeping: no clock, no I/O. Within a bucket entries are kept sorted by length (for
 SJF/LJF and the midpoint count, both by bisection) and sorted by arrival (FCFS); one arrival
@@ -40,6 +42,8 @@ class BucketingConfig:
         always terminates (not in the paper, which splits real intervals).
     split_high: also split when more than ``theta`` lies at or above the midpoint. The paper
         splits only on a short-heavy bucket; this symmetric variant is off by default.
+    repeat: repeat the split pass until no bucket qualifies (the behaviour before issue 32);
+        the paper's Algorithm 1 makes one pass per adjustment (False).
     """
 
     max_len: int = 4096
@@ -47,6 +51,7 @@ class BucketingConfig:
     min_split_size: int | None = None
     min_width: int = 1
     split_high: bool = False
+    repeat: bool = False
 
     def __post_init__(self) -> None:
         if self.max_len < 1:
@@ -274,7 +279,8 @@ class BucketManager:
         return below / n > theta or (self.config.split_high and (n - below) / n > theta)
 
     def adjust(self, n_max: int) -> AdjustResult:
-        """ADJUSTBUCKETS with the largest safe batch ``n_max``; repeats until no bucket qualifies."""
+        """ADJUSTBUCKETS with the largest safe batch ``n_max``: one split pass over the buckets
+        (Algorithm 1), or passes until no bucket qualifies with ``config.repeat``."""
         if n_max < 0:
             raise ValueError(f"n_max must be >= 0, got {n_max}")
         if len(self._where) < n_max:
@@ -292,6 +298,8 @@ class BucketManager:
                 self._split(i)
                 num_splits += 1
                 pending = [j + 1 if j > i else j for j in pending] + [i, i + 1]
+            if not self.config.repeat:
+                break
         return AdjustResult(num_splits, False, len(self._buckets))
 
     def _split(self, index: int) -> None:

@@ -1,8 +1,10 @@
 """Dynamic Batching Controller math (BucketServe Eqs. 1, 5, 6) and bucket batch formation.
 
-Eq. 1 gives the KV footprint of a dense batch, Eq. 5 keeps 10% of the remaining memory back
-(``M_safe = 0.9 * M_remain``), and Eq. 6 takes the largest prefix of candidates whose KV fits
-in ``M_safe``. In the policy Eq. 5 is the instance's memory reserve (the KV pool is what is
+Eq. 5 keeps 10% of the remaining memory back (``M_safe = 0.9 * M_remain``), and Eq. 6 takes
+the largest prefix of candidates whose KV fits in ``M_safe``. Eq. 1 (2 x L x H x D x S_max x B
+x N bytes, the KV of a dense batch padded to its longest row) is not used: the KV here is
+paged, so a batch holds each request's own length, which is what Eq. 6 sums; the padded
+rectangle appears only as compute (``PaddedBatch``) and in the monitor's Eq. 2 waste. In the policy Eq. 5 is the instance's memory reserve (the KV pool is what is
 left after it), so the batch's budget is the live free KV memory (free blocks x block size,
 times ``safe_fraction``, 1.0 by default so the 10% is not taken twice), and the fit is
 checked in whole blocks, the unit the block manager allocates, so a batch the controller
@@ -24,18 +26,6 @@ from typing import Sequence
 import numpy as np
 
 from servelab.core.kv_blocks import cdiv
-
-
-def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, max_seq_len: int,
-                   bytes_per_element: int, batch_size: int) -> int:
-    """Eq. 1: 2 (K and V) x L x H x D x S_max x B x N bytes for a dense padded batch."""
-    for name, v in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
-                    ("bytes_per_element", bytes_per_element)):
-        if v < 1:
-            raise ValueError(f"kv_cache_bytes: {name} must be >= 1, got {v}")
-    if max_seq_len < 0 or batch_size < 0:
-        raise ValueError(f"kv_cache_bytes: lengths and batch size must be >= 0, got {max_seq_len}, {batch_size}")
-    return 2 * num_layers * num_kv_heads * head_dim * max_seq_len * bytes_per_element * batch_size
 
 
 def safe_memory(remaining: float, safe_fraction: float = 0.9) -> float:

@@ -60,6 +60,8 @@ class BucketServeConfig:
     as dense padded batches (False: ragged, as vLLM >= 0.4 runs them). cap_n_max: cap N_max
     by the rows one batch can run under the step limit. max_waste: stop growing a padded batch
     before its waste ratio (Eq. 2) exceeds this; 1.0 (the paper's behaviour) never stops.
+    repeat: ADJUSTBUCKETS repeats its split pass until no bucket qualifies (a variant; the
+    paper's Algorithm 1 makes one pass per adjustment).
     """
 
     max_len: int = 4096
@@ -74,6 +76,7 @@ class BucketServeConfig:
     padded: bool = False
     cap_n_max: bool = True
     max_waste: float = 1.0  # extension (not in the paper): cap a padded batch's Eq. 2 waste ratio
+    repeat: bool = False  # ADJUSTBUCKETS repeats its split pass until stable (False: one pass, Algorithm 1)
 
     def __post_init__(self) -> None:
         if not 0 < self.safe_fraction <= 1:
@@ -87,7 +90,8 @@ class BucketServeConfig:
         self.bucketing()  # validates max_len, theta, min_split_size, min_width
 
     def bucketing(self) -> BucketingConfig:
-        return BucketingConfig(self.max_len, self.theta, self.min_split_size, self.min_width, self.split_high)
+        return BucketingConfig(self.max_len, self.theta, self.min_split_size, self.min_width, self.split_high,
+                               self.repeat)
 
 
 @POLICIES.register("bucketserve")

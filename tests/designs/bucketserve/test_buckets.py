@@ -28,19 +28,26 @@ def _run(manager: BucketManager, script) -> dict[int, int]:
             key = sorted(live)[n % len(live)]
             assert manager.remove(key).length == live.pop(key)
         elif op == "adjust":
-            manager.adjust(n)
+            before = [i for i in range(manager.num_buckets) if len(manager) >= n and manager.qualifies_for_split(i, n)]
+            edges = manager.edges()
+            result = manager.adjust(n)
             if len(manager) < n:  # low load: everything merged into one bucket, no splitting
                 assert manager.num_buckets == 1
-            for i in range(manager.num_buckets if len(manager) >= n else 0):
-                assert not manager.qualifies_for_split(i, n), "a bucket still qualifies after ADJUSTBUCKETS"
+            elif manager.config.repeat:
+                for i in range(manager.num_buckets):
+                    assert not manager.qualifies_for_split(i, n), "a bucket still qualifies after ADJUSTBUCKETS"
+            else:  # one pass: each bucket that qualified is split once at its midpoint, no other
+                assert result.num_splits == len(before)
+                mids = {(edges[i] + edges[i + 1]) // 2 for i in before}
+                assert set(manager.edges()) == set(edges) | mids
         manager.check_invariants()
     return live
 
 
 @settings(max_examples=150, deadline=None)
-@given(ops, st.floats(0.0, 0.9), st.sampled_from([None, 0, 2, 8]), st.booleans())
-def test_every_request_in_exactly_one_matching_bucket(script, theta, m, split_high):
-    manager = BucketManager(BucketingConfig(MAX_LEN, theta, m, 1, split_high))
+@given(ops, st.floats(0.0, 0.9), st.sampled_from([None, 0, 2, 8]), st.booleans(), st.booleans())
+def test_every_request_in_exactly_one_matching_bucket(script, theta, m, split_high, repeat):
+    manager = BucketManager(BucketingConfig(MAX_LEN, theta, m, 1, split_high, repeat))
     live = _run(manager, script)
     assert len(manager) == len(live)
     seen = {}
@@ -162,3 +169,18 @@ def test_bad_input_is_a_clear_error():
         manager.remove(2)
     with pytest.raises(ValueError, match="theta"):
         BucketingConfig(100, theta=1.5)
+
+
+def test_adjust_makes_one_split_pass_as_algorithm_1_unless_repeat():
+    """Algorithm 1 splits each qualifying bucket once per ADJUSTBUCKETS call; repeating until
+    no bucket qualifies (the default before issue 32) is the ``repeat`` variant."""
+    lengths = [10 + k for k in range(40)]  # all far below every midpoint down to width 64
+    one = BucketManager(BucketingConfig(MAX_LEN, 0.5, 4, 16))
+    rep = BucketManager(BucketingConfig(MAX_LEN, 0.5, 4, 16, repeat=True))
+    for k, s in enumerate(lengths):
+        one.add(k, s, float(k))
+        rep.add(k, s, float(k))
+    assert one.adjust(4).num_splits == 1 and one.edges() == [0, 2048, MAX_LEN]
+    assert one.adjust(4).num_splits == 1 and one.edges() == [0, 1024, 2048, MAX_LEN]  # the next call goes on
+    assert rep.adjust(4).num_splits > 2
+    assert not any(rep.qualifies_for_split(i, 4) for i in range(rep.num_buckets))

@@ -53,14 +53,6 @@ def test_compare_boundaries_reports_gap():
     assert r.mean_abs_gap_to_eq4 > 0
 
 
-def test_kv_cache_bytes_eq1_llama2_13b():
-    # Llama-2-13B: 40 layers, 40 heads of 128, fp16: 800 KiB per token
-    assert controller.kv_cache_bytes(40, 40, 128, 1, 2, 1) == 819_200
-    assert controller.kv_cache_bytes(40, 40, 128, 4096, 2, 8) == 819_200 * 4096 * 8
-    with pytest.raises(ValueError):
-        controller.kv_cache_bytes(0, 40, 128, 1, 2, 1)
-
-
 def test_safe_memory_and_max_safe_batch_eq5_eq6():
     assert controller.safe_memory(100.0) == pytest.approx(90.0)
     # budget 90 tokens at 1 byte/token: 30 + 40 fits, + 30 does not

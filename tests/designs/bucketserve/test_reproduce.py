@@ -15,12 +15,14 @@ from servelab.designs.bucketserve.reproduce import report
 from servelab.designs.bucketserve.reproduce.engine_prefill import EngineSizes
 from servelab.designs.bucketserve.reproduce.experiments import cluster_for, rps_at_attainment, Setting
 from servelab.designs.bucketserve.reproduce.run import REPRODUCTION, Sizes
+from servelab.designs.bucketserve.reproduce.seeds import PLACEMENTS
 from servelab.reproduce.runner import run_reproduction
 
 TINY = Sizes(offline_requests=30, batch_sizes=(16,), offline_workloads=("mixed",), online_requests=30,
              alpaca_rates=(4,), mixed_rates=(2,), online_batch=64, long_shares=(0.1, 0.3), breakdown_rates=(8,),
              overhead_queued=(10,), overhead_buckets=(1, 8), overhead_repeats=3, padding_samples=256,
-             engine=EngineSizes(preset="tiny", sim_requests=40, num_batches=2, repeats=1, num_requests=4))
+             engine=EngineSizes(preset="tiny", sim_requests=40, num_batches=2, repeats=1, num_requests=4),
+             seeds=2, output_means=(83.0, 270.0), output_rates=(4,))
 COMMITTED = Path(__file__).resolve().parents[3] / "docs" / "reproduction" / "bucketserve.md"
 
 
@@ -56,7 +58,9 @@ def two_runs(tmp_path_factory):
 def test_same_seed_same_text_apart_from_measured_lines(two_runs):
     _, first, second, _ = two_runs
     assert without_timings(first) == without_timings(second)
-    assert "simulated" in first.lower() and "| claim | paper | before (committed) | before (rerun) | after |" in first
+    assert "simulated" in first.lower()
+    assert "| claim | paper | before (committed) | before (rerun) | this run's seed | over seeds |" in first
+    assert "This run's seed: 1. Over seeds: mean and 95% Student-t interval over seeds 1-2" in first
     assert "| 3.580 | 9.023 | 8.639 |" in first  # the paper and the before numbers sit next to ours
 
 
@@ -78,6 +82,46 @@ def test_report_files_and_operating_points(two_runs):
     assert "4 client RPS" in values["rps_vs_uellm_alpaca"]["where"]  # the top of the axis, not a best point
     assert {r["long_share"] for r in results["long_share"]} == {0.1, 0.3}
     assert results["variants"]["distserve_b4"]["online"][0]["system"] == "distserve_b4"
+    sd = results["seeds"]
+    assert sd["seeds"] == [1, 2] and [s["seed"] for s in sd["per_seed"]] == [1, 2]
+    per = [s["claims"]["offline_vs_distserve"] for s in sd["per_seed"]]
+    assert sd["claims"]["offline_vs_distserve"]["mean"] == pytest.approx(sum(per) / 2)
+    assert sd["claims"]["offline_vs_distserve"]["low"] <= min(per) <= max(per) <= sd["claims"]["offline_vs_distserve"]["high"]
+    assert {r["output_mean"] for r in results["output_length"]} == {83.0, 270.0}
+    assert len(results["placement"]) == 2 * len(PLACEMENTS)
+
+
+def test_both_pd_systems_share_distserves_decode_instance_and_the_variants_are_named():
+    s = Setting()
+    for system in ("distserve", "bucketserve"):
+        decode = cluster_for(system, 128, s).groups[1]
+        assert (decode.policy, dict(decode.policy_params), decode.host_kv_gb > 0) == ("vllm", {"preemption": "swap"}, True)
+    recompute = cluster_for("distserve:preemption=recompute", 128, s).groups[1]
+    assert (dict(recompute.policy_params), recompute.host_kv_gb) == ({"preemption": "recompute"}, 0.0)
+    own = cluster_for("bucketserve:decode=own,padded=true", 128, s).groups
+    assert own[1].policy == "bucketserve" and dict(own[0].policy_params) == {"padded": "true"}
+    placed = cluster_for("distserve:prefills=3,decodes=1,ptp=1,dtp=2,padded=true", 128, s).groups
+    assert [(g.count, g.tp) for g in placed] == [(3, 1), (1, 2)] and dict(placed[0].policy_params) == {"padded": True}
+    with pytest.raises(ValueError, match="preemption"):
+        cluster_for("distserve:preemption=drop", 128, s)
+
+
+def test_steady_state_reads_the_arrival_window_and_backlog_growth():
+    from types import SimpleNamespace as NS
+
+    from servelab.designs.bucketserve.reproduce.experiments import steady_state
+
+    def req(t, latency):
+        return NS(arrival_time_s=t, finish_time_s=t + latency, token_times_s=[t + latency],
+                  spec=NS(num_output_tokens=1))
+
+    keeps_up = [req(0.1 * i, 0.5) for i in range(1001)]  # 10 RPS, each done 0.5 s later
+    out = steady_state(keeps_up, keeps_up)
+    assert out["steady_rps"] == pytest.approx(10.0, rel=0.01) and not out["saturated"]
+    slow = [req(0.1 * i, 0.3 * i) for i in range(1001)]  # done at 0.4 i s: a quarter of the rate, the backlog grows
+    out = steady_state(slow, slow)
+    assert out["saturated"] and out["backlog_growth_rps"] == pytest.approx(10 - 2.5, rel=0.05)
+    assert steady_state([req(0.0, 1.0)] * 3, [])["steady_rps"] is None  # offline: no window
 
 
 def test_engine_measurement_times_both_modes():

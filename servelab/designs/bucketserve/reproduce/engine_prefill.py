@@ -79,6 +79,8 @@ def bucket_batches(sizes: EngineSizes, setting: ex.Setting, seed: int) -> list[t
     sim = Simulation(workload, ex.cluster_for("bucketserve", 128, setting))
     seen: list[tuple[int, ...]] = []
     for inst in sim.instances:
+        if not hasattr(inst.policy, "_bucket_prefill"):  # the decode instance runs DistServe's decode policy
+            continue
         inner = inst.policy._bucket_prefill
 
         def recorded(*args, _inner=inner, **kwargs):

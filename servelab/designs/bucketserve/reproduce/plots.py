@@ -37,8 +37,8 @@ def offline(rows: list[dict], workloads: list[str], out: Path) -> list[str]:
 
 def online(rows: list[dict], workloads: list[str], out: Path) -> list[str]:
     names = []
-    specs = (("server_rps", "slo_attainment", "server RPS", "SLO attainment", "fig5cd_slo.png"),
-             ("client_rps", "server_rps", "client RPS", "server RPS", "fig5ef_server_vs_client.png"))
+    specs = (("steady_rps", "slo_attainment", "steady-state server RPS", "SLO attainment", "fig5cd_slo.png"),
+             ("client_rps", "steady_rps", "client RPS", "steady-state server RPS", "fig5ef_server_vs_client.png"))
     for xkey, ykey, xlabel, ylabel, fname in specs:
         fig, axes = plt.subplots(1, len(workloads), figsize=(4 * len(workloads), 3.2), squeeze=False)
         for ax, wl in zip(axes[0], workloads):

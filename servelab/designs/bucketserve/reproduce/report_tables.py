@@ -23,10 +23,10 @@ def top_ratio(online: list[dict], wl: str, a: str, b: str, top: float) -> tuple[
         x, y = row(a, rate), row(b, rate)
         if x is None or y is None or x["num_stalled"] or y["num_stalled"]:
             continue
-        text = f"{wl}, {rate:g} client RPS: {x['server_rps']:.2f} vs {y['server_rps']:.2f}"
+        text = f"{wl}, {rate:g} client RPS: {x['steady_rps']:.2f} vs {y['steady_rps']:.2f} (steady state)"
         if rate != top:
             text += f" (at {top:g} RPS a run stalled, see *Known problems*)"
-        return _ratio(x["server_rps"], y["server_rps"]), text
+        return _ratio(x["steady_rps"], y["steady_rps"]), text
     return None, f"{wl}: every rate stalled"
 
 
@@ -43,6 +43,7 @@ VARIANT_LABELS = {
     "distserve_b4": "DistServe, 4 rows per stage (its examples/offline.py)",
     "distserve_b16": "DistServe, 16 rows per stage",
     "distserve_server": "DistServe, its API server defaults (256 rows, 4,096 prefill tokens per step)",
+    "distserve_padded": "DistServe, padded prefill (vLLM <= 0.3)",
     "bucketserve": "BucketServe, ragged prefill (this run)",
     "bucketserve_padded": "BucketServe, padded prefill",
     "bucketserve_prefix": "BucketServe before the fixes (padded, Eq. 5 twice, N_max uncapped)",
@@ -74,7 +75,7 @@ def _reached(x: float | None, paper: float) -> str:
 
 
 def gap_tests(results: dict) -> list[str]:
-    return ["", "## What each gap is, tested", ""] + _distserve(results) + _uellm(results) + _saturation(results)
+    return ["", "## What each gap is, tested", ""] + _distserve(results) + _uellm(results)
 
 
 def _distserve(results: dict) -> list[str]:
@@ -87,7 +88,7 @@ def _distserve(results: dict) -> list[str]:
              "| configuration | offline tok/s | offline ratio | Alpaca capacity | ratio | Mixed capacity | ratio | "
              "Mixed server RPS ratio |", "|---|---|---|---|---|---|---|---|"]
     reach: dict[str, list[str]] = {}
-    for key in ("distserve", "distserve_b4", "distserve_b16", "distserve_server"):
+    for key in ("distserve", "distserve_b4", "distserve_b16", "distserve_server", "distserve_padded"):
         p = _point(results, key)
         ratios = [_ratio(bs["offline_tok_s"], p["offline_tok_s"]),
                   _ratio(bs["alpaca_capacity_rps"], p["alpaca_capacity_rps"]),
@@ -105,6 +106,13 @@ def _distserve(results: dict) -> list[str]:
     ds = results["points"]["distserve"]
     for key in ("bucketserve", "bucketserve_padded", "bucketserve_prefix"):
         p = _point(results, key)
+        if key == "bucketserve_padded":  # both padded: against DistServe padded too
+            dp = _point(results, "distserve_padded")
+            lines.append(f"| {VARIANT_LABELS[key]} vs DistServe padded (both padded) | {_fmt(p['offline_tok_s'], 0)} | "
+                         f"{_fmt(_ratio(p['offline_tok_s'], dp['offline_tok_s']), 2)} | {_cap(p, 'alpaca')} | "
+                         f"{_fmt(_ratio(p['alpaca_capacity_rps'], dp['alpaca_capacity_rps']), 2)} | {_cap(p, 'mixed')}"
+                         f" | {_fmt(_ratio(p['mixed_capacity_rps'], dp['mixed_capacity_rps']), 2)} | "
+                         f"{top_cell(online, 'mixed', p['system'], dp['system'], tops['mixed'])} |")
         lines.append(f"| {VARIANT_LABELS[key]} vs DistServe | {_fmt(p['offline_tok_s'], 0)} | "
                      f"{_fmt(_ratio(p['offline_tok_s'], ds['offline_tok_s']), 2)} | {_cap(p, 'alpaca')} | "
                      f"{_fmt(_ratio(p['alpaca_capacity_rps'], ds['alpaca_capacity_rps']), 2)} | {_cap(p, 'mixed')} | "
@@ -187,24 +195,6 @@ def _uellm(results: dict) -> list[str]:
     return lines
 
 
-def _saturation(results: dict) -> list[str]:
-    bs, tops = results["points"]["bucketserve"], _tops(results)
-    parts, bound = [], []
-    for wl in ("alpaca", "mixed"):
-        busy = bs.get(f"{wl}_top_busy_by_role", {})
-        d, p = busy.get("decode"), busy.get("prefill")
-        bound.append(d is not None and p is not None and d >= 0.9 and p < 0.9)
-        parts.append(f"{wl} at {tops[wl]:g} RPS: server {_fmt(bs[f'{wl}_top_server_rps'], 2)} RPS, prefill busy "
-                     f"{_fmt(p, 2)}, decode busy {_fmt(d, 2)}")
-    verdict = ("supported on both datasets" if all(bound) else "supported on " + ", ".join(
-        wl for wl, b in zip(("alpaca", "mixed"), bound) if b) if any(bound) else "not supported")
-    return ["### Server RPS against client RPS, utilisation", "",
-            "Tested reason for a server RPS below the client's: the decode instance is saturated (busy fraction "
-            ">= 0.9 while the prefill instance is below it). " + "; ".join(parts) + f": {verdict}. One decode "
-            "instance of a TP=2 pair bounds BucketServe and DistServe alike; the paper's axes may stop before "
-            "that bound, ours go past it.", ""]
-
-
 def long_share(results: dict) -> list[str]:
     rows = results["long_share"]
     lines = ["", "## Sensitivity to the Mixed long share", "",
@@ -250,13 +240,19 @@ def sweeps(results: dict) -> list[str]:
         out.append(f"| {r['workload']} | {r['batch_size']} | {r['system']} | {r['output_tok_s']:.0f} | "
                    f"{r['gpu_busy_frac']:.3f} | {r['mfu']:.3f} | {r['padding_tokens']:.0f} |")
     out += ["", "## Online (Poisson arrivals)", "",
-            "| workload | client RPS | system | server RPS | SLO attainment | mean TTFT s | mean TPOT s | stalled |",
-            "|---|---|---|---|---|---|---|---|"]
+            "Steady-state server RPS: finished requests per second over the arrival window, its first quarter "
+            "left out as warm-up (`experiments.steady_state`); to last finish: the old measure, finished requests "
+            "over arrival-to-last-finish, which the drain tail pulls under the client rate.", "",
+            "| workload | client RPS | system | steady-state server RPS | to last finish | saturated | SLO attainment | "
+            "mean TTFT s | mean TPOT s | stalled |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in _online(results):
-        out.append(f"| {r['workload']} | {r['client_rps']:g} | {r['system']} | {r['server_rps']:.2f} | "
+        out.append(f"| {r['workload']} | {r['client_rps']:g} | {r['system']} | {r['steady_rps']:.2f} | "
+                   f"{r['server_rps']:.2f} | {'yes' if r['saturated'] else 'no'} | "
                    f"{r['slo_attainment']:.3f} | {r['ttft_mean_s']:.3f} | {r['tpot_mean_s']:.4f} | {r['num_stalled']} |")
     out += ["", "## Fig. 6a: end-to-end breakdown (BucketServe, Alpaca-like)", "",
-            "| client RPS | prefill s | transfer s | decode s |", "|---|---|---|---|"]
+            "| client RPS | prefill s | transfer s (with the wait for room on the decode instance) | decode s |",
+            "|---|---|---|---|"]
     for b in results["breakdown"]:
         out.append(f"| {b['client_rps']:g} | {b['prefill_s']:.3f} | {b['transfer_s']:.4f} | {b['decode_s']:.3f} |")
     out += ["", "Prefill = arrival to first token (queueing included). Figures: "

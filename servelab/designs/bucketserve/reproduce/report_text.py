@@ -15,8 +15,8 @@ def preamble(results: dict) -> list[str]:
         "LLM Inference Serving* (2025). This whole file is written by the command below; rerun it rather "
         "than editing it.", "",
         "```",
-        f"{CMD} --out docs/reproduction            # full sizes: about 4 minutes of CPU (with the engine step)",
-        f"{CMD} --reduced --out /tmp/bs           # about 30 s",
+        f"{CMD} --out docs/reproduction            # full sizes: about 10 minutes of CPU (with the engine step)",
+        f"{CMD} --reduced --out /tmp/bs           # about 2 minutes",
         "```", "",
         "(or `servelab.reproduce.runner.run_reproduction(REPRODUCTION, out_dir, reduced=..., seed=..., "
         "options={'engine': ...})` with `REPRODUCTION` from `servelab.designs.bucketserve.reproduce.run`). It writes `bucketserve.md`, `bucketserve.json` and the "
@@ -27,19 +27,24 @@ def preamble(results: dict) -> list[str]:
         "| paper | servelab |", "|---|---|",
         "| Request Bucketing Manager, Algorithm 1 | `servelab/designs/bucketserve/buckets.py` (`BucketManager`): "
         "placement by bisection over sorted lower bounds (O(log k); the paper scans linearly), ADJUSTBUCKETS "
-        "repeated until no bucket qualifies, one manager per task class (online, offline) |",
+        "as Algorithm 1 gives it, one split pass per adjustment (`repeat=true`, the behaviour before issue 32, "
+        "repeats the pass until no bucket qualifies: a variant in *The premise on both sides*), one manager per "
+        "task class (online, offline) |",
         "| Padding analysis, Eqs. 2-4 | `servelab/designs/bucketserve/padding.py`: `waste_ratio`, `expected_waste`, "
         "`conditional_means` (Eq. 4), `optimal_edges` (exact minimiser by dynamic programming) |",
-        "| Dynamic Batching Controller, Eqs. 1, 5, 6 | `servelab/designs/bucketserve/controller.py`: "
-        "`kv_cache_bytes`, `safe_memory`, `estimate_n_max` (Eq. 6 on the monitor's mean length, capped by the "
+        "| Dynamic Batching Controller, Eqs. 5, 6 | `servelab/designs/bucketserve/controller.py`: "
+        "`safe_memory`, `estimate_n_max` (Eq. 6 on the monitor's mean length, capped by the "
         "rows one batch can run under the step limit), `form_batch` (Eq. 6 in whole KV blocks on the live free "
-        "pool, plus the step's row and token limits) |",
+        "pool, plus the step's row and token limits). Eq. 1 (the KV of a dense batch padded to its longest row) "
+        "is not used and not implemented: the KV is paged, so a batch holds each request's own length, which "
+        "Eq. 6 sums |",
         "| Global Monitor | `servelab/designs/bucketserve/monitor.py`: memory use, queues, arrival rate, mean "
         "length (feeds N_max), batch latency, splits/merges, Eq. 2 waste of the bucket batches |",
         "| P/D scheduler | `servelab/designs/bucketserve/policy.py` on both instances of a P/D pair with the "
         "`distserve` router: FCFS to the prefill worker with least work, one bucket batch per prefill step "
         "(ragged by default, `padded=true` for a dense padded batch), KV over NVLink to the decode instance, "
-        "continuous batching there |",
+        "continuous batching there. In the experiments the decode instance is DistServe's (`vllm` swapping on a "
+        "KV shortage), the same for both systems; `decode=own` runs BucketServe's own decode step |",
         "| Bucketing overhead (Fig. 6) | `servelab/designs/bucketserve/overhead.py` (benchmark over queue size x "
         "bucket count) and the harness's timer around the policy's bucketing steps |",
         "| UELLM (the paper's baseline) | `servelab/baselines/uellm.py`: SLO-ODBS over predicted outputs "
@@ -59,8 +64,15 @@ def choices(results: dict) -> list[str]:
         "(`Setting.ttft_slo_s`, `Setting.tpot_slo_s`).",
         "- Hardware: every system gets the same 4 x A100-40GB as two TP=2 instances (BucketServe and DistServe: "
         "one prefill + one decode instance; UELLM and static: two coupled instances behind a least-loaded "
-        "router), the same 10% memory reserve, the same step limit of "
+        "router; *Placement* sweeps the split), the same 10% memory reserve, the same step limit of "
         f"{s['max_batch_tokens']} tokens and the same row cap (the batch size of Fig. 5a offline; 128 online).",
+        "- Decode instance (both P/D systems): DistServe's decoding scheduler, continuous batching that swaps "
+        "a request out to host memory on a KV shortage and takes swapped requests back before new ones "
+        "(DistServe never recomputes on its decode instance); its host pool (256 GB) is large enough that a "
+        "swap never falls back to recompute. `preemption=recompute` (vLLM's P/D) and BucketServe's own decode "
+        "step are variants.",
+        "- Seeds: every simulated claim over consecutive seeds from the run's seed (*over seeds* in the claims "
+        "table); the sweeps, variants and long-share tables are the run's seed.",
         "- Prefill mode: ragged (see *Ragged or padded*). Eq. 5's 10% is the instance's reserve (vLLM's "
         "`gpu_memory_utilization=0.9`), counted once (`safe_fraction=1.0`).",
         "- N_max for ADJUSTBUCKETS: Eq. 6 with every S_i set to the monitor's running mean length, capped by the "

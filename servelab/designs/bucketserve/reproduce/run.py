@@ -22,6 +22,7 @@ from servelab.designs.bucketserve.buckets import BucketingConfig, BucketManager
 from servelab.designs.bucketserve.overhead import overhead_grid
 from servelab.designs.bucketserve.padding import compare_boundaries
 from servelab.designs.bucketserve.reproduce import experiments as ex
+from servelab.designs.bucketserve.reproduce import seeds as sd
 from servelab.designs.bucketserve.reproduce import studies as st
 from servelab.designs.bucketserve.reproduce.engine_prefill import EngineSizes
 from servelab.reproduce.runner import Reproduction, Run, Step
@@ -33,6 +34,7 @@ VARIANTS = (
     ("distserve_b4", "distserve:batch=4", {}, True),
     ("distserve_b16", "distserve:batch=16", {}, True),
     ("distserve_server", "distserve:batch=256,prefill_tokens=4096", {}, True),
+    ("distserve_padded", "distserve:padded=true", {}, True),
     ("uellm_oracle", "uellm", {"prediction_sigma": 0.0}, False),
     ("uellm_b10", "uellm:batch_size=10", {}, False),
     ("static_b32", "static:batch_size=32", {}, False),
@@ -55,6 +57,9 @@ class Sizes:
     overhead_repeats: int = 200
     padding_samples: int = 4096
     engine: EngineSizes = EngineSizes()
+    seeds: int = 5  # every simulated claim over this many seeds (seed, seed + 1, ...)
+    output_means: tuple[float, ...] = (83.0, 270.0)  # Alpaca output mean: the paper's, our generator's
+    output_rates: tuple[float, ...] = (8, 16, 32)
 
     def rates_by_workload(self) -> dict[str, tuple[float, ...]]:
         return {"alpaca": self.alpaca_rates, "mixed": self.mixed_rates}
@@ -66,7 +71,7 @@ class Sizes:
 FULL = Sizes()
 REDUCED = Sizes(150, (16, 64), ("alpaca", "mixed"), 150, (4, 16, 32), (1, 4, 10), 128, (0.1, 0.3, 0.5), (8, 32),
                 (10, 1000), (1, 64, 1024), 30, 512,
-                EngineSizes(sim_requests=120, num_batches=3, repeats=1, num_requests=8))
+                EngineSizes(sim_requests=120, num_batches=3, repeats=1, num_requests=8), 5, (83.0, 270.0), (8, 32))
 
 
 def _setting(run: Run) -> ex.Setting:
@@ -80,6 +85,7 @@ def _start(run: Run) -> None:
 
 def _steps(run: Run) -> list[Step]:
     sizes, seed, setting, res = run.sizes, run.seed, _setting(run), run.results
+    seeds = tuple(range(seed, seed + sizes.seeds))
 
     def online(_: Run) -> None:
         res["online"] = st.online_sweep(sizes.rates_by_workload(), ex.SYSTEMS, sizes.online_requests,
@@ -100,6 +106,9 @@ def _steps(run: Run) -> list[Step]:
                                                    sizes.offline_requests, setting, seed), "offline"),
         Step("online", online),
         Step("variants", lambda _: _variants(sizes, setting, seed), "variants"),
+        Step("seeds", lambda _: sd.seed_study(sizes, setting, seeds, run.say), "seeds"),
+        Step("output length", lambda _: sd.output_length_study(sizes, setting, seeds, run.say), "output_length"),
+        Step("placement", lambda _: sd.placement_study(sizes, setting, seeds, run.say), "placement"),
         Step("long share", long_share, "long_share"),
         Step("breakdown", lambda _: _breakdown(sizes, setting, seed), "breakdown"),
         Step("overhead", lambda _: overhead_grid(sizes.overhead_queued, sizes.overhead_buckets, seed=seed,

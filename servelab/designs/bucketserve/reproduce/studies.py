@@ -48,11 +48,11 @@ def _pick(rows: list[dict], **match) -> dict | None:
 
 
 def capacity(online: list[dict], workload: str, system: str, target: float = 0.8) -> tuple[float | None, bool]:
-    """Server RPS at ``target`` SLO attainment along the client-RPS sweep (Fig. 5c-d), and
-    whether it is only a lower bound. Points where the simulator stalled (requests aborted at
+    """Steady-state server RPS (``experiments.steady_state``) at ``target`` SLO attainment along
+    the client-RPS sweep (Fig. 5c-d), and whether it is only a lower bound. Points where the simulator stalled (requests aborted at
     the end of the run, see ``num_stalled``) are left out: their attainment measures the stall,
     not the system; when every point left stays above the target the value is a lower bound."""
-    pts = sorted((r["client_rps"], r["server_rps"], r["slo_attainment"]) for r in online
+    pts = sorted((r["client_rps"], r["steady_rps"], r["slo_attainment"]) for r in online
                  if r["workload"] == workload and r["system"] == system and not r["num_stalled"])
     value = ex.rps_at_attainment([(s, a) for _, s, a in pts], target)
     lower = bool(pts) and all(a >= target for _, _, a in pts)
@@ -67,7 +67,8 @@ def operating_points(offline: list[dict], online: list[dict], system: str, *, of
            "offline_busy": off["gpu_busy_frac"] if off else None}
     for wl, rate in top_rates.items():
         on = _pick(online, workload=wl, client_rps=rate, system=system)
-        out[f"{wl}_top_server_rps"] = on["server_rps"] if on else None
+        out[f"{wl}_top_server_rps"] = on["steady_rps"] if on else None  # steady state over the arrival window
+        out[f"{wl}_top_saturated"] = on["saturated"] if on else None
         out[f"{wl}_top_attainment"] = on["slo_attainment"] if on else None
         out[f"{wl}_top_stalled"] = on["num_stalled"] if on else 0
         out[f"{wl}_capacity_rps"], out[f"{wl}_capacity_lower_bound"] = capacity(online, wl, system)
