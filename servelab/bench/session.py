@@ -100,10 +100,32 @@ def bench_session(options: BenchOptions, result_dir: Path, result_filename: str 
                     "ttfts": [r.ttft_s for r in results], "itls": [r.itl_s for r in results],
                     "errors": [r.error for r in results]})
     rows = per_request_rows(results, planned, t0)
-    rate = "inf" if math.isinf(options.request_rate) else f"{options.request_rate:g}"
-    name = result_filename or f"bench-{rate}qps.json"
+    name = result_filename or default_filename(options, model, summary["date"])
+    if result_filename is None:
+        name = unique_path(result_dir, name)
     paths = write_results(result_dir, name, summary, rows, results)
     return summary, paths
+
+
+def default_filename(options: BenchOptions, model: str, date: str) -> str:
+    """``bench-<rate>qps[-concurrency<N>]-<model>-<YYYYmmdd-HHMMSS>.json``: vLLM's pattern
+    (backend, rate, model, date and time), so a rerun never replaces an earlier result."""
+    rate = "inf" if math.isinf(options.request_rate) else f"{options.request_rate:g}"
+    concurrency = f"-concurrency{options.max_concurrency}" if options.max_concurrency else ""
+    base = model.rstrip("/").rsplit("/", 1)[-1] or "model"
+    safe = "".join(ch if ch.isalnum() or ch in "-._" else "_" for ch in base)
+    return f"bench-{rate}qps{concurrency}-{safe}-{date}.json"
+
+
+def unique_path(folder: Path, name: str) -> str:
+    """``name``, or ``name`` with ``-2``, ``-3``, ... before the suffix when it is taken (two
+    runs in one second)."""
+    stem, suffix = Path(name).stem, Path(name).suffix
+    k, candidate = 1, name
+    while (folder / candidate).exists():
+        k += 1
+        candidate = f"{stem}-{k}{suffix}"
+    return candidate
 
 
 def format_summary(s: dict) -> str:

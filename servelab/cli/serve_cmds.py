@@ -105,7 +105,8 @@ def bench(
     temperature: float = typer.Option(0.0),
     api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY"),
     result_dir: Path = typer.Option(Path("results/bench"), help="Folder for the JSON, CSV and plots."),
-    result_filename: Optional[str] = typer.Option(None, help="Default: bench-<rate>qps.json."),
+    result_filename: Optional[str] = typer.Option(None, help="Default: bench-<rate>qps-<model>-<YYYYmmdd-HHMMSS>.json (vLLM's pattern; a rerun never "
+                                                         "replaces a result). A name given is overwritten."),
     seed: int = typer.Option(0),
     data_dir: Optional[Path] = typer.Option(None),
     disable_tqdm: bool = typer.Option(False, "--disable-tqdm"),

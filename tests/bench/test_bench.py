@@ -94,11 +94,27 @@ def test_bench_against_a_live_server(bench_checkpoint, tmp_path):
     assert summary["input_lens"] == [p.prompt_len for p in planned] or summary["num_inexact_prompts"] > 0
     assert sorted(r.num_prompt_tokens for r in engine_requests) == sorted(summary["input_lens"])
     assert summary["request_goodput"] == pytest.approx(summary["request_throughput"])
-    assert {p.name for p in paths} == {"bench-40qps.json", "bench-40qps_requests.csv", "bench-40qps_cdf.png",
-                                      "bench-40qps_timeline.png"}
-    saved = json.loads((tmp_path / "bench-40qps.json").read_text())
+    stem = f"bench-40qps-tiny-{summary['date']}"
+    assert {p.name for p in paths} == {f"{stem}.json", f"{stem}_requests.csv", f"{stem}_cdf.png",
+                                      f"{stem}_timeline.png"}
+    saved = json.loads((tmp_path / f"{stem}.json").read_text())
     for key in ("duration", "request_throughput", "output_throughput", "mean_ttft_ms", "p99_tpot_ms",
                 "median_itl_ms", "p90_e2el_ms", "ttfts", "itls", "errors"):
         assert key in saved
-    rows = (tmp_path / "bench-40qps_requests.csv").read_text().splitlines()
+    rows = (tmp_path / f"{stem}_requests.csv").read_text().splitlines()
     assert len(rows) == 13 and rows[0].startswith("index,response_id,success")
+
+
+def test_default_result_file_names_carry_model_date_and_never_replace(tmp_path):
+    """Issue 31 (3): a rerun wrote over ``bench-4qps.json``; vLLM's name carries the date and time."""
+    from servelab.bench.session import BenchOptions, default_filename, unique_path
+
+    options = BenchOptions(base_url="http://x", workload="burst:n=1", request_rate=4.0)
+    name = default_filename(options, "/tmp/models/tiny/", "20261127-140000")
+    assert name == "bench-4qps-tiny-20261127-140000.json"
+    capped = BenchOptions(base_url="http://x", workload="burst:n=1", max_concurrency=8)
+    assert default_filename(capped, "org/Llama 2", "20261127-140000") == \
+        "bench-infqps-concurrency8-Llama_2-20261127-140000.json"
+    assert unique_path(tmp_path, name) == name
+    (tmp_path / name).write_text("{}")
+    assert unique_path(tmp_path, name) == "bench-4qps-tiny-20261127-140000-2.json"
