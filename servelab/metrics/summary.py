@@ -92,7 +92,7 @@ class RunSummary:
     padding_waste: float  # padded tokens computed / all tokens computed
     kv_utilization_mean: float  # cluster KV blocks used / total, time-weighted
     kv_utilization_max: float
-    queue_length_mean: float  # waiting requests over the cluster, time-weighted
+    queue_length_mean: float  # requests left waiting while steps run (counted after each step admits), time-weighted
     queue_length_max: float
     instances: tuple[InstanceSummary, ...]
 
