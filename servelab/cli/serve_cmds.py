@@ -167,7 +167,7 @@ def serve_vs_sim(
                                  burstiness=burstiness, seed=seed, data_dir=data_dir, progress=not json_out)
         payload = run_compare(options, out)
         command = "servelab " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        text = render(payload, command, _model_note(model))
+        text = render(payload, command, _model_note(model), _cost_note(cost_model, model))
         (out / "serve_vs_sim.md").write_text(text)
         if doc is not None:
             doc.parent.mkdir(parents=True, exist_ok=True)
@@ -179,11 +179,44 @@ def serve_vs_sim(
 
 
 def _model_note(model: Path) -> str:
+    """What the checkpoint is, read from it (not what the docs' run happened to use)."""
     from servelab.engine.loader import load_config
 
     c = load_config(model)
-    return (f"`{model.name}`, {c.num_params / 1e6:.0f}M parameters ({c.num_layers} layers, hidden {c.hidden_size}, "
-            f"{c.torch_dtype}, random weights), on CPU")
+    return (f"`{model}`, {count_text(c.num_params)} parameters ({c.num_layers} layers, hidden {c.hidden_size}, "
+            f"{c.torch_dtype})")
+
+
+def _cost_note(cost_model: Path, model: Path) -> str:
+    """Where the cost model came from, read from its own ``meta`` (the calibration run's machine,
+    threads, date and checkpoint); says so when it was calibrated on another checkpoint."""
+    import json
+
+    try:
+        meta = json.loads(cost_model.read_text()).get("meta", {}) or {}
+    except (OSError, ValueError, AttributeError):
+        meta = {}
+    if not meta:
+        return f"`{cost_model}` (it records no provenance)"
+    where = meta.get("hardware") or meta.get("processor") or meta.get("machine") or "an unrecorded machine"
+    parts = [f"`{cost_model}`: {meta.get('source', 'servelab calibrate')} on {where}"]
+    if meta.get("torch_threads"):
+        parts.append(f"{meta['torch_threads']} torch thread(s)")
+    if meta.get("date"):
+        parts.append(f"on {meta['date']}")
+    note = ", ".join(parts)
+    calibrated_on = meta.get("model")
+    if calibrated_on and Path(calibrated_on).resolve() != model.resolve():
+        note += f"; calibrated on the checkpoint `{calibrated_on}`, not on `{model}`"
+    return note
+
+
+def count_text(n: int) -> str:
+    """93,248 -> '93.2K', 196,800,000 -> '197M' (never '0M')."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(n)
 
 
 def register(app: typer.Typer) -> None:
