@@ -15,7 +15,7 @@ from servelab.cli.config_file import config_option
 from servelab.cli.outputs import (hardware_title, probe_table, resolve_out, run_context, sweep_table,
                                   write_requests_csv)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="servelab: LLM-serving policies in a calibrated simulator and a real engine.")
 
 WORKLOAD_HELP = "Workload spec, e.g. azure-conv, 'azure-conv:rate=2,window=0-600', 'poisson:rate=5,n=1000,prompt=uniform(32,512),output=exp(200)'."
