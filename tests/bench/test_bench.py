@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -118,3 +119,40 @@ def test_default_result_file_names_carry_model_date_and_never_replace(tmp_path):
     assert unique_path(tmp_path, name) == name
     (tmp_path / name).write_text("{}")
     assert unique_path(tmp_path, name) == "bench-4qps-tiny-20261127-140000-2.json"
+
+
+def test_vllm_bench_flags_dataset_name_and_percentile_metrics():
+    """Issue 31 (9): `vllm bench serve`'s --dataset-name random and --percentile-metrics work;
+    another dataset name points to -w."""
+    from servelab.bench.results import parse_percentile_metrics
+    from servelab.cli.serve_cmds import bench_workload
+
+    assert bench_workload(None, "random", 50, 256, 32) == "burst:n=50,prompt=fixed(256),output=fixed(32)"
+    assert bench_workload("gsm8k:n=4", None, None, 1, 1) == "gsm8k:n=4"
+    for args, words in (((None, "sharegpt", 5, 1, 1), "give -w"), (("gsm8k", "random", 5, 1, 1), "not both"),
+                        ((None, None, 5, 1, 1), "--dataset-name random")):
+        with pytest.raises(UserError, match=words):
+            bench_workload(*args)
+    assert parse_percentile_metrics("ttft,itl") == ("ttft", "itl")
+    with pytest.raises(UserError, match="subset of ttft,tpot,itl,e2el"):
+        parse_percentile_metrics("ttft,goodput")
+    ok = [RequestResult(index=0, success=True, prompt_len=4, output_len=3, ttft_s=0.1, latency_s=0.3,
+                        itl_s=[0.1, 0.1])]
+    out = summarize(ok, 1.0, {}, [50, 99], ("ttft",))
+    assert "p99_ttft_ms" in out and "p99_tpot_ms" not in out and "mean_tpot_ms" in out
+
+
+def test_serve_takes_the_model_as_vllm_does():
+    from typer.testing import CliRunner
+
+    from servelab.cli.main import app
+    from servelab.cli.serve_cmds import one_model
+
+    assert one_model(Path("m"), None) == Path("m") == one_model(None, Path("m")) == one_model(Path("m"), Path("m"))
+    runner = CliRunner()
+    res = runner.invoke(app, ["serve"])
+    assert res.exit_code == 2 and "servelab serve MODEL (or --model MODEL)" in res.output
+    res = runner.invoke(app, ["serve", "a", "--model", "b"])
+    assert res.exit_code == 2 and "two models given" in res.output
+    res = runner.invoke(app, ["serve", "/nonexistent/ckpt"])
+    assert res.exit_code == 2 and "/nonexistent/ckpt" in res.output and "Traceback" not in res.output
