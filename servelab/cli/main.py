@@ -210,7 +210,7 @@ def sweep(
     title = f"{workload} on {hardware_title(instances, gpu, model, None)}"
     for y in ("slo_attainment", "ttft_p99_s", "tpot_p50_s", "throughput_tok_s"):
         if any(r[y] is not None and r[y] == r[y] for r in rows):  # no attainment plot without an SLO
-            plot_sweep(rows, "rate", y, out / f"{y}.png", caption=f"{title}\n{context['command']}")
+            plot_sweep(rows, "rate", y, out / f"{y}.png", caption=f"{title}; {slo_note}\n{context['command']}")
     if json_out:
         emit_json({"context": context, "rows": rows})
     else:

@@ -156,3 +156,24 @@ def test_serve_takes_the_model_as_vllm_does():
     assert res.exit_code == 2 and "two models given" in res.output
     res = runner.invoke(app, ["serve", "/nonexistent/ckpt"])
     assert res.exit_code == 2 and "/nonexistent/ckpt" in res.output and "Traceback" not in res.output
+
+
+def test_bench_plots_have_titles_and_units(tmp_path, monkeypatch):
+    """Issue 31 (11): the bench timeline had no title."""
+    from matplotlib.figure import Figure
+
+    from servelab.bench.plots import plot_results
+
+    saved = []
+    real = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), real(fig, *a, **k))[1])
+    rows = [{"success": 1, "ttft_s": 0.1 * i, "tpot_s": 0.01, "e2el_s": 0.5 + 0.1 * i, "sent_s": 0.2 * i}
+            for i in range(1, 5)]
+    results = [RequestResult(index=i, success=True, itl_s=[0.01, 0.02]) for i in range(4)]
+    paths = plot_results(tmp_path, "bench-x", rows, results)
+    assert [p.name for p in paths] == ["bench-x_cdf.png", "bench-x_timeline.png"]
+    cdf, timeline = saved
+    assert "measured by the client" in cdf._suptitle.get_text()
+    ax = timeline.axes[0]
+    assert "measured by the client" in ax.get_title() and ax.get_ylabel() == "latency (s)"
+    assert "(s from start)" in ax.get_xlabel()
