@@ -71,8 +71,8 @@ QUICK = ("servelab simulate", "servelab sweep", "servelab capacity", "servelab a
 PROBE_DIR = ROOT / "scripts" / "plot_probe"
 DOCS = ROOT / "docs"
 # Axis labels that are a count or a share of something named in words need no unit.
-UNITLESS = ("fraction", "share", "count", "number", "requests", "k", "bins", "batch size", "instances",
-            "servers", "ratio", "gain", "speedup", "cdf", "rank", "policy", "seed", "step", "layer", "groups")
+UNITLESS = ("fraction", "share", "count", "number", "k", "bins", "batch size", "instances", "attainment",
+            "servers", "ratio", "gain", "speedup", "cdf", "rank", "policy", "seed", "step", "layer", "groups", "rps")
 _WROTE = re.compile(r"(?:\bwrote|results in) (?P<paths>.+)")
 
 
@@ -240,7 +240,7 @@ def _label_problem(label: str, axis: str) -> str:
     if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)+", label.strip()):
         return f"{axis} label is a raw key ({label})"
     words = label.lower()
-    if "(" in label or "[" in label or any(re.search(rf"\b{re.escape(w)}\b", words) for w in UNITLESS):
+    if "(" in label or "[" in label or " / " in label or "%" in label or any(re.search(rf"\b{re.escape(w)}\b", words) for w in UNITLESS):
         return ""
     return f"{axis} label has no unit ({label})"
 
