@@ -240,7 +240,7 @@ def _label_problem(label: str, axis: str) -> str:
     if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)+", label.strip()):
         return f"{axis} label is a raw key ({label})"
     words = label.lower()
-    if "(" in label or "[" in label or " / " in label or "%" in label or any(re.search(rf"\b{re.escape(w)}\b", words) for w in UNITLESS):
+    if "(" in label or "[" in label or "/" in label or "%" in label or any(re.search(rf"\b{re.escape(w)}\b", words) for w in UNITLESS):
         return ""
     return f"{axis} label has no unit ({label})"
 
@@ -257,12 +257,14 @@ def check_plots(probe: Path, workdir: Path) -> list[PlotCheck]:
         problems = [] if info["suptitle"] or (visible and all(a["title"] for a in visible)) else ["no title"]
         for k, a in enumerate(visible):
             for axis in ("x", "y"):
+                if a.get(f"{axis}_categorical") and not a[f"{axis}label"]:
+                    continue  # named categories on the ticks (bars per policy) need no axis label
                 why = _label_problem(a[f"{axis}label"], axis)
                 if why:
                     problems.append(why + (f" in panel {k + 1}" if len(visible) > 1 else ""))
         path = info["path"]
         shown = os.path.relpath(path, workdir) if path.startswith(str(workdir)) else path
-        checks.append(PlotCheck(shown, " / ".join(t for t in titles if t)[:80],
+        checks.append(PlotCheck(shown, " ".join(" / ".join(t for t in titles if t).split())[:80],
                                 "; ".join(f"{a['xlabel']} | {a['ylabel']}" for a in visible)[:120],
                                 "; ".join(dict.fromkeys(problems))))
     return checks

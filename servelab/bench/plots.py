@@ -26,9 +26,9 @@ def plot_results(out_dir: Path, stem: str, rows: list[dict], results) -> list[Pa
         if values.size:
             ax.plot(values, np.arange(1, values.size + 1) / values.size)
         ax.set_xlabel(f"{name} (ms)")
+        ax.set_ylabel("fraction of gaps" if name == "ITL" else "fraction of requests")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("fraction of requests (ITL: of gaps)")
     fig.suptitle(f"{stem}: latency CDFs (measured by the client)")
     fig.tight_layout()
     cdf = out_dir / f"{stem}_cdf.png"

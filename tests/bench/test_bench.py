@@ -174,6 +174,8 @@ def test_bench_plots_have_titles_and_units(tmp_path, monkeypatch):
     assert [p.name for p in paths] == ["bench-x_cdf.png", "bench-x_timeline.png"]
     cdf, timeline = saved
     assert "measured by the client" in cdf._suptitle.get_text()
+    assert [a.get_ylabel() for a in cdf.axes] == ["fraction of requests"] * 2 + ["fraction of gaps",
+                                                                                "fraction of requests"]
     ax = timeline.axes[0]
     assert "measured by the client" in ax.get_title() and ax.get_ylabel() == "latency (s)"
     assert "(s from start)" in ax.get_xlabel()
