@@ -12,8 +12,22 @@ check.
 
 ``--fast`` (what the test suite uses) runs every command with smaller sizes, rewritten by
 ``FAST_REWRITES`` (printed next to each command): shorter trace windows, fewer requests,
-reduced reproductions and calibration grid. Nothing is skipped for being slow.
-Exit status 0 when every command exited 0, else 1 (a table says which).
+reduced reproductions and calibration grid, ``reproduce all --only multibin``. Nothing is
+skipped for being slow.
+
+Beyond the exit status, each run is checked for what a new user tripped over (issue 31):
+
+- *writes where it says*: every path a command prints after ``wrote`` or ``results in``
+  exists (relative to the fresh folder);
+- *never over the committed docs*: nothing under the checkout's ``docs/`` changes;
+- *reproduce all from a fresh folder*: its README.md is where it says and no design reads
+  "No full report yet" (the committed full reports are found from any folder);
+- *plots*: every figure a command saves (recorded by ``scripts/plot_probe``, a
+  ``sitecustomize`` on the commands' ``PYTHONPATH``) has a title and both axis labels, and
+  each label names its unit (``(ms)``, ``(req/s)``; ``UNITLESS`` lists the words that need
+  none) and is not a raw key (``ttft_p99_s``). The plot table lists every figure.
+
+Exit status 0 when every command exited 0 and every check passed, else 1 (tables say which).
 """
 
 from __future__ import annotations
@@ -41,6 +55,7 @@ FAST_REWRITES: tuple[tuple[str, str], ...] = (
     (r"(servelab reproduce multibin-engine)\b", r"\1 --num-requests 8 --ks 1,2 --model {workdir}/tiny_fast"),
     (r"(servelab reproduce (?:multibin|bucketserve|dynaserve|alignedserve|kunserve))(?= |$)(?! --reduced)", r"\1 --reduced"),
     (r"(servelab reproduce bucketserve --reduced)", r"\1 --no-engine"),
+    (r"(servelab reproduce all)$", r"\1 --only multibin"),
     (r"(servelab calibrate .*)", r"\1 --grid reduced"),
     (r"(servelab generate .*)", r"\1 --max-tokens 16"),
     (r"burst:n=100,", "burst:n=8,"),
@@ -53,6 +68,14 @@ FAST_SETUP = ("servelab make-tiny-model {workdir}/tiny_fast",)  # what the rewri
 QUICK = ("servelab simulate", "servelab sweep", "servelab capacity", "servelab analyze", "servelab perf simulator")
 
 
+PROBE_DIR = ROOT / "scripts" / "plot_probe"
+DOCS = ROOT / "docs"
+# Axis labels that are a count or a share of something named in words need no unit.
+UNITLESS = ("fraction", "share", "count", "number", "k", "bins", "batch size", "instances", "attainment",
+            "servers", "ratio", "gain", "speedup", "cdf", "rank", "policy", "seed", "step", "layer", "groups", "rps")
+_WROTE = re.compile(r"(?:\bwrote|results in) (?P<paths>.+)")
+
+
 @dataclass
 class Outcome:
     command: str
@@ -60,6 +83,14 @@ class Outcome:
     status: str  # "ok", "failed (rc N)", "timed out", "not run: why"
     wall_s: float
     tail: str = ""
+    cpu_s: float | None = None  # CPU seconds of the command and the processes it waited for
+
+
+def _children_cpu_s() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def readme_commands(text: str) -> list[str]:
@@ -125,9 +156,43 @@ def _wait_for_port(port: int, proc: subprocess.Popen, timeout_s: float) -> bool:
     return False
 
 
+def stated_paths(stdout: str) -> list[str]:
+    """Paths a command says it wrote: after ``wrote`` (comma-separated) or ``results in``."""
+    paths = []
+    for match in _WROTE.finditer(stdout):
+        for word in re.split(r",\s*|\s+and\s+|\s+", match.group("paths")):
+            word = word.strip(" .;:()`'\"")
+            if "/" in word and not word.startswith(("http", "<")) and "<" not in word:
+                paths.append(word.rstrip("/"))
+    return paths
+
+
+def check_outputs(command: str, stdout: str, workdir: Path) -> str:
+    """'' when what the command says it wrote is there (and, for reproduce all, complete), else why not."""
+    missing = [p for p in stated_paths(stdout) if not (workdir / p).exists()]
+    if missing:
+        return f"said it wrote {', '.join(missing[:3])}: not there"
+    if command.startswith("servelab reproduce all"):
+        readme = workdir / "results" / "reproduction" / "README.md"
+        if not readme.is_file():
+            return f"no {readme.relative_to(workdir)}"
+        text = readme.read_text()
+        if "No full report yet" in text or "is missing" in text:
+            return "README.md says a full report is missing (the committed ones were not found)"
+    return ""
+
+
+def docs_state() -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(ROOT)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in DOCS.rglob("*") if p.is_file()} if DOCS.is_dir() else {}
+
+
 def run_all(commands: list[str], fast: bool, timeout_s: float, workdir: Path) -> list[Outcome]:
     outcomes, server = [], None
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    probe = workdir / ".plot_probe"
+    probe.mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "SERVELAB_PLOT_PROBE": str(probe),
+           "PYTHONPATH": os.pathsep.join(x for x in (str(PROBE_DIR), os.environ.get("PYTHONPATH", "")) if x)}
     if fast and any("{workdir}" in r for _, r in FAST_REWRITES):
         for setup in FAST_SETUP:
             subprocess.run(_argv(setup.replace("{workdir}", str(workdir))), cwd=workdir, env=env, check=True,
@@ -148,14 +213,18 @@ def run_all(commands: list[str], fast: bool, timeout_s: float, workdir: Path) ->
                 outcomes.append(Outcome(command, ran, "ok (serving)" if ok else "failed (never listened)",
                                         time.monotonic() - t0, tail))
                 continue
+            cpu0 = _children_cpu_s()
             try:
                 res = subprocess.run(_argv(ran), cwd=workdir, env=env, capture_output=True, text=True,
                                      timeout=timeout_s)
                 status = "ok" if res.returncode == 0 else f"failed (rc {res.returncode})"
                 tail = "" if res.returncode == 0 else (res.stdout[-400:] + res.stderr[-800:])
+                why = check_outputs(ran, res.stdout, workdir) if res.returncode == 0 else ""
+                if why:
+                    status, tail = f"failed ({why})", res.stdout[-600:]
             except subprocess.TimeoutExpired:
                 status, tail = "timed out", ""
-            outcomes.append(Outcome(command, ran, status, time.monotonic() - t0, tail))
+            outcomes.append(Outcome(command, ran, status, time.monotonic() - t0, tail, _children_cpu_s() - cpu0))
     finally:
         if server is not None and server.poll() is None:
             os.killpg(server.pid, signal.SIGTERM)
@@ -166,10 +235,64 @@ def run_all(commands: list[str], fast: bool, timeout_s: float, workdir: Path) ->
     return outcomes
 
 
+@dataclass
+class PlotCheck:
+    path: str
+    title: str
+    axes: str  # "x label | y label" of each visible axes, "; "-separated
+    problems: str  # "" when it has a title, labels and units
+
+
+def _label_problem(label: str, axis: str) -> str:
+    if not label.strip():
+        return f"no {axis} label"
+    if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)+", label.strip()):
+        return f"{axis} label is a raw key ({label})"
+    words = label.lower()
+    if "(" in label or "[" in label or "/" in label or "%" in label or any(re.search(rf"\b{re.escape(w)}\b", words) for w in UNITLESS):
+        return ""
+    return f"{axis} label has no unit ({label})"
+
+
+def check_plots(probe: Path, workdir: Path) -> list[PlotCheck]:
+    """Every figure the commands saved: a title, axis labels with units, no raw keys."""
+    import json
+
+    checks = []
+    for record in sorted(probe.glob("*.json")):
+        info = json.loads(record.read_text())
+        visible = [a for a in info["axes"] if a["visible"]]
+        titles = [info["suptitle"]] + [a["title"] for a in visible]
+        problems = [] if info["suptitle"] or (visible and all(a["title"] for a in visible)) else ["no title"]
+        for k, a in enumerate(visible):
+            for axis in ("x", "y"):
+                if a.get(f"{axis}_categorical") and not a[f"{axis}label"]:
+                    continue  # named categories on the ticks (bars per policy) need no axis label
+                why = _label_problem(a[f"{axis}label"], axis)
+                if why:
+                    problems.append(why + (f" in panel {k + 1}" if len(visible) > 1 else ""))
+        path = info["path"]
+        shown = os.path.relpath(path, workdir) if path.startswith(str(workdir)) else path
+        checks.append(PlotCheck(shown, " ".join(" / ".join(t for t in titles if t).split())[:80],
+                                "; ".join(f"{a['xlabel']} | {a['ylabel']}" for a in visible)[:120],
+                                "; ".join(dict.fromkeys(problems))))
+    return checks
+
+
+def plot_report(checks: list[PlotCheck]) -> str:
+    lines = ["| plot | title | axes (x \\| y) | check |", "|---|---|---|---|"]
+    bar = "\\|"
+    for c in checks:
+        axes = c.axes.replace("|", bar)
+        lines.append(f"| `{c.path}` | {c.title} | {axes} | {c.problems or 'ok'} |")
+    return "\n".join(lines)
+
+
 def report(outcomes: list[Outcome]) -> str:
-    lines = ["| # | command (as run) | status | wall s |", "|---:|---|---|---:|"]
+    lines = ["| # | command (as run) | status | wall s | CPU s |", "|---:|---|---|---:|---:|"]
     for k, o in enumerate(outcomes, start=1):
-        lines.append(f"| {k} | `{o.ran}` | {o.status} | {o.wall_s:.1f} |")
+        cpu = "-" if o.cpu_s is None else f"{o.cpu_s:.1f}"
+        lines.append(f"| {k} | `{o.ran}` | {o.status} | {o.wall_s:.1f} | {cpu} |")
     for o in outcomes:
         if o.tail:
             lines.append(f"\n{o.ran} ->\n{o.tail}")
@@ -189,20 +312,29 @@ def main() -> int:
     if args.quick:
         commands = [c for c in commands if is_quick(c)]
     t0 = time.process_time()
+    docs_before = docs_state()
     with tempfile.TemporaryDirectory(prefix="readme_check_") as tmp:
         outcomes = run_all(commands, args.fast, args.timeout, Path(tmp))
+        plots = check_plots(Path(tmp) / ".plot_probe", Path(tmp))
+    docs_after = docs_state()
+    touched = sorted(k for k in docs_before.keys() | docs_after.keys() if docs_before.get(k) != docs_after.get(k))
     table = report(outcomes)
     failed = [o for o in outcomes if not (o.status.startswith("ok") or o.status.startswith("not run"))]
+    bad_plots = [c for c in plots if c.problems]
     verdict = (f"{len(outcomes) - len(failed)} of {len(outcomes)} README commands ok"
-               + (" (--fast)" if args.fast else "") + (" (--quick)" if args.quick else ""))
+               + (" (--fast)" if args.fast else "") + (" (--quick)" if args.quick else "")
+               + f"; {len(plots) - len(bad_plots)} of {len(plots)} plots with a title and labelled axes with units"
+               + f"; committed docs/ {'changed: ' + ', '.join(touched[:5]) if touched else 'untouched'}")
+    table += "\n\n## Plots the commands saved\n\n" + plot_report(plots) if plots else ""
     print(f"{table}\n\n{verdict}")
     if args.doc:
         flags = " ".join(f for f, on in (("--fast", args.fast), ("--quick", args.quick)) if on)
         args.doc.write_text(f"# The README's commands, run\n\nGenerated by `python scripts/check_readme.py {flags} "
                             f"--doc {args.doc}`; do not edit by hand. Each command ran in order in one fresh "
                             f"temporary folder on this machine ({os.cpu_count()} cores, shared); --fast sizes are "
-                            f"the `FAST_REWRITES` in scripts/check_readme.py.\n\n{table}\n\n{verdict}.\n")
-    return 1 if failed else 0
+                            f"the `FAST_REWRITES` in scripts/check_readme.py. *CPU s* is the command's own and its children's "
+                            f"(the machine's load stretches wall time, not CPU time).\n\n{table}\n\n{verdict}.\n")
+    return 1 if failed or bad_plots or touched else 0
 
 
 if __name__ == "__main__":

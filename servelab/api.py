@@ -3,6 +3,14 @@
 Each call takes explicit arguments (no global state) and returns plain dataclasses whose
 ``to_dict`` is JSON-safe, so the CLI's ``--json`` output and a notebook see the same thing.
 Arguments are checked before any simulation runs; a bad one is a ``UserError`` naming it.
+
+One argument order and the CLI's names everywhere: ``(workload, policy, hardware, *, slo=...,
+...)``; a workload may be a spec string (``"azure-conv:window=0-60"``) or loaded specs, an SLO
+an ``SLO`` or a string (``"ttft:2s,tpot:100ms"``, ``"none"``). Left out, the SLO is the CLI's
+default (``workloads.slo.resolve_slo``: the requests' own when the workload carries any, else
+ttft 2 s / tpot 100 ms), so a notebook and ``servelab simulate`` report the same attainment.
+``capacity(wl, policy, slo, hardware)`` and ``target_attainment=`` (the old forms) still work,
+with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
@@ -23,6 +31,10 @@ from servelab.metrics.capacity import DEFAULT_HI, DEFAULT_LO, DEFAULT_MAX_EXPANS
 from servelab.metrics.report import top_reasons
 from servelab.paths import default_data_dir
 from servelab.simulator import SimResult, simulate
+from servelab.workloads.slo import DEFAULT as DEFAULT_SLO, resolve_slo
+
+__all__ = ["SLO", "DEFAULT_SLO", "HardwareChoice", "SimulationOutput", "load_workload", "run_simulation", "sweep",
+           "capacity", "check_policy", "DEFAULT_DATA_DIR"]
 
 DEFAULT_DATA_DIR = default_data_dir()
 
@@ -92,6 +104,7 @@ class SimulationOutput:
     result: SimResult
     wall_s: float
     cpu_s: float
+    slo_note: str = ""  # which SLO judged the run, in words ("SLO: ttft <= 2 s, tpot <= 100 ms (default; ...)")
 
     @property
     def simulated_tokens_per_cpu_s(self) -> float:
@@ -102,7 +115,7 @@ class SimulationOutput:
         count) and the list never share a key."""
         summary = self.summary.to_dict()
         per_instance = summary.pop("instances")
-        return {"policy": self.policy, "wall_s": self.wall_s, "cpu_s": self.cpu_s,
+        return {"policy": self.policy, "slo_note": self.slo_note, "wall_s": self.wall_s, "cpu_s": self.cpu_s,
                 "simulated_tokens_per_cpu_s": self.simulated_tokens_per_cpu_s,
                 "conserved": self.result.conserved, **summary, "num_instances": len(per_instance),
                 "per_instance": per_instance,
@@ -126,17 +139,24 @@ def load_workload(spec: str, *, data_dir: Path | str = DEFAULT_DATA_DIR, seed: i
     return parse_workload(spec, Path(data_dir), seed)
 
 
-def run_simulation(workload: Sequence[RequestSpec], policy: str, hardware: HardwareChoice = HardwareChoice(), *,
-                   cluster: ClusterConfig | None = None, slo: SLO | None = None, cost_model: Any = None,
+def _workload(workload: Sequence[RequestSpec] | str) -> Sequence[RequestSpec]:
+    return load_workload(workload) if isinstance(workload, str) else workload
+
+
+def run_simulation(workload: Sequence[RequestSpec] | str, policy: str, hardware: HardwareChoice = HardwareChoice(),
+                   *, cluster: ClusterConfig | None = None, slo: SLO | str | None = DEFAULT_SLO, cost_model: Any = None,
                    progress: Callable[[float], None] | None = None, recorder: Any = None,
                    watchdog: Any = None) -> SimulationOutput:
     """Simulate ``workload`` under ``policy`` (``name[:k=v,...]`` or a preset such as ``distserve``);
     ``recorder`` (a ``servelab.trace.StepRecorder``) hears every step, for a trace; ``watchdog`` (a
-    ``servelab.cluster.watchdog.WatchdogConfig``, default on) ends a run that stops progressing."""
+    ``servelab.cluster.watchdog.WatchdogConfig``, default on) ends a run that stops progressing.
+    ``slo``: see the module docstring (left out: the CLI's default)."""
     import time
 
     from servelab.simulator.run import Simulation
 
+    workload = _workload(workload)
+    slo, slo_note = resolve_slo(slo, workload, "slo")
     cluster = cluster or check_policy(policy, hardware)
     cpu0 = time.process_time()
     sim = Simulation(workload, cluster, cost_model=cost_model, progress=progress, watchdog=watchdog)
@@ -150,7 +170,7 @@ def run_simulation(workload: Sequence[RequestSpec], policy: str, hardware: Hardw
     peak = measured_hardware(cost_model)[1] if fixed else _peak_flops(cluster)
     summary = summarize(RequestTable.from_requests(result.requests), result.collector, slo=slo,
                         peak_flops_per_instance=peak)
-    return SimulationOutput(policy, summary, result, result.wall_s, cpu_s)
+    return SimulationOutput(policy, summary, result, result.wall_s, cpu_s, slo_note)
 
 
 def check_policy(policy: str, hardware: HardwareChoice) -> ClusterConfig:
@@ -194,14 +214,16 @@ def _peak_flops(cluster: ClusterConfig) -> float | None:
     return get_gpu(group.gpu).peak_flops * group.tp * group.pp
 
 
-def sweep(workload: Sequence[RequestSpec], policies: Sequence[str], rates: Sequence[float],
-          hardware: HardwareChoice = HardwareChoice(), *, slo: SLO | None = None,
+def sweep(workload: Sequence[RequestSpec] | str, policies: Sequence[str], rates: Sequence[float],
+          hardware: HardwareChoice = HardwareChoice(), *, slo: SLO | str | None = DEFAULT_SLO,
           on_point: Callable[[dict], None] | None = None,
           on_requests: Callable[[dict, Sequence[Any]], None] | None = None) -> list[dict[str, Any]]:
     """Every policy at every mean arrival rate (the workload's pattern kept, gaps rescaled).
     ``on_requests(row, requests)`` hears each point's requests (the CLI writes them as CSV)."""
     from servelab.workloads.workload import scale_to_rate
 
+    workload = _workload(workload)
+    slo, _ = resolve_slo(slo, workload, "slo")
     if not policies:
         raise UserError("sweep needs at least one policy")
     if not rates:
@@ -228,29 +250,82 @@ def sweep(workload: Sequence[RequestSpec], policies: Sequence[str], rates: Seque
     return rows
 
 
-def capacity(workload: Sequence[RequestSpec], policy: str, slo: SLO, hardware: HardwareChoice = HardwareChoice(), *,
-             target_attainment: float = 0.9, lo: float = DEFAULT_LO, hi: float = DEFAULT_HI, rel_tol: float = 0.05,
-             max_expansions: int = DEFAULT_MAX_EXPANSIONS,
-             on_probe: Callable[[float, float], None] | None = None) -> CapacityResult:
-    """Highest mean request rate whose SLO attainment stays >= ``target_attainment`` (bisection).
+REJECTIONS = ("count", "exclude")
+
+
+def capacity(workload: Sequence[RequestSpec] | str, policy: str, hardware: HardwareChoice | SLO | str = HardwareChoice(),
+             *old_args: Any, slo: SLO | str | None = DEFAULT_SLO, target: float | None = None, lo: float = DEFAULT_LO,
+             hi: float = DEFAULT_HI, rel_tol: float = 0.05, max_expansions: int = DEFAULT_MAX_EXPANSIONS,
+             rejections: str = "count", on_probe: Callable[[float, float], None] | None = None,
+             target_attainment: float | None = None) -> CapacityResult:
+    """Highest mean request rate whose SLO attainment stays >= ``target`` (default 0.9; the
+    CLI's ``--target``), by bisection.
 
     The search brackets the answer itself: when ``lo`` misses the target it tries 4x lower,
     when ``hi`` meets it 4x higher, up to ``max_expansions`` times each (``result.expansions``
-    says what it did). Each probe keeps its aborted count (``result.num_aborted``).
+    says what it did). Each probe keeps its aborted and rejected counts.
+    ``rejections``: ``"count"`` (a rejected request misses the SLO: attainment over every
+    arrived request) or ``"exclude"`` (attainment over the requests served: rejected ones are
+    left out). With ``"count"`` a workload whose requests are rejected at any rate (over the
+    context, ...) caps attainment at ``1 - rejected/arrived``; ``result.rejection_note`` says so.
     Needs an SLO with at least one target: without one every rate "passes" and the search
     would report its upper bound as the capacity.
     """
+    import warnings
+
     from servelab.workloads.workload import scale_to_rate
 
-    if slo is None or all(v is None for v in (slo.ttft_s, slo.tpot_s, slo.tbt_s, slo.e2el_s)):
+    if not isinstance(hardware, HardwareChoice):  # the old order: capacity(wl, policy, slo, hardware)
+        warnings.warn("capacity(workload, policy, slo, hardware) is deprecated: write capacity(workload, policy, "
+                      "hardware, slo=...) (the order of run_simulation and sweep)", DeprecationWarning, stacklevel=2)
+        slo, hardware = hardware, (old_args[0] if old_args else HardwareChoice())
+    elif old_args:
+        raise TypeError(f"capacity() takes 3 positional arguments (workload, policy, hardware), got {3 + len(old_args)}")
+    if target_attainment is not None:
+        warnings.warn("capacity(target_attainment=...) is deprecated: write target=... (the CLI's --target)",
+                      DeprecationWarning, stacklevel=2)
+        target = target_attainment if target is None else target
+    target = 0.9 if target is None else target
+    if rejections not in REJECTIONS:
+        raise UserError(f"rejections must be one of {', '.join(REJECTIONS)}, got {rejections!r}")
+    workload = _workload(workload)
+    slo, _ = resolve_slo(slo, workload, "slo")
+    if slo is not None and all(v is None for v in (slo.ttft_s, slo.tpot_s, slo.tbt_s, slo.e2el_s)) or \
+            slo is None and not any(spec.slo is not None for spec in workload):
         raise UserError("capacity needs an SLO with at least one target (e.g. ttft:2s,tpot:100ms)")
     check_policy(policy, hardware)  # a bad spec fails here, before the first probe
+    reasons: dict[str, int] = {}
 
-    def attainment_at(rate: float) -> tuple[float, int]:
-        out = run_simulation(scale_to_rate(workload, rate), policy, hardware, slo=slo)
+    def attainment_at(rate: float) -> tuple[float, int, int, int]:
+        s = run_simulation(scale_to_rate(workload, rate), policy, hardware, slo=slo).summary
+        served = s.num_arrived - s.num_rejected
+        attainment = s.slo_attainment
+        if rejections == "exclude":
+            attainment = s.num_slo_met / served if served else 0.0
+        for reason, count in top_reasons(s, "rejected", k=3, width=120):
+            reasons[reason] = max(reasons.get(reason, 0), count)
         if on_probe is not None:
-            on_probe(rate, out.summary.slo_attainment)
-        return out.summary.slo_attainment, out.summary.num_aborted
+            on_probe(rate, attainment)
+        return attainment, s.num_aborted, s.num_rejected, s.num_arrived
 
-    return capacity_search(attainment_at, lo=lo, hi=hi, target_attainment=target_attainment, rel_tol=rel_tol,
-                           max_expansions=max_expansions)
+    res = capacity_search(attainment_at, lo=lo, hi=hi, target_attainment=target, rel_tol=rel_tol,
+                          max_expansions=max_expansions)
+    return replace(res, rejections=rejections, rejection_note=_rejection_note(res, rejections, reasons))
+
+
+def _rejection_note(res: CapacityResult, rejections: str, reasons: dict[str, int]) -> str:
+    """One line when rejections shape the answer: how many, why, and what they cap attainment at."""
+    rejected = [p for p in res.probes if p.num_rejected]
+    if not rejected:
+        return ""
+    least = min(rejected, key=lambda p: p.num_rejected)
+    why = "; ".join(f"{r} ({n})" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:2])
+    every = len(rejected) == len(res.probes)
+    line = (f"{least.num_rejected:,} of {least.num_arrived:,} requests rejected "
+            f"{'at every rate probed' if every else f'at {least.rate:.4g} req/s'}" + (f" ({why})" if why else ""))
+    if rejections == "exclude":
+        return line + "; left out of attainment (rejections=exclude)"
+    ceiling = 1 - least.num_rejected / least.num_arrived if least.num_arrived else 0.0
+    capped = " < the target: the capacity is set by rejections, not load" if ceiling < res.target_attainment else ""
+    return (line + f"; they count as misses (rejections=count), so attainment cannot exceed {ceiling:.3f}{capped}"
+            f" (--rejections exclude judges only the requests served)")

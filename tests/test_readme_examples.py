@@ -2,9 +2,12 @@
 runs from a fresh folder. ``scripts/check_readme.py --fast`` runs all of them, engine and
 server included (docs/readme_check.md)."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from typer.testing import CliRunner
 
@@ -43,3 +46,36 @@ def test_the_simulator_commands_run_from_a_fresh_folder():
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     quick = [c for c in COMMANDS if check_readme.is_quick(c)]
     assert len(quick) >= 5 and f"{len(quick)} of {len(quick)} README commands ok" in res.stdout
+    assert "committed docs/ untouched" in res.stdout
+    plots = re.search(r"(\d+) of (\d+) plots with a title", res.stdout)
+    assert plots and plots.group(1) == plots.group(2) and int(plots.group(2)) >= 4  # sweep's four at least
+
+
+@pytest.mark.slow
+def test_every_readme_command_runs_fast_from_a_fresh_folder():
+    """The whole README at --fast sizes (engine, server, reproduce all --only multibin): about
+    6 min of wall time on the shared 2-core machine; each command bounded by --timeout."""
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_readme.py"), "--fast", "--timeout", "600"],
+                         capture_output=True, text=True, timeout=3600)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert "committed docs/ untouched" in res.stdout
+
+
+def test_check_readme_flags_plots_without_units_and_missing_outputs(tmp_path):
+    import json
+
+    probe = tmp_path / ".plot_probe"
+    probe.mkdir()
+    figures = [("a.png", "", [{"title": "TTFT p99 vs rate", "xlabel": "rate", "ylabel": "ttft_p99_s"}]),
+               ("b.png", "", [{"title": "", "xlabel": "request rate (req/s)", "ylabel": "TPOT (ms)"}]),
+               ("c.png", "Fig. 1", [{"title": "", "xlabel": "bins k", "ylabel": "output tokens / s"}])]
+    for k, (name, sup, axes) in enumerate(figures):
+        (probe / f"{k}.json").write_text(json.dumps({"path": str(tmp_path / name), "suptitle": sup, "texts": [],
+                                                     "axes": [{**a, "visible": True} for a in axes]}))
+    checks = {c.path: c.problems for c in check_readme.check_plots(probe, tmp_path)}
+    assert checks["a.png"] == "x label has no unit (rate); y label is a raw key (ttft_p99_s)"
+    assert checks["b.png"] == "no title" and checks["c.png"] == ""
+    assert check_readme.stated_paths("wrote results/x/sweep.json, plots and requests/<policy>@<rate>.csv") == \
+        ["results/x/sweep.json"]
+    (tmp_path / "results").mkdir()
+    assert "not there" in check_readme.check_outputs("servelab sweep", "wrote results/x/sweep.json", tmp_path)

@@ -4,8 +4,10 @@ verdicts found in either column style, reduced against full compared claim by cl
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
-from servelab.reproduce.all import readme_text, rebuild_readme
+from servelab.reproduce.all import PAPERS_DIR, readme_text, rebuild_readme
 from servelab.reproduce.claims import Claim, claims_of, verdict_of
 
 MULTIBIN_STYLE = """# x
@@ -53,4 +55,24 @@ def test_readme_compares_reduced_with_full_and_explains_fig3(tmp_path):
     assert "The reduced run failed: RuntimeError: boom" in text
     assert "No full report yet" in text  # the designs without a full report say so
     (tmp_path / "README.json").write_text(json.dumps(payload))
-    assert rebuild_readme(tmp_path).read_text() == text
+    rebuilt = rebuild_readme(tmp_path).read_text()
+    assert rebuilt == readme_text(tmp_path, json.loads((tmp_path / "README.json").read_text()) | {
+        "papers_link": os.path.relpath(PAPERS_DIR, tmp_path.resolve())})
+
+
+def test_readme_links_the_papers_from_wherever_it_is_written(tmp_path):
+    """Issue 31: the paper links were '../shared/papers/...' whatever the README's folder
+    (wrong from docs/reproduction and from a fresh folder's results/reproduction)."""
+    import re
+
+    from servelab.reproduce.all import write_readme
+
+    deep = tmp_path / "a" / "b"
+    text = write_readme(deep, {"command": "c", "reduced_dir": "r", "runs": {}, "reduced_claims": {}},
+                        tmp_path).read_text()
+    links = re.findall(r"Paper: \[[^]]+\]\(([^)]+)\)", text)
+    assert len(links) == 5
+    for link in links:
+        assert (deep / link).resolve() == (PAPERS_DIR / Path(link).name).resolve()
+    if PAPERS_DIR.is_dir():
+        assert all((deep / link).is_file() for link in links)

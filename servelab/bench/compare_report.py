@@ -26,7 +26,9 @@ def _machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores visible, {platform.system()} {platform.release()}{load}"
 
 
-def render(payload: dict, command: str, model_note: str) -> str:
+def render(payload: dict, command: str, model_note: str, cost_note: str | None = None) -> str:
+    """``model_note`` and ``cost_note`` describe the checkpoint and the cost model of this run
+    (read from their files), so the page never claims a preset or a command the run did not use."""
     o, rows = payload["options"], payload["rows"]
     lines = [
         "# Serving: `servelab bench` against `servelab serve`, next to the simulator",
@@ -37,11 +39,10 @@ def render(payload: dict, command: str, model_note: str) -> str:
         f"{o['num_instances']} instance(s), {o['threads']} torch thread(s), KV {o['kv_budget_mb']:g} MiB per instance, "
         f"block {o['block_size']}, max {o['max_num_seqs']} seqs / {o['max_num_batched_tokens']} batched tokens) "
         f"loaded by `servelab bench` from another process on the same machine (HTTP over loopback).",
-        f"- **Model**: {model_note}; made with `servelab make-tiny-model DIR --preset bench-200m`, its cost "
-        f"model with `servelab calibrate --model DIR --out COST.json --threads 1`.",
+        f"- **Model**: {model_note}; **cost model**: {cost_note or '`' + str(o['cost_model']) + '`'}.",
         f"- **Simulated**: `servelab`'s simulator on the same requests (arrival times, the server's prompt token "
-        f"counts, output lengths), same policy, instance count and batch limits, with the linear cost model "
-        f"calibrated on this machine by `servelab calibrate` (`{o['cost_model']}`). The simulator's KV capacity "
+        f"counts, output lengths), same policy, instance count and batch limits, with that calibrated linear "
+        f"cost model. The simulator's KV capacity "
         f"comes from its hardware catalog, not the engine's KV budget; the *preemptions* column shows whether KV "
         f"ever ran short on either side (when both are 0, the capacity difference did not matter).",
         f"- **Workload**: `{o['workload']}`, Poisson-like arrivals (gamma, burstiness {o['burstiness']:g}) at each "

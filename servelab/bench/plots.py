@@ -26,9 +26,9 @@ def plot_results(out_dir: Path, stem: str, rows: list[dict], results) -> list[Pa
         if values.size:
             ax.plot(values, np.arange(1, values.size + 1) / values.size)
         ax.set_xlabel(f"{name} (ms)")
+        ax.set_ylabel("fraction of gaps" if name == "ITL" else "fraction of requests")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("fraction of requests (ITL: of gaps)")
     fig.suptitle(f"{stem}: latency CDFs (measured by the client)")
     fig.tight_layout()
     cdf = out_dir / f"{stem}_cdf.png"
@@ -40,7 +40,8 @@ def plot_results(out_dir: Path, stem: str, rows: list[dict], results) -> list[Pa
     ax.scatter(sent, [r["e2el_s"] for r in ok], s=8, label="e2e")
     ax.scatter(sent, [r["ttft_s"] for r in ok], s=8, label="TTFT")
     ax.set_xlabel("sent at (s from start)")
-    ax.set_ylabel("seconds")
+    ax.set_ylabel("latency (s)")
+    ax.set_title(f"{stem}: e2e latency and TTFT by send time (measured by the client)", fontsize=9)
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -47,13 +47,26 @@ def parse_percentiles(text: str) -> list[float]:
     return values
 
 
+def parse_percentile_metrics(text: str | None) -> tuple[str, ...]:
+    """vLLM's ``--percentile-metrics ttft,tpot,itl`` -> the metrics that get ``pNN`` fields
+    (None: all four, servelab's default)."""
+    if text is None:
+        return METRICS
+    names = tuple(x.strip().lower() for x in text.split(",") if x.strip())
+    bad = [n for n in names if n not in METRICS]
+    if bad or not names:
+        raise UserError(f"--percentile-metrics: expected a comma-separated subset of {','.join(METRICS)}, "
+                        f"got {text!r}")
+    return names
+
+
 def is_good(r: RequestResult, targets: dict[str, float]) -> bool:
     values = {"ttft": r.ttft_s, "tpot": r.tpot_s or 0.0, "e2el": r.latency_s}
     return r.success and all(values[k] <= v for k, v in targets.items())
 
 
 def summarize(results: list[RequestResult], duration_s: float, targets: dict[str, float],
-              percentiles: list[float]) -> dict:
+              percentiles: list[float], percentile_metrics: tuple[str, ...] = METRICS) -> dict:
     ok = [r for r in results if r.success]
     series = {"ttft": [r.ttft_s for r in ok], "tpot": [r.tpot_s for r in ok if r.tpot_s is not None],
               "itl": [x for r in ok for x in r.itl_s], "e2el": [r.latency_s for r in ok]}
@@ -72,7 +85,7 @@ def summarize(results: list[RequestResult], duration_s: float, targets: dict[str
         out[f"mean_{name}_ms"] = float(values.mean()) if has else None
         out[f"median_{name}_ms"] = float(np.median(values)) if has else None
         out[f"std_{name}_ms"] = float(values.std()) if has else None
-        for p in percentiles:
+        for p in percentiles if name in percentile_metrics else ():
             out[f"p{p:g}_{name}_ms"] = float(np.percentile(values, p)) if has else None
     return out
 

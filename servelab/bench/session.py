@@ -34,6 +34,7 @@ class BenchOptions:
     max_concurrency: int | None = None
     goodput: tuple[str, ...] = ()
     metric_percentiles: str = "50,90,99"
+    percentile_metrics: str | None = None  # vLLM's --percentile-metrics: which metrics get pNN fields (None: all)
     ignore_eos: bool = True
     temperature: float = 0.0
     api_key: str | None = None
@@ -80,8 +81,11 @@ def bench_session(options: BenchOptions, result_dir: Path, result_filename: str 
     from servelab.bench.results import parse_goodput, parse_percentiles, per_request_rows, summarize
     from servelab.bench.run import BenchConfig, run_benchmark, write_results
 
+    from servelab.bench.results import parse_percentile_metrics
+
     targets = parse_goodput(list(options.goodput))
     percentiles = parse_percentiles(options.metric_percentiles)
+    selected = parse_percentile_metrics(options.percentile_metrics)
     config = BenchConfig(base_url=options.base_url, endpoint=options.endpoint, model=options.model,
                          api_key=options.api_key, ignore_eos=options.ignore_eos, temperature=options.temperature,
                          max_concurrency=options.max_concurrency, goodput=targets, percentiles=tuple(percentiles),
@@ -95,15 +99,37 @@ def bench_session(options: BenchOptions, result_dir: Path, result_filename: str 
                "max_concurrency": options.max_concurrency, "goodput_targets_ms": {k: v * 1000 for k, v in targets.items()},
                "measured": f"client on {platform.node()} ({platform.machine()}, {platform.system()})",
                "num_inexact_prompts": num_inexact}
-    summary.update(summarize(results, duration, targets, percentiles))
+    summary.update(summarize(results, duration, targets, percentiles, selected))
     summary.update({"input_lens": [r.prompt_len for r in results], "output_lens": [r.output_len for r in results],
                     "ttfts": [r.ttft_s for r in results], "itls": [r.itl_s for r in results],
                     "errors": [r.error for r in results]})
     rows = per_request_rows(results, planned, t0)
-    rate = "inf" if math.isinf(options.request_rate) else f"{options.request_rate:g}"
-    name = result_filename or f"bench-{rate}qps.json"
+    name = result_filename or default_filename(options, model, summary["date"])
+    if result_filename is None:
+        name = unique_path(result_dir, name)
     paths = write_results(result_dir, name, summary, rows, results)
     return summary, paths
+
+
+def default_filename(options: BenchOptions, model: str, date: str) -> str:
+    """``bench-<rate>qps[-concurrency<N>]-<model>-<YYYYmmdd-HHMMSS>.json``: vLLM's pattern
+    (backend, rate, model, date and time), so a rerun never replaces an earlier result."""
+    rate = "inf" if math.isinf(options.request_rate) else f"{options.request_rate:g}"
+    concurrency = f"-concurrency{options.max_concurrency}" if options.max_concurrency else ""
+    base = model.rstrip("/").rsplit("/", 1)[-1] or "model"
+    safe = "".join(ch if ch.isalnum() or ch in "-._" else "_" for ch in base)
+    return f"bench-{rate}qps{concurrency}-{safe}-{date}.json"
+
+
+def unique_path(folder: Path, name: str) -> str:
+    """``name``, or ``name`` with ``-2``, ``-3``, ... before the suffix when it is taken (two
+    runs in one second)."""
+    stem, suffix = Path(name).stem, Path(name).suffix
+    k, candidate = 1, name
+    while (folder / candidate).exists():
+        k += 1
+        candidate = f"{stem}-{k}{suffix}"
+    return candidate
 
 
 def format_summary(s: dict) -> str:

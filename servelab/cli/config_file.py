@@ -54,9 +54,24 @@ def _apply(ctx: typer.Context, param: Any, value: Optional[Path]) -> Optional[Pa
     return value
 
 
+def find_config(path: Path) -> Path:
+    """``path`` as given (relative to the working folder), else relative to the servelab
+    checkout (``examples/simulate.toml`` from any folder); not found is one line saying where
+    it looked."""
+    path = Path(path)
+    if path.is_file() or path.is_absolute():
+        return path
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / path).is_file():
+        return checkout / path
+    raise UserError(f"--config {path}: no such file (looked in {Path.cwd()} and in the servelab checkout "
+                    f"{checkout})")
+
+
 def load_config(path: Path, command: str, options: set[str], elsewhere: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The ``default_map`` for ``command`` (whose parameter names are ``options``) from ``path``;
     a shared key in ``elsewhere`` (an option of another config command) is skipped."""
+    path = find_config(path)
     where = f"--config {path}"
     try:
         data = tomllib.loads(Path(path).read_text())

@@ -121,6 +121,9 @@ def generate(
                                               "Ray on this machine); with --backend ray."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Also write a Chrome/Perfetto trace JSON of the run "
                                          "(measured steps per instance, transfers, request flows)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for summary.json (outputs + summary), "
+                                       "requests.csv and timeseries.csv (default: a new results/generate/<UTC "
+                                       "time>/ per run, printed at the end)."),
 ) -> None:
     """Serve prompts on the real engine under one policy; print outputs and the run summary (measured).
 
@@ -132,7 +135,10 @@ def generate(
 
         from servelab.cli.vocab import engine_kv_budget_mb, policy_with_vllm_flags
 
+        from servelab.cli.outputs import resolve_out
+
         _set_threads(threads)
+        out = resolve_out(out, "generate")  # before the model loads: an unusable folder fails first
         ray_config = ray_config_for(backend, ray_address)
         policy = policy_with_vllm_flags(policy, enable_chunked_prefill=enable_chunked_prefill,
                                         preemption_mode=preemption_mode, max_num_batched_tokens=max_batch_tokens)
@@ -162,9 +168,16 @@ def generate(
     outputs = [{"request_id": r.request_id, "status": r.status.value, "finish_reason": r.finish_reason,
                 "num_prompt_tokens": r.num_prompt_tokens, "num_output_tokens": r.num_generated_tokens,
                 "text": result.texts.get(r.request_id, "")} for r in sorted(result.requests, key=lambda r: r.request_id)]
+    payload = {"policy": policy, "model": str(model), "wall_s": result.wall_s, "outputs": outputs,
+               "summary": result.summary.to_dict()}
+    from servelab.cli.common import write_json, write_timeseries
+    from servelab.cli.outputs import write_requests_csv
+
+    write_json(out / "summary.json", payload)
+    write_requests_csv(out / "requests.csv", result.requests)
+    write_timeseries(out / "timeseries.csv", result.collector)
     if json_out:
-        emit_json({"policy": policy, "model": str(model), "wall_s": result.wall_s, "outputs": outputs,
-                   "summary": result.summary.to_dict()})
+        emit_json(payload)
     else:
         for o in outputs:
             typer.echo(f"[{o['request_id']}] ({o['status']}: {o['finish_reason']}, {o['num_output_tokens']} tokens) "
@@ -175,6 +188,7 @@ def generate(
 
         console().print(render_rich({policy: result.summary},
                                     title=f"{model.name} on this machine (measured, engine)"))
+        typer.echo(f"results in {out}/ (summary.json, requests.csv, timeseries.csv)")
     exit_if_aborted([abort_record(policy, result.summary)])
 
 

@@ -13,7 +13,7 @@ import typer
 
 from servelab.cli.common import emit_json, user_errors
 
-analyze_app = typer.Typer(no_args_is_help=True, help="Closed-form analysis of a design.")
+analyze_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Closed-form analysis of a design.")
 
 
 @analyze_app.command("multibin")

@@ -10,11 +10,12 @@ import typer
 from servelab.cli.common import (EXIT_ABORTED, abort_record, check_out_file, emit_json, exit_if_aborted,
                                  parse_floats, parse_slo, progress_bar, progress_log, user_errors, write_json, write_timeseries)
 from servelab.cli import cost_flags
+from servelab.workloads.slo import DEFAULT, resolve_slo
 from servelab.cli.config_file import config_option
 from servelab.cli.outputs import (hardware_title, probe_table, resolve_out, run_context, sweep_table,
                                   write_requests_csv)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="servelab: LLM-serving policies in a calibrated simulator and a real engine.")
 
 WORKLOAD_HELP = "Workload spec, e.g. azure-conv, 'azure-conv:rate=2,window=0-600', 'poisson:rate=5,n=1000,prompt=uniform(32,512),output=exp(200)'."
@@ -24,9 +25,19 @@ MAX_MODEL_LEN_HELP = "Context limit applied at admission: prompt + max tokens (d
 INSTANCES_HELP = ("Number of instances (-n is kept as a short alias; a workload spec's n= counts requests, "
                   "not instances).")
 SLO_HELP = ("ttft:V,tpot:V,tbt:V,e2el:V with units (2s, 500ms; a bare number is seconds, unlike vLLM's "
-            "--goodput in ms); 'none' for no SLO.")
+            "--goodput in ms); 'none' for no SLO. Default: the workload's own slo=, else ttft:2s,tpot:100ms "
+            "(printed with the table).")
 OUT_HELP = "Folder for {files} (default: a new results/{cmd}/<UTC time>/ per run, printed at the end)."
 OVERFLOW_HELP = "A request over the context: reject it (vLLM) or truncate its prompt, keeping head and tail (LongBench)."
+
+
+def _slo_choice(slo: Optional[str]):
+    """--slo parsed once (a warning about its units is printed once): not given -> DEFAULT
+    (``workloads.slo.resolve_slo`` picks the workload's own or ttft:2s,tpot:100ms), 'none' -> 'none'."""
+    if slo is None:
+        return DEFAULT
+    parsed = parse_slo(slo)
+    return "none" if parsed is None else parsed
 
 
 def _swap_option():
@@ -71,7 +82,7 @@ def simulate(
     swap_space: float = _swap_option(),
     max_model_len: Optional[int] = _max_model_len_option(),
     on_overflow: str = _overflow_option(),
-    slo: Optional[str] = typer.Option("ttft:2s,tpot:100ms", help=SLO_HELP),
+    slo: Optional[str] = typer.Option(None, help=SLO_HELP),
     cost_model: Optional[Path] = typer.Option(None, help="A calibrated cost model JSON (servelab calibrate)."),
     op_times: str = cost_flags.op_times_option(), attention_kernel: Optional[str] = cost_flags.attention_kernel_option(),
     cpu_overhead: Optional[str] = cost_flags.cpu_overhead_option(),
@@ -100,7 +111,7 @@ def simulate(
         out = resolve_out(out, "simulate")
         if trace is not None:
             check_out_file(trace, "--trace")  # before the run, not after it
-        target = parse_slo(slo)
+        slo = _slo_choice(slo)  # a bad --slo fails before the workload loads
         from servelab.cli.vocab import check_utilization, policy_with_vllm_flags
 
         check_utilization(gpu_memory_utilization)
@@ -115,6 +126,7 @@ def simulate(
         costs = cost_flags.cost_choice(cost_model, op_times, attention_kernel, cpu_overhead, kernel_profile)
         cluster = api.check_policy(policy, hw)
         wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
+        target, slo_note = resolve_slo(slo, wl)
         recorder = None
         if trace is not None:
             from servelab.trace import StepRecorder
@@ -124,7 +136,7 @@ def simulate(
             res = api.run_simulation(wl, policy, hw, slo=target, cost_model=costs, progress=cb, recorder=recorder,
                                      watchdog=stop_when_stuck)
     context = run_context(workload=workload, seed=seed, slo=target, hardware=hw, policies={policy: cluster},
-                          cost_model_path=cost_model, cost=costs)
+                          cost_model_path=cost_model, cost=costs, slo_note=slo_note)
     payload = {"context": context, **res.to_dict()}
     write_json(out / "summary.json", payload)
     write_timeseries(out / "timeseries.csv", res.result.collector)
@@ -140,6 +152,7 @@ def simulate(
 
         console().print(render_rich({policy: res.summary},
                                     title=f"{workload} on {hardware_title(instances, gpu, model, costs)}"))
+        typer.echo(slo_note)
         typer.echo(f"simulated {res.result.num_output_tokens:,} output tokens in {res.cpu_s:.2f} CPU-s "
                    f"({res.simulated_tokens_per_cpu_s:,.0f} tokens/CPU-s); results in {out}/ "
                    f"(summary.json, timeseries.csv, requests.csv)" + (f"; trace in {trace}" if trace else ""))
@@ -160,7 +173,7 @@ def sweep(
     swap_space: float = _swap_option(),
     max_model_len: Optional[int] = _max_model_len_option(),
     on_overflow: str = _overflow_option(),
-    slo: Optional[str] = typer.Option("ttft:2s,tpot:100ms", help=SLO_HELP),
+    slo: Optional[str] = typer.Option(None, help=SLO_HELP),
     seed: int = typer.Option(0),
     data_dir: Path = typer.Option(None),
     out: Optional[Path] = typer.Option(None, help=OUT_HELP.format(cmd="sweep", files="sweep.json and plots")),
@@ -179,10 +192,11 @@ def sweep(
         out = resolve_out(out, "sweep")
         names = [p.strip().replace(";", ",") for p in policies.split(",") if p.strip()]
         rate_values = parse_floats(rates, "--rates")
-        target = parse_slo(slo)
+        slo = _slo_choice(slo)
         hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs, swap_space, max_model_len, on_overflow)
         clusters = {name: api.check_policy(name, hw) for name in names}
         wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
+        target, slo_note = resolve_slo(slo, wl)
         total = max(len(names) * len(rate_values), 1)
         with progress_bar(f"sweeping {len(names)} policies x {len(rate_values)} rates", not json_out) as cb:
             done: list[dict] = []
@@ -191,18 +205,19 @@ def sweep(
                              on_requests=lambda r, reqs: write_requests_csv(
                                  out / "requests" / f"{_file_safe(r['policy'])}@{r['rate']:g}.csv", reqs))
     context = run_context(workload=workload, seed=seed, slo=target, hardware=hw, policies=clusters,
-                          rates=rate_values)
+                          rates=rate_values, slo_note=slo_note)
     write_json(out / "sweep.json", {"context": context, "rows": rows})
     title = f"{workload} on {hardware_title(instances, gpu, model, None)}"
     for y in ("slo_attainment", "ttft_p99_s", "tpot_p50_s", "throughput_tok_s"):
         if any(r[y] is not None and r[y] == r[y] for r in rows):  # no attainment plot without an SLO
-            plot_sweep(rows, "rate", y, out / f"{y}.png", caption=f"{title}\n{context['command']}")
+            plot_sweep(rows, "rate", y, out / f"{y}.png", caption=f"{title}; {slo_note}\n{context['command']}")
     if json_out:
         emit_json({"context": context, "rows": rows})
     else:
         from servelab.cli.common import console
 
         console().print(sweep_table(rows, title))
+        typer.echo(slo_note)
         typer.echo(f"wrote {out}/sweep.json, plots and requests/<policy>@<rate>.csv")
     exit_if_aborted([(f"{r['policy']} at rate {r['rate']:g}", r["aborted"], r["arrived"], r["top_abort_reason"])
                      for r in rows])
@@ -212,8 +227,11 @@ def sweep(
 def capacity(
     workload: str = typer.Option("azure-conv", "--workload", "-w", help=WORKLOAD_HELP),
     policy: str = typer.Option("vllm", "--policy", "-p", help=POLICY_HELP),
-    slo: str = typer.Option("ttft:2s,tpot:100ms", help="The SLO whose attainment is kept: " + SLO_HELP),
+    slo: Optional[str] = typer.Option(None, help="The SLO whose attainment is kept: " + SLO_HELP),
     target: float = typer.Option(0.9, help="SLO attainment to keep."),
+    rejections: str = typer.Option("count", help="count: a rejected request misses the SLO (attainment over "
+                                   "every request); exclude: judge only the requests served. The output says "
+                                   "how many were rejected and the attainment they cap."),
     lo: Optional[float] = typer.Option(None, help="Start of the search range in req/s (default: the API's, 0.5); "
                                                   "lowered 4x at a time while it misses the target."),
     hi: Optional[float] = typer.Option(None, help="End of the search range in req/s (default: the API's, 64); "
@@ -248,21 +266,24 @@ def capacity(
     max_expansions = DEFAULT_MAX_EXPANSIONS if max_expansions is None else max_expansions
     with user_errors():
         out = resolve_out(out, "capacity")
-        target_slo = parse_slo(slo)
+        slo = _slo_choice(slo)
         hw = _hardware(instances, gpu, model, tp, pp, max_num_seqs, swap_space, max_model_len, on_overflow)
         cluster = api.check_policy(policy, hw)
         wl = api.load_workload(workload, data_dir=data_dir or api.DEFAULT_DATA_DIR, seed=seed)
+        target_slo, slo_note = resolve_slo(slo, wl)
         with progress_log(f"capacity of {policy}: probing rates", not json_out) as log:
-            res = api.capacity(wl, policy, target_slo, hw, target_attainment=target, lo=lo, hi=hi,
-                               max_expansions=max_expansions,
+            res = api.capacity(wl, policy, hw, slo=target_slo, target=target, lo=lo, hi=hi,
+                               max_expansions=max_expansions, rejections=rejections,
                                on_probe=lambda r, a: log(f"  rate {r:8.4g} req/s -> attainment {a:.3f}"))
     context = run_context(workload=workload, seed=seed, slo=target_slo, hardware=hw, policies={policy: cluster},
-                          target_attainment=target, lo=lo, hi=hi, max_expansions=max_expansions)
+                          target_attainment=target, lo=lo, hi=hi, max_expansions=max_expansions,
+                          rejections=rejections, slo_note=slo_note)
     payload = {"context": context, "policy": policy, "status": res.status, "capacity_rate": res.capacity_rate,
                "lowest_failing_rate": res.lowest_failing_rate, "target_attainment": res.target_attainment,
                "bracketing": list(res.expansions), "num_aborted": res.num_aborted,
-               "probes": [{"rate": p.rate, "attainment": p.attainment, "passed": p.passed, "aborted": p.num_aborted}
-                          for p in res.probes]}
+               "rejections": res.rejections, "rejection_note": res.rejection_note,
+               "probes": [{"rate": p.rate, "attainment": p.attainment, "passed": p.passed, "aborted": p.num_aborted,
+                           "rejected": p.num_rejected, "arrived": p.num_arrived} for p in res.probes]}
     write_json(out / "capacity.json", payload)
     if json_out:
         emit_json(payload)
@@ -270,8 +291,11 @@ def capacity(
         from servelab.cli.common import console
 
         console().print(probe_table(res, f"capacity probes: {policy} on {workload}"))
+        typer.echo(slo_note)
         for note in res.expansions:
             typer.echo(f"bracketing: {note}")
+        if res.rejection_note:
+            typer.echo(f"rejections: {res.rejection_note}")
         typer.echo(_capacity_line(policy, res, target) + f"; results in {out}/capacity.json")
     if res.num_aborted:
         bad = [f"{p.rate:.4g} req/s: {p.num_aborted}" for p in res.probes if p.num_aborted]

@@ -19,7 +19,7 @@ import typer
 from servelab.cli.common import user_errors
 from servelab.core.errors import UserError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   help="Speed benchmarks: the simulator, engine decode steps, engine vs HF generate, "
                        "engine vs simulator per policy.")
 

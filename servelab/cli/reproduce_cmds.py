@@ -20,7 +20,7 @@ from servelab.cli.common import check_out_dir, emit_json, user_errors
 from servelab.core.errors import UserError
 from servelab.reproduce.registry import REPRODUCTIONS, Entry
 
-reproduce_app = typer.Typer(no_args_is_help=True, help="Reproduce a paper's figures and claims (simulated unless a "
+reproduce_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Reproduce a paper's figures and claims (simulated unless a "
                                                        "command says measured).")
 
 

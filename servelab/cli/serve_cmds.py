@@ -18,7 +18,9 @@ from servelab.cli.vocab import engine_kv_budget_mb, policy_with_vllm_flags
 from servelab.core.errors import UserError
 
 def serve(
-    model: Path = typer.Option(..., "--model", help="HF checkpoint folder (e.g. from make-tiny-model)."),
+    model_arg: Optional[Path] = typer.Argument(None, metavar="[MODEL]", help="HF checkpoint folder, as in "
+                                               "`vllm serve MODEL` (or --model)."),
+    model: Optional[Path] = typer.Option(None, "--model", help="HF checkpoint folder (e.g. from make-tiny-model)."),
     policy: str = typer.Option("vllm", "--policy", "-p", help="Policy spec or preset (vllm, sarathi, distserve, ...)."),
     router: Optional[str] = typer.Option(None, help="Router spec (default: the policy preset's)."),
     instances: int = typer.Option(1, "--instances", "-n", help="Engine instances (in this process, or Ray actors)."),
@@ -52,9 +54,13 @@ def serve(
     seed: int = typer.Option(0, help="Sampler seed for requests without their own."),
     log_level: str = typer.Option("info", help="uvicorn log level (info prints one line per request)."),
 ) -> None:
-    """OpenAI-compatible server (/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)."""
+    """OpenAI-compatible server (/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics).
+
+    `servelab serve MODEL` (vLLM's form) and `servelab serve --model MODEL` are the same."""
     with user_errors():
         from servelab.cli.engine_cmds import _set_threads, ray_config_for
+
+        model = one_model(model_arg, model)
         from servelab.server.run import ServerConfig, run_server
 
         _set_threads(threads)
@@ -85,9 +91,15 @@ def serve(
 
 def bench(
     base_url: str = typer.Option(..., "--base-url", help="Server root, e.g. http://127.0.0.1:8000."),
-    workload: str = typer.Option(..., "--workload", "-w", help="Workload spec: its lengths (and times with "
-                                                                 "--trace-timing), e.g. 'poisson:n=200,prompt=fixed(128),"
-                                                                 "output=fixed(64)'."),
+    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload spec: its lengths (and times "
+                                           "with --trace-timing), e.g. 'poisson:n=200,prompt=fixed(128),"
+                                           "output=fixed(64)'. Or --dataset-name random."),
+    dataset_name: Optional[str] = typer.Option(None, "--dataset-name", help="vLLM's: 'random' (fixed "
+                                               "--random-input-len / --random-output-len, --num-prompts of "
+                                               "them) is -w 'burst:n=N,prompt=fixed(I),output=fixed(O)'; other "
+                                               "datasets: give -w (gsm8k, arxiv, traces, ...)."),
+    random_input_len: int = typer.Option(1024, "--random-input-len", help="With --dataset-name random."),
+    random_output_len: int = typer.Option(128, "--random-output-len", help="With --dataset-name random."),
     endpoint: str = typer.Option("/v1/completions", help="/v1/completions or /v1/chat/completions."),
     model: Optional[str] = typer.Option(None, help="Model name to send (default: the server's first)."),
     tokenizer: Optional[Path] = typer.Option(None, help="The server's checkpoint folder (or tokenizer.json): "
@@ -101,11 +113,14 @@ def bench(
     goodput: Optional[list[str]] = typer.Option(None, help="SLO targets in ms, e.g. --goodput ttft:500 "
                                                            "--goodput tpot:50 (or 'ttft:500 tpot:50')."),
     metric_percentiles: str = typer.Option("50,90,99"),
+    percentile_metrics: Optional[str] = typer.Option(None, "--percentile-metrics", help="vLLM's: which of ttft,"
+                                                     "tpot,itl,e2el get the pNN fields (default: all four)."),
     ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="Force each output length."),
     temperature: float = typer.Option(0.0),
     api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY"),
     result_dir: Path = typer.Option(Path("results/bench"), help="Folder for the JSON, CSV and plots."),
-    result_filename: Optional[str] = typer.Option(None, help="Default: bench-<rate>qps.json."),
+    result_filename: Optional[str] = typer.Option(None, help="Default: bench-<rate>qps-<model>-<YYYYmmdd-HHMMSS>.json (vLLM's pattern; a rerun never "
+                                                         "replaces a result). A name given is overwritten."),
     seed: int = typer.Option(0),
     data_dir: Optional[Path] = typer.Option(None),
     disable_tqdm: bool = typer.Option(False, "--disable-tqdm"),
@@ -116,11 +131,13 @@ def bench(
         from servelab.bench.session import BenchOptions, bench_session
 
         check_out_dir(result_dir, "--result-dir")
+        workload = bench_workload(workload, dataset_name, num_prompts, random_input_len, random_output_len)
         options = BenchOptions(base_url=base_url, workload=workload, endpoint=endpoint, model=model,
                                tokenizer=tokenizer, prompt_format=prompt_format, num_prompts=num_prompts,
                                request_rate=request_rate, burstiness=burstiness, trace_timing=trace_timing,
                                max_concurrency=max_concurrency, goodput=tuple(goodput or ()),
-                               metric_percentiles=metric_percentiles, ignore_eos=ignore_eos, temperature=temperature,
+                               metric_percentiles=metric_percentiles, percentile_metrics=percentile_metrics,
+                               ignore_eos=ignore_eos, temperature=temperature,
                                api_key=api_key, seed=seed, data_dir=data_dir, progress=not (disable_tqdm or json_out))
         summary, paths = bench_session(options, result_dir, result_filename)
     if json_out:
@@ -130,6 +147,32 @@ def bench(
 
     typer.echo(format_summary(summary))
     typer.echo("wrote " + ", ".join(str(p) for p in paths))
+
+
+def one_model(positional: Optional[Path], option: Optional[Path]) -> Path:
+    """The checkpoint from ``serve MODEL`` or ``serve --model MODEL`` (one of them, or both the same)."""
+    if positional is None and option is None:
+        raise UserError("give the checkpoint folder: servelab serve MODEL (or --model MODEL)")
+    if positional is not None and option is not None and positional != option:
+        raise UserError(f"two models given: {positional} and --model {option}; give one")
+    return positional if positional is not None else option
+
+
+def bench_workload(workload: Optional[str], dataset_name: Optional[str], num_prompts: Optional[int],
+                   input_len: int, output_len: int) -> str:
+    """The workload spec from ``-w`` or vLLM's ``--dataset-name`` (random only; the rest point to ``-w``)."""
+    if workload is not None and dataset_name is not None:
+        raise UserError("give either --workload or --dataset-name, not both")
+    if workload is not None:
+        return workload
+    if dataset_name is None:
+        raise UserError("give the requests: --workload SPEC (e.g. 'burst:n=100,prompt=fixed(128),output=fixed(64)') "
+                        "or --dataset-name random")
+    if dataset_name != "random":
+        raise UserError(f"--dataset-name {dataset_name!r}: only 'random' maps directly (servelab downloads "
+                        f"nothing); give -w with a dataset it has (gsm8k, arxiv, alpaca, longbench, azure-conv, "
+                        f"...), e.g. -w 'gsm8k:n=200'")
+    return f"burst:n={num_prompts or 1000},prompt=fixed({input_len}),output=fixed({output_len})"
 
 
 def serve_vs_sim(
@@ -166,7 +209,7 @@ def serve_vs_sim(
                                  burstiness=burstiness, seed=seed, data_dir=data_dir, progress=not json_out)
         payload = run_compare(options, out)
         command = "servelab " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        text = render(payload, command, _model_note(model))
+        text = render(payload, command, _model_note(model), _cost_note(cost_model, model))
         (out / "serve_vs_sim.md").write_text(text)
         if doc is not None:
             doc.parent.mkdir(parents=True, exist_ok=True)
@@ -178,11 +221,44 @@ def serve_vs_sim(
 
 
 def _model_note(model: Path) -> str:
+    """What the checkpoint is, read from it (not what the docs' run happened to use)."""
     from servelab.engine.loader import load_config
 
     c = load_config(model)
-    return (f"`{model.name}`, {c.num_params / 1e6:.0f}M parameters ({c.num_layers} layers, hidden {c.hidden_size}, "
-            f"{c.torch_dtype}, random weights), on CPU")
+    return (f"`{model}`, {count_text(c.num_params)} parameters ({c.num_layers} layers, hidden {c.hidden_size}, "
+            f"{c.torch_dtype})")
+
+
+def _cost_note(cost_model: Path, model: Path) -> str:
+    """Where the cost model came from, read from its own ``meta`` (the calibration run's machine,
+    threads, date and checkpoint); says so when it was calibrated on another checkpoint."""
+    import json
+
+    try:
+        meta = json.loads(cost_model.read_text()).get("meta", {}) or {}
+    except (OSError, ValueError, AttributeError):
+        meta = {}
+    if not meta:
+        return f"`{cost_model}` (it records no provenance)"
+    where = meta.get("hardware") or meta.get("processor") or meta.get("machine") or "an unrecorded machine"
+    parts = [f"`{cost_model}`: {meta.get('source', 'servelab calibrate')} on {where}"]
+    if meta.get("torch_threads"):
+        parts.append(f"{meta['torch_threads']} torch thread(s)")
+    if meta.get("date"):
+        parts.append(f"on {meta['date']}")
+    note = ", ".join(parts)
+    calibrated_on = meta.get("model")
+    if calibrated_on and Path(calibrated_on).resolve() != model.resolve():
+        note += f"; calibrated on the checkpoint `{calibrated_on}`, not on `{model}`"
+    return note
+
+
+def count_text(n: int) -> str:
+    """93,248 -> '93.2K', 196,800,000 -> '197M' (never '0M')."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(n)
 
 
 def register(app: typer.Typer) -> None:

@@ -58,7 +58,7 @@ class InstanceDriver:
         self.result: StepResult | None = None
         self.pending: Any = None  # a PendingStep while a step runs elsewhere
         self.step_start_s = 0.0
-        self.num_waiting = 0  # the queue length the step in flight was planned against
+        self.num_waiting = 0  # requests left waiting while the step in flight runs (counted after it was applied)
         self.run: DecodeRun | None = None  # a fast-forwarded stretch of decode steps in flight
         self.version = 0  # step-done events carry it; a truncated run leaves a stale event behind
         self.wakeup_s: float | None = None
@@ -98,8 +98,10 @@ class InstanceDriver:
             plan = policy.schedule(now_s, rt)
             if plan.is_empty:
                 return None
-            num_waiting = len(rt.waiting)
             applied = rt.apply(plan, now_s)
+            # after apply, like num_running: a request the step admits is running, not also waiting
+            # (sampled before, a step admitting 63 requests counted them twice; issue 31)
+            num_waiting = len(rt.waiting)
             for req in applied.rejected:
                 self._end(req, now_s)
             if plan.preempt_ids or plan.swap_out_ids:

@@ -41,6 +41,8 @@ class CapacityProbe:
     attainment: float
     passed: bool
     num_aborted: int = 0
+    num_rejected: int = 0  # requests the policy or admission rejected at this rate
+    num_arrived: int = 0  # 0: not reported
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,8 @@ class CapacityResult:
     target_attainment: float
     probes: tuple[CapacityProbe, ...]  # in the order they were run
     expansions: tuple[str, ...] = ()  # what the bracketing did, e.g. "lo 0.5 failed: tried 0.125"
+    rejections: str = "count"  # "count": a rejected request misses the SLO; "exclude": left out
+    rejection_note: str = ""  # one line when requests were rejected: how many, why, the attainment cap
 
     @property
     def num_probes(self) -> int:
@@ -66,7 +70,7 @@ def capacity_search(run_at_rate: Callable[[float], float | tuple[float, int]], *
                     target_attainment: float = 0.9, rel_tol: float = 0.02,
                     max_iters: int = 20, max_expansions: int = 0, expand_factor: float = 4.0) -> CapacityResult:
     """Bisect on rate in ``[lo, hi]``; ``run_at_rate(rate)`` returns SLO attainment in [0, 1]
-    (or ``(attainment, num_aborted)``).
+    (or ``(attainment, num_aborted)``, or ``(attainment, num_aborted, num_rejected, num_arrived)``).
 
     ``max_iters`` bounds the bisection probes (the endpoint probes come on top);
     ``max_expansions`` bounds the bracketing probes on each side (0: the range is taken as given).
@@ -80,7 +84,8 @@ def capacity_search(run_at_rate: Callable[[float], float | tuple[float, int]], *
 
     def probe(rate: float) -> bool:
         returned = run_at_rate(rate)
-        returned, aborted = returned if isinstance(returned, tuple) else (returned, 0)
+        returned, aborted, rejected, arrived = (tuple(returned) + (0, 0))[:4] if isinstance(returned, tuple) \
+            else (returned, 0, 0, 0)
         try:
             attainment = float(returned)
         except (TypeError, ValueError):
@@ -88,7 +93,7 @@ def capacity_search(run_at_rate: Callable[[float], float | tuple[float, int]], *
         if not 0.0 <= attainment <= 1.0:
             raise ValueError(f"run_at_rate({rate}) returned {returned!r}; expected an attainment in [0, 1]")
         passed = attainment >= target_attainment
-        probes.append(CapacityProbe(rate, attainment, passed, int(aborted)))
+        probes.append(CapacityProbe(rate, attainment, passed, int(aborted), int(rejected), int(arrived)))
         return passed
 
     def result(status: str, good: float | None, bad: float | None) -> CapacityResult:

@@ -163,36 +163,79 @@ def render_markdown(summaries: Summaries) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Sweep keys as people read them: (label, unit, factor from the stored unit).
+AXES: dict[str, tuple[str, str, float]] = {
+    "rate": ("request rate", "req/s", 1.0),
+    "slo_attainment": ("SLO attainment", "%", 100.0),
+    "ttft_p50_s": ("TTFT p50", "ms", 1000.0), "ttft_p99_s": ("TTFT p99", "ms", 1000.0),
+    "tpot_p50_s": ("TPOT p50", "ms", 1000.0), "tpot_p99_s": ("TPOT p99", "ms", 1000.0),
+    "throughput_tok_s": ("output throughput", "tokens/s", 1.0),
+    "goodput_req_s": ("goodput", "req/s", 1.0),
+}
+_STYLES = (("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--"), ("X", "-."), ("*", ":"))
+CAPTION_CHARS = 120  # characters per caption line at 7 pt on a 6.4-inch figure
+
+
+def axis_label(key: str) -> str:
+    """``ttft_p99_s`` -> ``TTFT p99 (ms)``; an unknown key is shown as it is."""
+    label, unit, _ = AXES.get(key, (key, "", 1.0))
+    return f"{label} ({unit})" if unit else label
+
+
 def plot_sweep(rows: Sequence[Mapping], x: str, y: str, out_path: str | Path, *, caption: str,
                series: str = "policy", title: str | None = None) -> Path:
     """One line per ``series`` value (e.g. policy) of ``y`` against ``x`` (e.g. rate); saves a PNG.
 
+    Axes carry names and units (``AXES``: TPOT in ms, as the tables print it); each series has
+    its own marker and dash, and one identical to an earlier series says so in the legend, so
+    no line hides another. The caption (what was simulated, the command) is wrapped, not cut.
     Rows whose ``y`` is None or NaN are skipped (a run that produced no value).
     """
+    import textwrap
+
     lines = _group_sweep(rows, x, y, series)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    xf, yf = AXES.get(x, ("", "", 1.0))[2], AXES.get(y, ("", "", 1.0))[2]
+    caption_lines = [part for line in caption.splitlines()
+                     for part in textwrap.wrap(line, CAPTION_CHARS, break_long_words=True, break_on_hyphens=False)
+                     or [""]]
+    bottom = 0.03 + 0.026 * len(caption_lines)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4 + 0.12 * len(caption_lines)))
     try:
-        for name, points in lines.items():
-            points.sort()
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=str(name))
-        ax.set_xlabel(x)
-        ax.set_ylabel(y)
-        ax.set_title(title or f"{y} vs {x}")
+        for k, ((name, points), label) in enumerate(zip(lines.items(), series_labels(lines))):
+            marker, dash = _STYLES[k % len(_STYLES)]
+            ax.plot([p[0] * xf for p in points], [p[1] * yf for p in points], marker=marker, linestyle=dash,
+                    markersize=7 - min(k, 4), alpha=0.85, label=label, zorder=2 + k)
+        ax.set_xlabel(axis_label(x))
+        ax.set_ylabel(axis_label(y))
+        ax.set_title(title or f"{AXES.get(y, (y,))[0]} vs {AXES.get(x, (x,))[0]}")
         ax.grid(alpha=0.3)
         ax.legend(title=series)
-        fig.text(0.01, 0.01, caption, fontsize=7, ha="left", va="bottom")
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        fig.text(0.01, 0.01, "\n".join(caption_lines), fontsize=7, ha="left", va="bottom")
+        fig.tight_layout(rect=(0, bottom, 1, 1))
         out = Path(out_path)
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, dpi=120)
     finally:
         plt.close(fig)
     return out
+
+
+def series_labels(lines: Mapping[object, list[tuple[float, float]]]) -> list[str]:
+    """Legend labels; a series identical to an earlier one says so ("sarathi (same as vllm)"),
+    since its line lies exactly on the other's. Sorts each series' points."""
+    drawn: dict[tuple, str] = {}
+    labels = []
+    for name, points in lines.items():
+        points.sort()
+        key = tuple(points)
+        labels.append(str(name) + (f" (same as {drawn[key]})" if key in drawn else ""))
+        drawn.setdefault(key, str(name))
+    return labels
 
 
 def _group_sweep(rows: Sequence[Mapping], x: str, y: str, series: str) -> dict[object, list[tuple[float, float]]]:

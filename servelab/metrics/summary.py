@@ -16,6 +16,7 @@ numbers that silently leave requests out.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass
 
@@ -71,7 +72,7 @@ class RunSummary:
     num_rejected: int
     num_aborted: int
     num_rejected_context: int  # of num_rejected: over the context at admission (prompt + max_tokens > max_model_len)
-    end_reasons: tuple[tuple[str, str, int], ...]  # (status, reason, count), most common first
+    end_reasons: tuple[tuple[str, str, int], ...]  # (status, reason code, count), most common first
     ttft: LatencyStats
     tpot: LatencyStats
     tbt: LatencyStats
@@ -91,7 +92,7 @@ class RunSummary:
     padding_waste: float  # padded tokens computed / all tokens computed
     kv_utilization_mean: float  # cluster KV blocks used / total, time-weighted
     kv_utilization_max: float
-    queue_length_mean: float  # waiting requests over the cluster, time-weighted
+    queue_length_mean: float  # requests left waiting while steps run (counted after each step admits), time-weighted
     queue_length_max: float
     instances: tuple[InstanceSummary, ...]
 
@@ -191,9 +192,17 @@ def _rate(count: int, duration_s: float) -> float:
     return count / duration_s if duration_s > 0 else _NAN
 
 
+def reason_code(reason: str | None) -> str:
+    """A finish reason with its numbers folded into ``N`` ("prompt 5000 + max_tokens 10 exceeds
+    max_model_len 4096" -> "prompt N + max_tokens N exceeds max_model_len N"): one code per
+    kind of ending, so a summary holds a few codes with counts, not one entry per request
+    (each request's own reason, numbers included, is in requests.csv)."""
+    return re.sub(r"\d+(\.\d+)?", "N", reason) if reason else ""
+
+
 def _end_reasons(table: RequestTable) -> tuple[tuple[str, str, int], ...]:
     counts = Counter(zip((STATUS_NAMES[s] for s in table.status.tolist()),
-                         (r if r is not None else "" for r in table.finish_reason)))
+                         (reason_code(r) for r in table.finish_reason)))
     return tuple((status, reason, n) for (status, reason), n in counts.most_common())
 
 

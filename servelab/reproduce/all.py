@@ -28,7 +28,7 @@ from servelab.reproduce.claims import Claim, claims_of
 from servelab.reproduce.registry import REPRODUCTIONS, Entry
 from servelab.reproduce.runner import run_reproduction
 
-PAPERS_DIR = "../shared/papers"
+PAPERS_DIR = Path(__file__).resolve().parents[3] / "shared" / "papers"  # ../shared/papers beside the checkout
 DOCS = Path("docs") / "reproduction"
 
 
@@ -102,7 +102,7 @@ def readme_text(full_dir: Path, payload: dict) -> str:
         full_md = full_dir / f"{entry.name}.md"
         run = runs.get(entry.name, {})
         lines += [f"## {entry.title}", "",
-                  f"Paper: [{entry.paper}]({PAPERS_DIR}/{entry.paper}) - full report: "
+                  f"Paper: [{entry.paper}]({payload.get('papers_link', 'shared/papers')}/{entry.paper}) - full report: "
                   f"[{entry.name}.md]({prefix}{entry.name}.md) - "
                   f"command: `servelab reproduce {entry.name} --out docs/reproduction`"
                   + (f" - reduced run: {run['cpu_s']:.0f} CPU-s" if run.get("cpu_s") else ""), ""]
@@ -168,7 +168,10 @@ def reproduce_all(*, out_dir: Path, full_dir: Path | None, full: bool, seed: int
 
 
 def write_readme(readme_dir: Path, payload: dict, full_dir: Path) -> Path:
+    """README.md and README.json in ``readme_dir``; links (full reports, the papers) are relative
+    to it, so they work from the folder it was written in."""
     readme_dir.mkdir(parents=True, exist_ok=True)
+    payload["papers_link"] = os.path.relpath(PAPERS_DIR, readme_dir.resolve())
     (readme_dir / "README.json").write_text(json.dumps(payload, indent=1, sort_keys=True))
     path = readme_dir / "README.md"
     path.write_text(readme_text(full_dir, payload))
@@ -184,6 +187,7 @@ def rebuild_readme(readme_dir: Path) -> Path:
         raise UserError(f"{source}: missing; run servelab reproduce all first")
     payload = json.loads(source.read_text())
     full_dir = Path(payload["full_dir"]) if payload.get("full_dir") else readme_dir
+    payload["papers_link"] = os.path.relpath(PAPERS_DIR, readme_dir.resolve())
     path = readme_dir / "README.md"
     path.write_text(readme_text(full_dir, payload))
     return path

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -64,9 +65,11 @@ def build_app(service: EngineService, translator: Translator, *, api_key: str | 
                   200: {"description": "The completion (JSON), or with stream=true its server-sent events",
                         "content": {"application/json": {}, "text/event-stream": {"schema": event}}}}
 
+    created = int(time.time())  # when this server started serving the model (OpenAI: a Unix time)
+
     @v1.get("/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": service.model_name, "object": "model", "created": 0,
+        return {"object": "list", "data": [{"id": service.model_name, "object": "model", "created": created,
                                             "owned_by": "servelab", "root": str(service.engine.loaded.path),
                                             "max_model_len": translator.max_model_len}]}
 

@@ -78,6 +78,13 @@ class SamplingFields(_Body):
         0, description="Extension: larger is more urgent (read by the priority policy).")
     slo: SLOTargets | None = Field(None, description="Extension: per-request latency targets (seconds).")
 
+    @field_validator("n", mode="before")
+    @classmethod
+    def _n_rule(cls, value):
+        if type(value) is int and value != 1:
+            raise rule(f"one choice per request: only n = 1 is supported, got {value} (send {value} requests)")
+        return value
+
     @field_validator("stop", mode="before")
     @classmethod
     def _stop_rule(cls, value):
@@ -127,6 +134,13 @@ class CompletionRequest(SamplingFields):
     def _logprobs_rule(cls, value):
         if value is not None:
             raise rule(NO_LOGPROBS)
+        return value
+
+    @field_validator("best_of", mode="before")
+    @classmethod
+    def _best_of_rule(cls, value):
+        if type(value) is int and value != 1:
+            raise rule(f"only best_of = 1 (or null) is supported, got {value}")
         return value
 
 

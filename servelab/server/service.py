@@ -83,6 +83,10 @@ class _Collector(MetricsCollector):
         super().on_preemption(instance_id, now_s, kind)
         self.service.metrics.preemptions.inc()
 
+    def on_step(self, *args, **kwargs) -> None:
+        super().on_step(*args, **kwargs)
+        self.service.metrics.observe_step(int(args[3] if len(args) > 3 else kwargs["num_tokens"]))
+
 
 class EngineService:
     """An ``EngineCluster`` serving submitted requests in its own thread."""

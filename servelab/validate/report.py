@@ -53,6 +53,7 @@ def plot_cdfs(path: Path, v: Validation, title: str) -> Path:
                 label = "engine (measured)" if side == "real" else "simulator (calibrated)"
                 ax.step(values, np.arange(1, len(values) + 1) / len(values), style, where="post", label=label)
         ax.set_xlabel(f"{name} (ms)")
+        ax.set_ylabel("fraction of requests")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     srows = step_rows(v.real.steps, v.cost)
@@ -61,7 +62,7 @@ def plot_cdfs(path: Path, v: Validation, title: str) -> Path:
         axes[3].step(ape, np.arange(1, len(ape) + 1) / len(ape), where="post")
     axes[3].set_xlabel("step time APE: |predicted - measured| / measured (%)", fontsize=8)
     axes[3].grid(alpha=0.3)
-    axes[0].set_ylabel("fraction of requests (steps)")
+    axes[3].set_ylabel("fraction of steps")
     axes[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()

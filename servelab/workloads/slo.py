@@ -97,3 +97,43 @@ def _human(seconds: float) -> str:
     if seconds >= 1:
         return f"{seconds:.3g} s"
     return f"{seconds * 1e3:.3g} ms"
+
+
+# --- which SLO a run is judged by: one rule for the CLI, a config file and the Python API ---
+DEFAULT_SLO_TEXT = "ttft:2s,tpot:100ms"
+DEFAULT = "default"  # the value of "no --slo given" (CLI) and of the API's slo argument left out
+NONE_WORDS = ("", "none")
+
+
+def resolve_slo(slo, workload=(), where: str = "--slo") -> tuple[SLO | None, str]:
+    """(the SLO that replaces every request's own, or None; a one-line description to print).
+
+    - not given (``DEFAULT``): the requests' own SLOs when the workload carries any (a spec's
+      ``slo=``), else ``DEFAULT_SLO_TEXT``; the description says it is the default;
+    - ``"none"`` (or ``""``): no SLO, no attainment (``SLO()``: no target applies);
+    - an ``SLO`` or a string such as ``"ttft:2s,tpot:100ms"``: that one;
+    - ``None`` (the Python API's old meaning): the requests' own SLOs only.
+    """
+    if isinstance(slo, str) and slo.strip().lower() == DEFAULT:
+        if any(getattr(spec, "slo", None) is not None for spec in workload):
+            return None, "SLO: each request's own (the workload's slo=)"
+        return parse_slo(DEFAULT_SLO_TEXT, where), f"SLO: {describe(parse_slo(DEFAULT_SLO_TEXT))} " \
+                                                    f"(default; {where} to change, {where} none for none)"
+    if slo is None:
+        own = any(getattr(spec, "slo", None) is not None for spec in workload)
+        return None, "SLO: each request's own (the workload's slo=)" if own else "no SLO given"
+    if isinstance(slo, str):
+        if slo.strip().lower() in NONE_WORDS:
+            return SLO(), "no SLO given"
+        slo = parse_slo(slo, where)
+    if not isinstance(slo, SLO):
+        raise UserError(f"{where}: expected an SLO or a string like {DEFAULT_SLO_TEXT!r}, got {slo!r}")
+    if all(getattr(slo, f) is None for f in SLO_FIELDS.values()):
+        return slo, "no SLO given"
+    return slo, f"SLO: {describe(slo)}"
+
+
+def describe(slo: SLO) -> str:
+    """``SLO(ttft_s=2, tpot_s=0.1)`` -> ``ttft <= 2 s, tpot <= 100 ms``."""
+    return ", ".join(f"{name} <= {_human(getattr(slo, field))}" for name, field in SLO_FIELDS.items()
+                     if getattr(slo, field) is not None)

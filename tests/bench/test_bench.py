@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,11 +95,87 @@ def test_bench_against_a_live_server(bench_checkpoint, tmp_path):
     assert summary["input_lens"] == [p.prompt_len for p in planned] or summary["num_inexact_prompts"] > 0
     assert sorted(r.num_prompt_tokens for r in engine_requests) == sorted(summary["input_lens"])
     assert summary["request_goodput"] == pytest.approx(summary["request_throughput"])
-    assert {p.name for p in paths} == {"bench-40qps.json", "bench-40qps_requests.csv", "bench-40qps_cdf.png",
-                                      "bench-40qps_timeline.png"}
-    saved = json.loads((tmp_path / "bench-40qps.json").read_text())
+    stem = f"bench-40qps-tiny-{summary['date']}"
+    assert {p.name for p in paths} == {f"{stem}.json", f"{stem}_requests.csv", f"{stem}_cdf.png",
+                                      f"{stem}_timeline.png"}
+    saved = json.loads((tmp_path / f"{stem}.json").read_text())
     for key in ("duration", "request_throughput", "output_throughput", "mean_ttft_ms", "p99_tpot_ms",
                 "median_itl_ms", "p90_e2el_ms", "ttfts", "itls", "errors"):
         assert key in saved
-    rows = (tmp_path / "bench-40qps_requests.csv").read_text().splitlines()
+    rows = (tmp_path / f"{stem}_requests.csv").read_text().splitlines()
     assert len(rows) == 13 and rows[0].startswith("index,response_id,success")
+
+
+def test_default_result_file_names_carry_model_date_and_never_replace(tmp_path):
+    """Issue 31 (3): a rerun wrote over ``bench-4qps.json``; vLLM's name carries the date and time."""
+    from servelab.bench.session import BenchOptions, default_filename, unique_path
+
+    options = BenchOptions(base_url="http://x", workload="burst:n=1", request_rate=4.0)
+    name = default_filename(options, "/tmp/models/tiny/", "20261127-140000")
+    assert name == "bench-4qps-tiny-20261127-140000.json"
+    capped = BenchOptions(base_url="http://x", workload="burst:n=1", max_concurrency=8)
+    assert default_filename(capped, "org/Llama 2", "20261127-140000") == \
+        "bench-infqps-concurrency8-Llama_2-20261127-140000.json"
+    assert unique_path(tmp_path, name) == name
+    (tmp_path / name).write_text("{}")
+    assert unique_path(tmp_path, name) == "bench-4qps-tiny-20261127-140000-2.json"
+
+
+def test_vllm_bench_flags_dataset_name_and_percentile_metrics():
+    """Issue 31 (9): `vllm bench serve`'s --dataset-name random and --percentile-metrics work;
+    another dataset name points to -w."""
+    from servelab.bench.results import parse_percentile_metrics
+    from servelab.cli.serve_cmds import bench_workload
+
+    assert bench_workload(None, "random", 50, 256, 32) == "burst:n=50,prompt=fixed(256),output=fixed(32)"
+    assert bench_workload("gsm8k:n=4", None, None, 1, 1) == "gsm8k:n=4"
+    for args, words in (((None, "sharegpt", 5, 1, 1), "give -w"), (("gsm8k", "random", 5, 1, 1), "not both"),
+                        ((None, None, 5, 1, 1), "--dataset-name random")):
+        with pytest.raises(UserError, match=words):
+            bench_workload(*args)
+    assert parse_percentile_metrics("ttft,itl") == ("ttft", "itl")
+    with pytest.raises(UserError, match="subset of ttft,tpot,itl,e2el"):
+        parse_percentile_metrics("ttft,goodput")
+    ok = [RequestResult(index=0, success=True, prompt_len=4, output_len=3, ttft_s=0.1, latency_s=0.3,
+                        itl_s=[0.1, 0.1])]
+    out = summarize(ok, 1.0, {}, [50, 99], ("ttft",))
+    assert "p99_ttft_ms" in out and "p99_tpot_ms" not in out and "mean_tpot_ms" in out
+
+
+def test_serve_takes_the_model_as_vllm_does():
+    from typer.testing import CliRunner
+
+    from servelab.cli.main import app
+    from servelab.cli.serve_cmds import one_model
+
+    assert one_model(Path("m"), None) == Path("m") == one_model(None, Path("m")) == one_model(Path("m"), Path("m"))
+    runner = CliRunner()
+    res = runner.invoke(app, ["serve"])
+    assert res.exit_code == 2 and "servelab serve MODEL (or --model MODEL)" in res.output
+    res = runner.invoke(app, ["serve", "a", "--model", "b"])
+    assert res.exit_code == 2 and "two models given" in res.output
+    res = runner.invoke(app, ["serve", "/nonexistent/ckpt"])
+    assert res.exit_code == 2 and "/nonexistent/ckpt" in res.output and "Traceback" not in res.output
+
+
+def test_bench_plots_have_titles_and_units(tmp_path, monkeypatch):
+    """Issue 31 (11): the bench timeline had no title."""
+    from matplotlib.figure import Figure
+
+    from servelab.bench.plots import plot_results
+
+    saved = []
+    real = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), real(fig, *a, **k))[1])
+    rows = [{"success": 1, "ttft_s": 0.1 * i, "tpot_s": 0.01, "e2el_s": 0.5 + 0.1 * i, "sent_s": 0.2 * i}
+            for i in range(1, 5)]
+    results = [RequestResult(index=i, success=True, itl_s=[0.01, 0.02]) for i in range(4)]
+    paths = plot_results(tmp_path, "bench-x", rows, results)
+    assert [p.name for p in paths] == ["bench-x_cdf.png", "bench-x_timeline.png"]
+    cdf, timeline = saved
+    assert "measured by the client" in cdf._suptitle.get_text()
+    assert [a.get_ylabel() for a in cdf.axes] == ["fraction of requests"] * 2 + ["fraction of gaps",
+                                                                                "fraction of requests"]
+    ax = timeline.axes[0]
+    assert "measured by the client" in ax.get_title() and ax.get_ylabel() == "latency (s)"
+    assert "(s from start)" in ax.get_xlabel()

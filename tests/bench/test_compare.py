@@ -34,3 +34,19 @@ def test_serve_vs_sim_one_rate(bench_checkpoint, tmp_path):
     assert json.loads((tmp_path / "out" / "serve_vs_sim.json").read_text())["rows"][0]["rate"] == 20.0
     text = render(payload, "servelab serve-vs-sim ...", "tiny")
     assert "| 20 | 8/8 |" in text and "HTTP overhead" in text
+    assert "bench-200m" not in text and "--threads 1" not in text  # no provenance this run did not have
+
+
+def test_serve_vs_sim_provenance_is_read_from_the_files(bench_checkpoint, tmp_path):
+    """Issue 31 (6): the page named a preset, a calibrate command and "0M parameters" it never used."""
+    from servelab.cli.serve_cmds import _cost_note, _model_note, count_text
+    from servelab.engine.loader import load_config
+
+    assert count_text(93_248) == "93.2K" and count_text(196_800_000) == "197M" and count_text(12) == "12"
+    note = _model_note(bench_checkpoint)
+    assert count_text(load_config(bench_checkpoint).num_params) in note and "0M" not in note
+    cost = tmp_path / "cost.json"
+    cost.write_text(json.dumps({"meta": {"processor": "x86_64", "torch_threads": "2", "date": "2026-11-27",
+                                         "model": "/elsewhere/bench-200m", "source": "servelab calibrate"}}))
+    text = _cost_note(cost, bench_checkpoint)
+    assert "x86_64, 2 torch thread(s), on 2026-11-27" in text and "not on" in text

@@ -15,11 +15,15 @@ def test_generate_prompts_file_json(make_checkpoint, tmp_path):
     prompts.write_text('Natalia sold clips to 48 of her friends.\n\n{"prompt": "Weng earns $12 an hour"}\n')
     res = CliRunner().invoke(app, ["generate", "--model", str(make_checkpoint()), "--prompts", str(prompts),
                                    "--max-tokens", "5", "--policy", "sarathi:token_budget=8", "--threads", "1",
-                                   "--json"])
+                                   "--json", "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     payload = json.loads(res.output)
     assert [o["num_output_tokens"] for o in payload["outputs"]] == [5, 5]
     assert payload["summary"]["num_completed"] == 2
+    # generate --out (issue 31): the run's outputs and summary, per-request rows and steps on disk
+    assert json.loads((tmp_path / "out" / "summary.json").read_text()) == payload
+    assert len((tmp_path / "out" / "requests.csv").read_text().splitlines()) == 3
+    assert (tmp_path / "out" / "timeseries.csv").read_text().startswith("instance_id,start_s")
 
 
 def test_generate_errors_are_messages_not_tracebacks(make_checkpoint, tmp_path):

@@ -95,3 +95,26 @@ def test_long_latencies_are_shown_in_seconds():
     assert _fit_units(["TTFT mean / p50 / p99 (ms)", "4978067.0 / 12.0 / -"]) == \
         ["TTFT mean / p50 / p99 (s)", "4,978.1 / 0.0 / -"]
     assert _fit_units(["TTFT mean / p50 / p99 (ms)", "100.0 / 100.0 / 100.0"])[0].endswith("(ms)")
+
+
+def test_sweep_plots_name_their_axes_with_units_and_show_every_series(tmp_path, monkeypatch):
+    """Issue 31 (11): titles and axes were raw keys ("ttft_p99_s vs rate"), TPOT in s beside a
+    table in ms, identical series hid each other, and the footer command was cut."""
+    from matplotlib.figure import Figure
+
+    saved = []
+    real = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), real(fig, *a, **k))[1])
+    rows = [{"policy": p, "rate": r, "tpot_p50_s": 0.02 * r} for p in ("vllm", "sarathi") for r in (1, 2)]
+    command = "servelab sweep " + " ".join(f"--option-{k} value-{k}" for k in range(30))
+    plot_sweep(rows, "rate", "tpot_p50_s", tmp_path / "tpot.png", caption=f"simulated: A100\n{command}")
+    (fig,) = saved
+    ax = fig.axes[0]
+    assert ax.get_title() == "TPOT p50 vs request rate"
+    assert ax.get_xlabel() == "request rate (req/s)" and ax.get_ylabel() == "TPOT p50 (ms)"
+    assert [round(v, 6) for v in ax.lines[0].get_ydata()] == [20.0, 40.0]  # ms, as the tables print it
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["vllm", "sarathi (same as vllm)"]
+    assert ax.lines[0].get_marker() != ax.lines[1].get_marker()
+    footer = fig.texts[0].get_text()
+    assert footer.replace("\n", " ").replace("  ", " ").endswith("--option-29 value-29")  # wrapped, not cut
+    assert max(len(line) for line in footer.splitlines()) <= 120

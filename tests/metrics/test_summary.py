@@ -166,3 +166,14 @@ def test_goodput_never_exceeds_throughput(specs):
     elif s.duration_s > 0:
         assert s.goodput_requests_per_s <= s.requests_per_s
         assert s.goodput_tokens_per_s <= s.output_tokens_per_s
+
+
+def test_end_reasons_are_codes_with_counts_not_one_entry_per_request():
+    """Issue 31 (7): a summary held 1,268 distinct end reasons (135 KB), each with its token counts."""
+    reqs = [build_request(i, float(i), [], status=RequestStatus.REJECTED,
+                          reason=f"prompt {1000 + i} + max_tokens {i} exceeds max_model_len 4096")
+            for i in range(200)]
+    reqs.append(build_request(200, 1.0, [1.5]))
+    s = summarize(RequestTable.from_requests(reqs), _collector_for(reqs, [(0, 0.0, 1.0, 1, 1, 0, 1, 10, 0, 1, None)]))
+    assert s.end_reasons == (("rejected", "prompt N + max_tokens N exceeds max_model_len N", 200),
+                             ("finished", "length", 1))

@@ -30,3 +30,17 @@ def test_preemptions_counted_by_the_collector():
     s = summarize(RequestTable.from_requests(res.requests), res.collector)
     assert s.num_preemptions_recompute == sum(r.num_preemptions for r in res.requests) > 0
     assert s.queue_length_max > 0 and s.kv_utilization_max > 0.9
+
+
+def test_a_request_is_never_both_waiting_and_running():
+    """Issue 31 (8): the queue was sampled before a step admitted requests and the running
+    count after, so a step admitting 63 requests counted them twice, and a distserve prefill
+    instance that went idle kept its last 63 "waiting" to the end (max 124 of 64 requests)."""
+    from servelab import api
+
+    burst = [RequestSpec(i, 0.0, 64, 16) for i in range(64)]
+    res = simulate(burst, single_instance("vllm", max_num_seqs=8), cost_model=ToyCostModel())
+    steps = res.collector.steps
+    assert np.all(steps.num_waiting + steps.num_running <= 64) and 0 < steps.num_waiting.max() < 64
+    out = api.run_simulation("gsm8k:n=64", "distserve", api.HardwareChoice(num_instances=2))
+    assert out.summary.queue_length_max <= 64

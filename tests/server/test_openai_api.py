@@ -119,3 +119,31 @@ def test_api_key(start_server):
     assert httpx.get(server.base_url + "/metrics").status_code == 200  # like vLLM: /metrics is open
     ended = [r for r in server.service.cluster.requests if r.status.is_terminal]
     assert [r.status for r in ended] == [RequestStatus.FINISHED]
+
+
+def test_vllm_conventions_v1_metrics_created_time_and_refusals(server, client):
+    """Issue 31 (9): vLLM V1's metric names beside the old ones, /v1/models' created a real
+    time, and n > 1, best_of, logprobs and a list of prompts refused in OpenAI's error shape
+    with the rule in words (not pydantic's "input should be less than or equal to 1")."""
+    import time
+
+    model = client.models.list().data[0]
+    assert abs(model.created - time.time()) < 3600
+    client.completions.create(model="tiny", prompt=PROMPT, max_tokens=3)
+    text = httpx.get(server.base_url + "/metrics").text
+    for name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:iteration_tokens_total_bucket",
+                 "vllm:request_queue_time_seconds_count", "vllm:request_prefill_time_seconds_count",
+                 "vllm:request_decode_time_seconds_count", "vllm:request_inference_time_seconds_count",
+                 "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"):
+        assert name in text, name
+    counts = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("vllm:") and "{" in line and "_bucket" not in line}
+    assert counts["vllm:request_prefill_time_seconds_count"] == 1 and counts["vllm:iteration_tokens_total_count"] >= 3
+    assert counts["vllm:prefix_cache_queries_total"] == counts["vllm:prompt_tokens_total"]
+    for kwargs, words in ((dict(n=2), "only n = 1 is supported"), (dict(best_of=2), "best_of = 1"),
+                          (dict(logprobs=0), "log-probabilities are not supported"),
+                          (dict(prompt=["a", "b"]), "a list of 2 prompts is not supported")):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.completions.create(**{"model": "tiny", "prompt": "x", "max_tokens": 2, **kwargs})
+        body = info.value.body
+        assert set(body) == {"message", "type", "param", "code"} and words in body["message"], body

@@ -34,7 +34,8 @@ def _line(engine: dict) -> str:
 
 def fitted_note(engine: dict | None) -> str:
     if engine is None:
-        return " Once our engine exists, fit it with `fit_linear_service_model` and rerun."
+        return (" Our engine's own measured line comes from `servelab reproduce multibin-engine` (its "
+                "`multibin_engine.json` was not in this report's folder when it was written).")
     return (f" Our own engine's measured line ({_line(engine)}, CPU, random-weight "
             f"{engine['num_params'] / 1e6:.0f}M model) is in the engine section; it is a different machine and "
             "model, so the placeholder stays.")
@@ -42,7 +43,9 @@ def fitted_note(engine: dict | None) -> str:
 
 def engine_note(engine: dict | None) -> str:
     if engine is None:
-        return "the real-engine run is not done yet."
+        return ("our measured run on the engine is `servelab reproduce multibin-engine` (docs/reproduction/"
+                "multibin_engine.md); its `multibin_engine.json` was not in this report's folder, so this page has "
+                "no engine section (run it with the same --out and rerun this command to include it).")
     return ("our real-engine run (CPU, reduced) is in *Figure 5 and Figure 7 on our engine (measured)* "
             "(`servelab reproduce multibin-engine`).")
 

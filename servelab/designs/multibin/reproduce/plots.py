@@ -31,20 +31,23 @@ def plot_figure4(res: dict, path: Path, subtitle: str) -> str:
         line, = ax.plot(one.rates, one.latency[i], "o-", ms=3, label=f"k={k} simulated, 1 server")
         ax.plot(inf.rates, inf.latency[i], "x", color=line.get_color(), label=f"k={k} simulated, ∞ servers")
         ax.plot(one.rates, res["theory"][i], "--", color=line.get_color(), lw=0.8, label=f"k={k} Lemma 5.1")
-    ax.set(xlabel="arrival rate λ", ylabel="mean latency", yscale="log",
+    ax.set(xlabel="arrival rate λ (requests / unit time)", ylabel="mean latency (unit time)", yscale="log",
            title=f"Fig. 4: latency vs λ, U(1,20), B=128\n{subtitle}")
     ax.legend(fontsize=6, ncol=2)
     return save(fig, path)
 
 
-def plot_rate_panels(sweep, path: Path, title: str, *, lat_ylim: float | None = None) -> str:
+def plot_rate_panels(sweep, path: Path, title: str, *, lat_ylim: float | None = None, unit: str = "s") -> str:
+    """Throughput and latency against the arrival rate; ``unit`` is the time unit of the
+    service times (seconds for GSM8K's linear model, the queue model's unit time for Fig. 8)."""
     plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     for i, k in enumerate(sweep.ks):
         a.plot(sweep.rates, sweep.throughput[i], "o-", ms=3, label=f"k={k}")
         b.plot(sweep.rates, sweep.latency[i], "o-", ms=3, label=f"k={k}")
-    a.set(xlabel="arrival rate λ", ylabel="throughput (requests / s)", title="throughput")
-    b.set(xlabel="arrival rate λ", ylabel="mean latency (s)", title="latency", yscale="log")
+    a.set(xlabel=f"arrival rate λ (requests / {unit})", ylabel=f"throughput (requests / {unit})", title="throughput")
+    b.set(xlabel=f"arrival rate λ (requests / {unit})", ylabel=f"mean latency ({unit})", title="latency",
+          yscale="log")
     if lat_ylim:
         b.set_ylim(top=lat_ylim)
     a.legend(fontsize=7)
@@ -65,7 +68,7 @@ def plot_figure8_vs_k(res: dict, path: Path, subtitle: str) -> str:
     for ri, rate in enumerate(sweep.rates):
         if rate in (2, 4, 6, 8):
             b.plot(ks, sweep.latency[:, ri], "o-", ms=3, label=f"λ={rate}")
-    b.set(xlabel="bins k", ylabel="mean latency", yscale="log", title="latency vs k")
+    b.set(xlabel="bins k", ylabel="mean latency (unit time)", yscale="log", title="latency vs k")
     b.legend(fontsize=7)
     fig.suptitle(f"Fig. 8: Exp(μ=0.1), B=200, Lemma A.1 boundaries\n{subtitle}", fontsize=9)
     return save(fig, path)

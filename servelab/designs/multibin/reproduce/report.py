@@ -35,7 +35,7 @@ Paper: *Multi-Bin Batching for Increasing LLM Inference Throughput* (Guldogan et
 Made by `{cmd}` (Python: `servelab.reproduce.runner.run_reproduction` with `servelab.designs.multibin.reproduce.run.REPRODUCTION`), {size}, seed {r['seed']}.
 **Everything here is simulated; nothing is measured on a GPU.**{" Only the section *Figure 5 and Figure 7 on our engine (measured)* is measured, on our CPU engine." if engine else ""}
 
-* Figures 3, 4, 8: batch-level queue simulator (`servelab/analysis/queue_sim.py`): service times drawn directly from
+* Figures 3, 4, 8: batch-level queue simulator (`servelab/designs/multibin/queue_sim.py`): service times drawn directly from
   U(1, 20) or Exp(0.1), no model, no tokens, one server (Fig. 4 also infinite servers), Poisson arrivals.
 * Figures 6, 7: GSM8K train split ({r['gsm8k']['num_requests']} requests); output length = reference answer tokenised
   with a byte-level BPE (8,000 tokens) trained on GSM8K itself (`servelab.workloads.datasets.load_gsm8k`; no model
