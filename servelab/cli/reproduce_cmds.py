@@ -140,9 +140,15 @@ def _all_help() -> str:
             "into OUT/README.md. The committed docs are written only with --update-docs (or --readme-only).")
 
 
+def _short(summary: str, width: int = 60) -> str:
+    """The summary cut at a word boundary for `reproduce --help`'s command list."""
+    return summary if len(summary) <= width else summary[:width].rsplit(" ", 1)[0] + "..."
+
+
 def register(app: typer.Typer) -> typer.Typer:
     for entry in REPRODUCTIONS:
-        reproduce_app.command(entry.name)(_design_command(entry))
+        # short_help: click cuts the listing at the first full stop, and "Figs. 5/11" has one
+        reproduce_app.command(entry.name, short_help=_short(entry.summary))(_design_command(entry))
     reproduce_all_cmd.__doc__ = _all_help()
     reproduce_app.command("all")(reproduce_all_cmd)
     app.add_typer(reproduce_app, name="reproduce")

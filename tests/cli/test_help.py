@@ -27,3 +27,11 @@ def test_every_help_fits_80_columns_with_whole_flag_names():
     simulate = runner.invoke(app, ["simulate", "--help"], env={"COLUMNS": "80"}, terminal_width=80).output
     assert "--gpu-memory-utilization <float>" in simulate and "--json " in simulate
     assert "--max-num-batched-tokens, --max-batch-tokens" in simulate
+
+
+def test_reproduce_listing_is_not_cut_at_an_abbreviation():
+    """click takes a command's listing line up to the first full stop: "Figs. 5/11" used to
+    leave "DynaServe: ... Figs." and "AlignedServe: Figs." in `servelab reproduce --help`."""
+    text = CliRunner().invoke(app, ["reproduce", "--help"], env={"COLUMNS": "80"}, terminal_width=80).output
+    listed = [line.strip() for line in text.splitlines() if line.strip().startswith(("dynaserve", "alignedserve", "kunserve"))]
+    assert len(listed) == 3 and not any(line.endswith("Figs.") for line in listed), listed
