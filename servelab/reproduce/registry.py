@@ -87,9 +87,10 @@ REPRODUCTIONS: tuple[Entry, ...] = (
           options=(Option("engine", True, "Also measure ragged vs padded bucket prefills on the real engine "
                                           "(CPU, needs torch)."),)),
     Entry("dynaserve", "DynaServe", "dynaserve.md", "servelab.designs.dynaserve.reproduce.run",
-          "DynaServe: capacity, goodput, Table 1/2/4, Figs. 5/11, chunked transfer and scheduler time vs PD "
+          "DynaServe: capacity on a rate grid over seeds (median and P99 delay rules), the paper's deployment "
+          "against servelab's variants, goodput, Table 1/2/4, Figs. 5/11, chunked transfer and scheduler time vs PD "
           "colocation (sarathi) and 1P1D disaggregation, with the gap tests (simulated).",
-          {"reduced": 60, "full": 560}),
+          {"reduced": 60, "full": 560}, seeds=True),
     Entry("alignedserve", "AlignedServe", "alignedserve.md", "servelab.designs.alignedserve.reproduce.run",
           "AlignedServe: Figs. 1/3 (simulated, and measured on the CPU engine), 7-15, the batch-switch share, pool "
           "occupancy and Density First Search time against vllm, distserve and a FastGen stand-in, with the gap "

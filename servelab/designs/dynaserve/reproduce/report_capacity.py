@@ -1,0 +1,173 @@
+"""The capacity parts of the DynaServe report (``capacity.py``'s grid over seeds): both delay
+rules side by side with their intervals, servelab's variants against the paper's deployment,
+the router's own statistics at capacity, and the colocation gap with the step times that
+decide it. Pure formatting of the results dict."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from servelab.designs.dynaserve.reproduce.report_tables import fmt, md_table
+
+RULES = {"median": "median delay <= 2 s (Sarathi-Serve's, the paper's)", "p99": "P99 delay <= 2 s (stricter)"}
+PAPER = {"vs_coloc": (1.15, 3.07, 2.37), "vs_disagg": (1.09, 1.67, 1.37)}  # min, max, mean (Fig. 9)
+PAPER_P99_TBT_MS = {"P8192/D32": 352.93, "P2048/D512": 336.81, "P219/D1467": 162.67}  # coloc. (Table 1)
+
+
+def ci(iv: dict | None, digits: int = 2) -> str:
+    """``1.02 [0.95, 1.09]`` (mean and 95% t interval over seeds); ``1.02 (1 seed)``."""
+    if not iv or iv.get("mean") is None:
+        return "n/a"
+    if iv.get("low") is None:
+        return f"{fmt(iv['mean'], digits)} ({iv.get('n', 0)} seed)"
+    return f"{fmt(iv['mean'], digits)} [{fmt(iv['low'], digits)}, {fmt(iv['high'], digits)}]"
+
+
+def verdict(iv: dict | None, paper_low: float) -> str:
+    """Whether the interval supports the paper's claim (above its smallest reported ratio),
+    refutes it (below 1 or below it), or cannot tell."""
+    if not iv or iv.get("low") is None:
+        return "no interval"
+    if iv["low"] >= paper_low:
+        return "reached"
+    if iv["high"] < 1.0:
+        return "lower than the baseline"
+    if iv["high"] < paper_low:
+        return "not reached"
+    return "undecided"
+
+
+def seed_mean_interval(grid: list[dict], rule: str, key: str) -> dict:
+    """The mean over workloads of a ratio, per seed, with its t interval over the seeds."""
+    from servelab.designs.dynaserve.reproduce.capacity import _interval
+
+    per = [g["ratios"][rule][key]["per_seed"] for g in grid]
+    if not per:
+        return {}
+    seeds = [[p[i] for p in per] for i in range(len(per[0]))]
+    return _interval([float(np.mean(s)) if all(v is not None for v in s) else None for s in seeds])
+
+
+def claims_rows(results: dict) -> list[list[str]]:
+    grid = results["grid"]
+    rows = []
+    for key, name in (("vs_coloc", "PD coloc."), ("vs_disagg", "PD disagg.")):
+        lo, hi, mean = PAPER[key]
+        for rule in RULES:
+            means = [g["ratios"][rule][key]["mean"] for g in grid if g["ratios"][rule][key]["mean"] is not None]
+            overall = seed_mean_interval(grid, rule, key)
+            rows.append([f"capacity vs {name}, 14B, 4 workloads (Fig. 9), {rule} delay rule",
+                         f"{lo}-{hi}x, mean {mean}x",
+                         f"{fmt(min(means) if means else None)}-{fmt(max(means) if means else None)}x, mean "
+                         f"{ci(overall)}: {verdict(overall, lo)}",
+                         f"grid over {len(results['seeds'])} seeds, 95% t interval"])
+    return rows
+
+
+def capacity_section(results: dict) -> str:
+    out = []
+    for rule, text in RULES.items():
+        rows = []
+        for g in results["grid"] + results.get("hybrid_grid", []):
+            r = g["ratios"][rule]
+            rows.append([g["workload"], f"{ci(g['coloc'][rule]['interval'])} (chunk {g['coloc']['tuned_chunk'][rule]})",
+                         ci(g["disagg"][rule]["interval"]), ci(g["dynaserve"][rule]["interval"]),
+                         f"{ci(r['vs_coloc'])}: {verdict(r['vs_coloc'], PAPER['vs_coloc'][0])}",
+                         f"{ci(r['vs_disagg'])}: {verdict(r['vs_disagg'], PAPER['vs_disagg'][0])}",
+                         _censored(g, rule)])
+        out += [f"**Rule: {text}.**", "", md_table(
+            ["workload", "PD coloc. req/s", "PD disagg. req/s", "DynaServe req/s", "DynaServe / coloc.",
+             "DynaServe / disagg.", "at the grid's edge"], rows), ""]
+    return "\n".join(out)
+
+
+def _censored(g: dict, rule: str) -> str:
+    notes = []
+    for system in ("coloc", "disagg", "dynaserve"):
+        c = [x for x in g[system][rule]["censored"] if x]
+        if c:
+            notes.append(f"{system}: {', '.join(c)}")
+    return "; ".join(notes) or "-"
+
+
+def variants_section(results: dict) -> str:
+    rows = []
+    for g in results["grid"]:
+        for name, v in g["variants"].items():
+            base = "coloc" if name.startswith("coloc") else "dynaserve"
+            rows.append([g["workload"], name, *(f"{ci(v[rule]['interval'])} vs {ci(g[base][rule]['interval'])}; "
+                                                f"ratio {ci(g['ratios'][rule][f'{name} vs paper'])}"
+                                                for rule in RULES)])
+    if not rows:
+        return "No variants were measured.\n"
+    return md_table(["workload", "variant (one change from the paper's deployment)",
+                     "capacity req/s, variant vs paper's deployment; ratio (median rule)", "same (P99 rule)"], rows)
+
+
+def policy_section(results: dict) -> str:
+    """DynaServe's own statistics (``policy_reports["router"]`` of each run's summary) at
+    each seed's capacity under the paper's rule, averaged over the seeds."""
+    rows = []
+    for g in results["grid"] + results.get("hybrid_grid", []):
+        reps = []
+        for run in g["dynaserve"]["runs"]:
+            rate = run["median"]["rps"]
+            reps += [p["router_report"] for p in run["probes"] if p["rate"] == rate and p.get("router_report")]
+        if not reps:
+            rows.append([g["workload"]] + ["n/a"] * 7)
+            continue
+
+        def avg(get) -> float | None:
+            vals = [get(r) for r in reps if get(r) is not None]
+            return float(np.mean(vals)) if vals else None
+
+        share = {k: avg(lambda r, k=k: r["split_share"][k]) for k in ("inside_prompt", "at_prompt_end",
+                                                                        "in_decode", "none")}
+        rows.append([g["workload"], " / ".join(fmt(100 * v if v is not None else None, 0) for v in share.values()),
+                     fmt(avg(lambda r: r["mean_split_tokens"]), 0), fmt(avg(lambda r: r["mean_split_fraction"])),
+                     fmt(avg(lambda r: r["mean_decode_share_alpha"])),
+                     f"{fmt(avg(lambda r: r['kv_streamed']), 0)} / {fmt(avg(lambda r: r['kv_bulk']), 0)}",
+                     f"{fmt(avg(lambda r: r['decision_time_us'].get('p50')), 0)} / "
+                     f"{fmt(max(r['decision_time_us'].get('p99', 0) for r in reps), 0)}"])
+    return md_table(["workload", "split share % (inside prompt / at prompt end / in decode / none)",
+                     "mean split point (tokens)", "mean split / predicted total", "decode share on alpha",
+                     "KV streamed / bulk (requests per run)", "decision us p50 (mean) / p99 (worst seed)"], rows)
+
+
+def coloc_gap(results: dict) -> str:
+    gap = results.get("gap_overhead", [])
+    lines = []
+    for wl in dict.fromkeys(r["workload"] for r in gap):
+        by = {r["cpu_overhead"]: r for r in gap if r["workload"] == wl}
+        m, o = by.get("measured"), by.get("off")
+        if m and o:
+            lines.append(f"{wl}: DynaServe / coloc. {ci(m['median']['ratio'])} with the measured overhead "
+                         f"({ci(m['median']['dynaserve'])} vs {ci(m['median']['coloc'])} req/s, chunk "
+                         f"{m['median']['coloc_chunk']}), {ci(o['median']['ratio'])} without it "
+                         f"({ci(o['median']['dynaserve'])} vs {ci(o['median']['coloc'])} req/s, chunk "
+                         f"{o['median']['coloc_chunk']})")
+    tuning = []
+    for g in results["grid"]:
+        per = ", ".join(f"{c['chunk']}: {ci(c['median']['interval'])} / {ci(c['p99']['interval'])}"
+                        for c in g["coloc_chunks"])
+        anchors = ", ".join(f"{c}: {fmt(a)}" for c, a in g["coloc"]["anchors"].items())
+        tuning.append(f"{g['workload']}: grid {per} (anchors, one seed: {anchors})")
+    steps = results.get("step_times", [])
+    table = md_table(["Table 1 shape", "decodes x context", "chunk", "step ms (simulated)",
+                      "paper's coloc. p99 TBT ms (measured, chunk 2048)"],
+                     [[s["shape"], f"{s['num_decodes']} x {s['context']}", f"{s['chunk']} ({s['chunk_tokens']} tokens)",
+                       fmt(s["step_ms"], 1), fmt(PAPER_P99_TBT_MS.get(s["shape"]), 1) if s["chunk"] == 2048 else ""]
+                      for s in steps])
+    return (
+        "**Capacity vs PD colocation, and how it moved with the profile cost model.** The paper's reason for its "
+        "2.37x: colocation suffers prefill-decode interference, long chunks stalling decodes, which chunk tuning "
+        "does not remove. Test 1, the chunk (capacity req/s under the median / P99 rule, mean [95% CI] over the "
+        "seeds): " + "; ".join(tuning) + ". Test 2, the step times that decide the TBT SLO (simulated: profile "
+        "cost model, A100-80GB, Qwen-2.5-14B, a chunk halfway through the prompt beside a decode batch; the "
+        "decode counts are illustrative) next to the paper's measured colocation tails:\n\n" + table + "\n\n"
+        "A 2048-token chunk beside decodes takes about as long as the paper's colocation tails (so Table 1's "
+        "pattern holds), but a 256-token chunk stays under the 100 ms SLO at these batch sizes, which is why the "
+        "tuned colocation (chunk 256-512) keeps its capacity. Test 3, the per-step CPU overhead the profile model "
+        "adds (measured vLLM scheduling, sampling and output processing per step): "
+        + ("; ".join(lines) if lines else "not run") + ". Remaining untested: the paper's own vLLM 0.7.2 "
+        "colocation (its scheduler and chunking details), which we replace by `sarathi` behind round-robin.\n")
