@@ -149,7 +149,8 @@ def grid_rates(anchor_rps: float, sizes: ex.Sizes) -> list[float]:
 def workload_capacities(workload: str, model: str, setting: st.Setting, sizes: ex.Sizes, seeds: Sequence[int],
                         variants: dict[str, dict] | None = None, *, coloc_variants: bool = False) -> dict:
     """Every system on one workload: tuned colocation (round-robin), 1P1D, DynaServe in the
-    paper's deployment and in each of ``variants`` (on colocation's grid), and with
+    paper's deployment and in each of ``variants`` (name -> (parameters, the configuration its
+    ratio is taken against: "paper" or an earlier variant), on colocation's grid), and with
     ``coloc_variants`` colocation behind the least-loaded router (its best chunk)."""
     coloc, chunks = tuned_coloc(workload, model, setting, sizes, seeds)
     d_anchor = anchor("disagg", workload, model, setting, sizes, seeds[0]) or ex.CAPACITY_LO
@@ -157,16 +158,21 @@ def workload_capacities(workload: str, model: str, setting: st.Setting, sizes: e
     dyna = grid_capacity("dynaserve", workload, model, coloc["rates"], setting, sizes, seeds, label="dynaserve")
     out = {"workload": workload, "coloc": coloc, "coloc_chunks": chunks, "disagg": disagg, "dynaserve": dyna,
            "variants": {}}
-    for name, params in (variants or {}).items():
+    bases = {}
+    for name, (params, base) in (variants or {}).items():
+        bases[name] = base
         out["variants"][name] = grid_capacity("dynaserve", workload, model, coloc["rates"], setting, sizes, seeds,
                                               dyna=params, label=name)
     if coloc_variants:
         ll = dataclasses.replace(setting, coloc_router="least_loaded")
+        bases["coloc least-loaded"] = "coloc"
         out["variants"]["coloc least-loaded"] = grid_capacity(
             "coloc", workload, model, coloc["rates"], ll, sizes, seeds, chunk=coloc["tuned_chunk"]["median"],
             label="coloc least-loaded")
+    against = {"paper": dyna, "coloc": coloc, **out["variants"]}
+    out["variant_bases"] = bases
     out["ratios"] = {rule: {"vs_coloc": ratio_interval(dyna, coloc, rule), "vs_disagg": ratio_interval(dyna, disagg, rule),
-                            **{f"{name} vs paper": ratio_interval(v, coloc if name.startswith("coloc") else dyna, rule)
+                            **{f"{name} vs base": ratio_interval(v, against[bases[name]], rule)
                                for name, v in out["variants"].items()}}
                      for rule in DELAY_RULES}
     return out

@@ -54,9 +54,11 @@ def render(results: dict) -> str:
         rc.capacity_section(results),
         "### The paper's deployment against servelab's additions (Sec. 6.1 setting vs variants)",
         "",
-        "Each variant changes one thing from the main configuration (one alpha and one beta GPU, every split "
-        "streamed, no headroom, no context charge, c = 2048; colocation round-robin) and runs on the same grid "
-        "and seeds; the ratio is variant / paper's deployment per seed.",
+        "The main configuration is the paper's deployment (one alpha and one beta GPU, every split streamed, "
+        "no headroom, no context charge, c = 2048; colocation round-robin). Each of servelab's additions runs "
+        "alone on it, all of them together (`servelab defaults`, the dynaserve preset's defaults, with no c), "
+        "and the defaults without each one (what that addition is worth among the others); every variant runs "
+        "on the same grid and seeds, and its ratio is taken per seed against the configuration named.",
         "",
         rc.variants_section(results),
         "",

@@ -28,7 +28,7 @@ from servelab.metrics.plain_json import plain
 from servelab.reproduce.runner import Reproduction, Run, Step
 
 FULL = ex.Sizes(goodput_rates={"fractions": (0.5, 0.75, 1.0, 1.25)})
-REDUCED = ex.Sizes(num_requests=120, min_duration_s=45.0, max_requests=300, capacity_rel_tol=0.2,
+REDUCED = ex.Sizes(num_requests=120, min_duration_s=45.0, max_requests=600, capacity_rel_tol=0.2,
                    capacity_hi=20.0, goodput_rates={"fractions": (0.5, 1.0, 1.5)},
                    models=("14B",), chunks=(256, 512, 2048), table1_requests=120,
                    split_fractions=(-0.25, 0.0, 0.3, 0.6), split_requests=120, sigmas=(0.0, 100.0),

@@ -72,14 +72,17 @@ CHUNKS = (256, 512, 1024, 2048)  # the colocation chunk is tuned over these per 
 PAPER_C = 2048  # Algorithm 2's c (lost from the paper's text): vLLM 0.7.2's default chunk
 PAPER_DYNASERVE = {"pairing": "fixed", "stream_decode_splits": True, "headroom": 0.0, "context_charge": False,
                    "max_chunk": PAPER_C}
-# servelab's additions, one at a time and all together (the defaults of the dynaserve preset)
+# servelab's additions: each alone on the paper's deployment, all together (the defaults of the dynaserve
+# preset), and the defaults without each one; name -> (parameters, the configuration it is compared with)
+SERVELAB_DEFAULTS = {"pairing": "load", "headroom": 0.1, "context_charge": True, "stream_decode_splits": False,
+                     "max_chunk": None}
+_ADDITIONS = {"load pairing": {"pairing": "load"}, "10% headroom": {"headroom": 0.1},
+              "context charge": {"context_charge": True}, "bulk decode splits": {"stream_decode_splits": False}}
 DYNASERVE_VARIANTS = {
-    "load pairing": {"pairing": "load"},
-    "10% headroom": {"headroom": 0.1},
-    "context charge": {"context_charge": True},
-    "bulk decode splits": {"stream_decode_splits": False},
-    "servelab defaults": {"pairing": "load", "headroom": 0.1, "context_charge": True,
-                          "stream_decode_splits": False, "max_chunk": None},
+    **{name: (params, "paper") for name, params in _ADDITIONS.items()},
+    "servelab defaults": (SERVELAB_DEFAULTS, "paper"),
+    **{f"defaults without {name}": ({**SERVELAB_DEFAULTS, **{k: PAPER_DYNASERVE[k] for k in params}},
+                                    "servelab defaults") for name, params in _ADDITIONS.items()},
 }
 
 
