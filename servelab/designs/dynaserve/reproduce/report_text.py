@@ -9,9 +9,9 @@ from servelab.designs.dynaserve.reproduce.report_tables import fmt
 
 
 def gap_sections(results: dict) -> str:
-    from servelab.designs.dynaserve.reproduce.report_capacity import coloc_gap
+    from servelab.designs.dynaserve.reproduce.report_capacity import coloc_gap, deployment_gap
 
-    return "\n".join([coloc_gap(results), _vs_disagg(results), _table1(results), _fig11(results),
+    return "\n".join([deployment_gap(results), coloc_gap(results), _vs_disagg(results), _table1(results), _fig11(results),
                       _transfer(results), _overhead(results), _split(results)])
 
 
