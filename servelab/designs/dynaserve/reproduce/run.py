@@ -48,7 +48,11 @@ def _steps(run: Run) -> list[Step]:
     seeds = list(run.seeds)
 
     def cap() -> dict:
-        return {r["workload"]: r for r in res["capacity"] if r["system"] == "dynaserve"}
+        """DynaServe's capacity per workload (the paper's rule), colocation's where it has none
+        (below the grid): the rate the later experiments are placed relative to."""
+        coloc = {r["workload"]: r["capacity_rps"] for r in res["capacity"] if r["system"] == "coloc"}
+        return {r["workload"]: {**r, "capacity_rps": r["capacity_rps"] or coloc.get(r["workload"])}
+                for r in res["capacity"] if r["system"] == "dynaserve"}
 
     return [
         Step("capacity (Fig. 9)", lambda _: _grid(setting, sizes, seeds, sizes.capacity_workloads, True), "grid"),
