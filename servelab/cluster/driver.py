@@ -89,6 +89,7 @@ class ClusterDriver:
         self.mover = Mover(self, measured=measured_transfers)
         self.reconfig = Reconfigurer(self, rebuild)
         self._router_timer_s: float | None = None
+        self.router_decision_s: list[float] = []  # CPU time of each on_arrival (routers read no clock)
         self._router_hears_steps = type(router).on_step_done is not Router.on_step_done
         self._arrivals_done = False
         self.watchdog = WatchdogConfig()  # ends a run that stops making progress (cluster/watchdog.py)
@@ -222,7 +223,10 @@ class ClusterDriver:
             req.finish(RequestStatus.REJECTED, self.now_s, why)
             self.collector.on_request_end(req)
             return
-        self.apply(self.router.on_arrival(self.now_s, req, self.view))
+        t0 = time.thread_time()
+        actions = self.router.on_arrival(self.now_s, req, self.view)
+        self.router_decision_s.append(time.thread_time() - t0)
+        self.apply(actions)
 
     def _on_arrivals_done(self) -> None:
         self._arrivals_done = True
@@ -371,10 +375,25 @@ class ClusterDriver:
                    if callable(getattr(d.policy, "report", None))}
         links = {str(k): {"busy_s": lk.busy_s, "bytes": lk.bytes_moved, "jobs": lk.num_jobs}
                  for k, lk in self.mover.links.items()}
+        router_report = self.router.report()
+        if router_report:  # a router with statistics also gets its decision times, measured here
+            router_report = {**router_report, "decision_time_us": _percentiles_us(self.router_decision_s)}
         return ClusterResult(self.requests, len(self.drivers), last - first, wall_s,
                              [d.busy_s for d in self.drivers], self.collector, list(self.mover.transfers),
-                             unfinished=unfinished, policy_reports=reports, router_report=self.router.report(),
+                             unfinished=unfinished, policy_reports=reports, router_report=router_report,
                              links=links,
                              pool_peak_bytes=self.pool.peak_bytes if self.pool is not None else 0.0,
                              pipeline=self.reconfig.pipeline_report(),
                              num_rejected_at_admission=self.num_rejected_at_admission)
+
+
+def _percentiles_us(times_s: list[float]) -> dict:
+    """p50 / p99 / max of per-decision CPU times in microseconds (thread time, so other
+    processes on a shared machine do not count)."""
+    if not times_s:
+        return {"count": 0}
+    import numpy as np
+
+    us = np.asarray(times_s) * 1e6
+    return {"count": len(us), "p50": float(np.percentile(us, 50)), "p99": float(np.percentile(us, 99)),
+            "max": float(us.max())}

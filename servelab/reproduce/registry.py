@@ -14,6 +14,10 @@ paper, one-line summary, its own command-line options, and the CPU time it took 
   this code, 1,012 CPU-s (31 min wall) while other sessions loaded the machine: its torch steps
   slow down under load (the committed run, on a quieter machine, states 5 min of Figure 7).
 
+DynaServe since issue 26 (capacity on a rate grid over 3 seeds, both delay rules, nine variants):
+reduced measured on this code (the sum of its steps, rounded up); full not run on this code,
+estimated as 9x the reduced (the ratio of the two sizes before, 560 / 60).
+
 Wall time equals CPU time only on an idle machine; on a shared one it was 1.5-3x here.
 """
 
@@ -87,9 +91,10 @@ REPRODUCTIONS: tuple[Entry, ...] = (
           options=(Option("engine", True, "Also measure ragged vs padded bucket prefills on the real engine "
                                           "(CPU, needs torch)."),)),
     Entry("dynaserve", "DynaServe", "dynaserve.md", "servelab.designs.dynaserve.reproduce.run",
-          "DynaServe: capacity, goodput, Table 1/2/4, Figs. 5/11, chunked transfer and scheduler time vs PD "
+          "DynaServe: capacity on a rate grid over seeds (median and P99 delay rules), the paper's deployment "
+          "against servelab's variants, goodput, Table 1/2/4, Figs. 5/11, chunked transfer and scheduler time vs PD "
           "colocation (sarathi) and 1P1D disaggregation, with the gap tests (simulated).",
-          {"reduced": 60, "full": 560}),
+          {"reduced": 600, "full": 5000}, seeds=True),
     Entry("alignedserve", "AlignedServe", "alignedserve.md", "servelab.designs.alignedserve.reproduce.run",
           "AlignedServe: Figs. 1/3 (simulated, and measured on the CPU engine), 7-15, the batch-switch share, pool "
           "occupancy and Density First Search time against vllm, distserve and a FastGen stand-in, with the gap "

@@ -5,10 +5,14 @@
   has no gap and meets it).
 - Goodput: output tokens per second of the requests that meet it (the paper's definition).
 - Token share within the SLO: gaps (all requests) no longer than the SLO (Figure 11).
-- Serving capacity probe: a rate passes when at least 99% of requests meet the TBT SLO and
-  the P99 scheduling delay (arrival to first scheduled) stays under ``max_delay_s``
-  (Sarathi-Serve's capacity rule, which the paper says it follows; without a delay bound an
-  overloaded prefill queue would pass, as only TTFT grows).
+- Serving capacity probe: a rate passes when at least 99% of requests meet the TBT SLO
+  (the paper's Sec. 6.3: "only 1% of requests" may violate it) and the scheduling delay
+  (arrival to first scheduled) stays under ``max_delay_s``. The paper takes its capacity
+  definition from Sarathi-Serve, which bounds the *median* scheduling delay (2 s); that is
+  ``delay_rule="median"``, the default. ``delay_rule="p99"`` bounds the P99 delay instead,
+  a stricter rule that penalises a system whose prompt splits queue a few requests behind
+  long prefills; the reproduction reports both from the same runs. Without any delay bound
+  an overloaded prefill queue would pass, as only TTFT grows.
 - Per instance: MFU over the run (linear-layer FLOPs / (peak x duration)) and KV-cache use
   (time-weighted share of KV blocks in use), the paper's Table 1 columns; for a saturated
   run over its saturated window (the second half of the arrivals), like its throughput.
@@ -43,6 +47,7 @@ class TBTOutcome:
     ttft_p50_s: float
     ttft_p99_s: float
     delay_p99_s: float  # scheduling delay: arrival to first scheduled
+    delay_p50_s: float
     duration_s: float
 
     def to_dict(self) -> dict:
@@ -75,7 +80,8 @@ def tbt_outcome(table: RequestTable, slo_s: float = TBT_SLO_S, duration_s: float
     return TBTOutcome(len(table), int(met.sum()), float(met.mean()) if len(table) else float("nan"),
                       rate(float(table.num_output_tokens[met].sum())), rate(float(table.num_output_tokens.sum())),
                       rate(float(finished.sum())), float(np.mean(gaps <= slo_s)) if len(gaps) else float("nan"),
-                      pct(gaps, 50), pct(gaps, 99), pct(ttft, 50), pct(ttft, 99), pct(delay, 99), duration_s)
+                      pct(gaps, 50), pct(gaps, 99), pct(ttft, 50), pct(ttft, 99), pct(delay, 99), pct(delay, 50),
+                      duration_s)
 
 
 def saturated_window(table: RequestTable) -> tuple[float, float]:
@@ -103,8 +109,17 @@ def bottleneck_throughput(num_requests: int, busy_s: Sequence[float]) -> float:
     return num_requests / busiest if busiest > 0 else float("nan")
 
 
-def capacity_pass(outcome: TBTOutcome, *, target: float = 0.99, max_delay_s: float = 2.0) -> bool:
-    return outcome.attainment >= target and outcome.delay_p99_s <= max_delay_s
+DELAY_RULES = ("median", "p99")
+
+
+def capacity_pass(outcome: TBTOutcome, *, target: float = 0.99, max_delay_s: float = 2.0,
+                  delay_rule: str = "median") -> bool:
+    """Whether a probe passes the capacity rule: attainment >= ``target`` and the scheduling
+    delay's median (Sarathi-Serve's rule, the paper's) or P99 within ``max_delay_s``."""
+    if delay_rule not in DELAY_RULES:
+        raise ValueError(f"delay_rule must be one of {DELAY_RULES}, got {delay_rule!r}")
+    delay = outcome.delay_p50_s if delay_rule == "median" else outcome.delay_p99_s
+    return outcome.attainment >= target and delay <= max_delay_s
 
 
 def tbt_cdf(table: RequestTable, points_ms: Sequence[float]) -> list[float]:

@@ -34,6 +34,7 @@ class DynaServePolicyConfig(PreemptionConfig):
     slo_aware: bool = True
     fixed_budget: int = 2048  # prefill tokens per step when slo_aware is off
     max_chunk: int | None = None  # Algorithm 2's c: prefill tokens one request may take per step
+    context_charge: bool = True  # charge a late chunk for the context it attends to (not in the paper)
     min_prefill: int = 16
     fallback_budget: int = 256  # before the table has values (engine: until steps are measured)
     online_update: bool = True
@@ -141,9 +142,10 @@ class DynaServePolicy(ContinuousBatchingPolicy):
     def _add_prefill(self, b: PlanBuilder, prefill: list[Request], running_ids: set[int], table: ProfileTable) -> None:
         """FCFS chunks up to the budget. A chunk late in a long prompt also attends to the
         context before it, which the table (chunks from scratch) does not time: it is charged
-        as ``1 + w * context`` tokens, ``w`` the table's attention cost per context token."""
+        as ``1 + w * context`` tokens, ``w`` the table's attention cost per context token
+        (``context_charge``; servelab's addition: Algorithm 2 counts chunk tokens only)."""
         cap = self.config.max_chunk
-        w = table.context_weight if (self.config.slo_aware and table.ready) else 0.0
+        w = table.context_weight if (self.config.slo_aware and self.config.context_charge and table.ready) else 0.0
         for req in prefill:
             left = b.tokens_left
             if left < 1:

@@ -107,6 +107,8 @@ class DynaServeRouter(Router):
         self.decisions: list[tuple[int, int, int, int]] = []  # (request id, P, N, s) per arrival
         self.landed_s: dict[int, float] = {}  # request id -> when its KV landed on beta
         self._kv: dict[int, float] = {}  # instance id -> KV blocks in use after its last step
+        self.num_streamed = 0  # split requests whose KV streams in chunks while alpha computes
+        self.num_bulk = 0  # split requests whose KV is copied at the hand-off
 
     # ---- arrivals ----
     def on_arrival(self, now_s: float, request: Request, cluster: ClusterState) -> list[Placement]:
@@ -180,6 +182,10 @@ class DynaServeRouter(Router):
         stream = self.config.stream_kv_tokens or None
         if split > request.num_prompt_tokens and not self.config.stream_decode_splits:
             stream = None
+        if stream is None:
+            self.num_bulk += 1
+        else:
+            self.num_streamed += 1
         return Placement(request, alpha, handoff_at_tokens=split, handoff_target=beta, stream_kv_tokens=stream)
 
     def _pair(self, insts: Sequence[InstanceState], now_s: float) -> tuple[InstanceState, InstanceState]:
@@ -252,6 +258,14 @@ class DynaServeRouter(Router):
         streamed = chunk and (self.config.stream_decode_splits or split <= prompt)
         return latency + per_token * (min(split, chunk) if streamed else split)
 
+    def report(self) -> dict:
+        """The split decisions of the run (``summary.json``'s ``policy_reports["router"]``;
+        the driver adds the decision times): where requests were split (inside the prompt,
+        at its end as in disaggregation, in the decode, or not at all), the mean split point
+        of the split ones (tokens, and as a share of the predicted total), the decode share
+        alpha kept, and how many hand-offs streamed their KV vs copied it in bulk."""
+        return split_statistics(self.decisions, self.num_streamed, self.num_bulk)
+
     # ---- feedback ----
     def on_step_done(self, now_s: float, instance_id: int, shape, finished: Sequence[Request],
                      cluster: ClusterState) -> list:
@@ -315,6 +329,30 @@ class DynaServeRouter(Router):
                 ctx.append(done)
         elif end > done:
             segments.append(Segment(now_s, min(prompt, end) - done, max(0, end - prompt), prompt))
+
+
+def split_statistics(decisions: Sequence[tuple[int, int, int, int]], streamed: int, bulk: int) -> dict:
+    """``report()`` from the (request id, P, N, s) decisions and the transfer counts."""
+    d = np.array(decisions, dtype=np.int64).reshape(-1, 4)
+    prompt, total, split = d[:, 1], d[:, 2], d[:, 3]
+    n = len(d)
+    cut = (split > 0) & (split < total)
+
+    def share(mask: np.ndarray) -> float | None:
+        return float(mask.sum() / n) if n else None
+
+    def mean(values: np.ndarray) -> float | None:
+        return float(values.mean()) if len(values) else None
+
+    decode = np.clip(split - prompt, 0, None)[cut] / np.maximum(total - prompt, 1)[cut]
+    return {"num_requests": n,
+            "split_share": {"inside_prompt": share((split > 0) & (split < prompt)),
+                            "at_prompt_end": share(cut & (split == prompt)),
+                            "in_decode": share((split > prompt) & (split < total)),
+                            "none": share(~cut)},
+            "whole_on_alpha": share(split >= total), "whole_on_beta": share(split <= 0),
+            "mean_split_tokens": mean(split[cut]), "mean_split_fraction": mean(split[cut] / total[cut]),
+            "mean_decode_share_alpha": mean(decode), "kv_streamed": streamed, "kv_bulk": bulk}
 
 
 def _find(cluster: ClusterState, instance_id: int) -> InstanceState | None:

@@ -9,11 +9,11 @@ from servelab.designs.dynaserve import metrics as dm
 from servelab.metrics.request_metrics import RequestTable
 
 
-def _req(rid, times, arrival=0.0):
+def _req(rid, times, arrival=0.0, delay=0.0):
     r = Request(RequestSpec(rid, arrival, 10, max(len(times), 1)))
     r.token_times_s = list(times)
     r.num_generated_tokens = len(times)
-    r.first_scheduled_time_s = arrival
+    r.first_scheduled_time_s = arrival + delay
     r.finish(RequestStatus.FINISHED, times[-1], "length")
     return r
 
@@ -45,6 +45,19 @@ def test_capacity_needs_both_the_slo_and_a_bounded_delay():
     out = dm.tbt_outcome(table)
     assert dm.capacity_pass(out)
     assert not dm.capacity_pass(out, max_delay_s=-1.0)
+
+
+def test_the_papers_capacity_rule_bounds_the_median_delay_and_the_p99_rule_is_stricter():
+    """Sarathi-Serve (whose definition the paper follows) bounds the median scheduling delay:
+    two requests of 100 queued 5 s pass it but fail the P99 rule (the rule used before)."""
+    reqs = [_req(i, [6.0 + 0.05 * k for k in range(5)], delay=5.0 if i < 2 else 0.0) for i in range(100)]
+    out = dm.tbt_outcome(RequestTable.from_requests(reqs))
+    assert out.delay_p50_s == 0.0 and out.delay_p99_s == pytest.approx(5.0)
+    assert dm.capacity_pass(out)  # the default is the paper's rule
+    assert dm.capacity_pass(out, delay_rule="median")
+    assert not dm.capacity_pass(out, delay_rule="p99")
+    with pytest.raises(ValueError, match="delay_rule"):
+        dm.capacity_pass(out, delay_rule="mean")
 
 
 def test_non_overlapped_transfer_is_landing_minus_handoff():

@@ -10,15 +10,20 @@ from servelab.reproduce.runner import run_reproduction
 TINY = ex.Sizes(num_requests=30, min_duration_s=5.0, max_requests=60, capacity_rel_tol=0.6, capacity_hi=10.0,
                 goodput_rates={"fractions": (1.0,)}, models=("14B",), capacity_workloads=("azure-code",),
                 chunks=(256,), table1_requests=20, split_fractions=(0.0, 0.3), split_requests=20,
-                sigmas=(0.0, 100.0), queue_sizes=(10,), queue_repeats=10)
+                sigmas=(0.0, 100.0), queue_sizes=(10,), queue_repeats=10, grid=(0.8, 1.0, 1.25),
+                anchor_rel_tol=0.6, variant_workloads=("azure-code",), gap_workloads=("azure-code",))
 
 
 def test_tiny_reproduction_writes_every_claim(tmp_path):
-    results = run_reproduction(REPRODUCTION, tmp_path, sizes=TINY)
+    results = run_reproduction(REPRODUCTION, tmp_path, sizes=TINY, num_seeds=2)
     report = (tmp_path / "dynaserve.md").read_text()
     for claim in ("capacity vs PD coloc.", "hybrid capacity", "best fixed split", "sigma 100",
-                  "SLO-aware batching", "chunking", "scheduler time"):
+                  "SLO-aware batching", "chunking", "scheduler time", "median delay rule", "p99 delay rule",
+                  "load pairing", "coloc least-loaded", "split share"):
         assert claim in report
+    grid = results["grid"][0]
+    assert len(grid["dynaserve"]["runs"]) == 2 and set(grid["ratios"]) == {"median", "p99"}
+    assert set(grid["variants"]) >= {"load pairing", "10% headroom", "context charge", "bulk decode splits"}
     assert "simulated" in report and "servelab reproduce dynaserve" in report
     saved = json.loads((tmp_path / "dynaserve.json").read_text())
     assert {r["system"] for r in saved["capacity"]} == {"coloc", "disagg", "dynaserve"}

@@ -98,3 +98,34 @@ def test_the_preset_splits_parameters_and_rejects_unknown_ones():
         cluster_for("dynaserve:bogus=1", num_instances=2, **MODEL)
     with pytest.raises(RegistryError):
         Simulation(_specs(5), cluster_for("dynaserve:max_probes=0", num_instances=2, **MODEL))
+
+
+def test_split_statistics_reach_every_runs_summary():
+    """policy_reports["router"] (summary.json) carries where requests were split, the mean split
+    point, streamed vs bulk hand-offs and the decision times; it was empty before."""
+    from servelab.api import HardwareChoice, run_simulation
+
+    specs = _specs(80)
+    reports = {}
+    for stream_decode in (False, True):
+        out = run_simulation(specs, f"dynaserve:stream_decode_splits={str(stream_decode).lower()}",
+                             HardwareChoice(num_instances=2, **MODEL))
+        rep = reports[stream_decode] = out.to_dict()["policy_reports"]["router"]
+        share = rep["split_share"]
+        assert rep["num_requests"] == 80 and sum(share.values()) == pytest.approx(1.0)
+        split = round(80 * (1 - share["none"]))
+        assert rep["kv_streamed"] + rep["kv_bulk"] == split > 0
+        assert 0 < rep["mean_split_fraction"] < 1 and rep["mean_split_tokens"] > 0
+        assert rep["decision_time_us"]["count"] == 80 and 0 < rep["decision_time_us"]["p50"]
+    # decode-phase splits are copied in bulk by default and streamed with stream_decode_splits
+    assert reports[False]["split_share"]["in_decode"] > 0 and reports[False]["kv_bulk"] > 0
+    assert reports[True]["kv_bulk"] == 0
+
+
+def test_paper_pairing_puts_every_alpha_part_on_the_first_instance():
+    sim, res = _run(_specs(60), pairing="fixed", stream_decode_splits=True)
+    router = sim.driver.router
+    assert router.num_bulk == 0
+    for req in res.requests:
+        if req.handoff_at_tokens is not None:
+            assert req.instance_id == 1  # ended on beta, the second instance

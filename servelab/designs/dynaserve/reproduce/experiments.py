@@ -34,6 +34,11 @@ class Sizes:
     queue_sizes: tuple[int, ...] = (0, 10, 100, 250)
     queue_repeats: int = 300
     timing_runs: int = 3  # runs per workload for the scheduler time; each percentile is their median
+    # x the anchor (capacity.py); the walk starts at 1.0, so the low end costs only a system far below the anchor
+    grid: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.32, 1.45, 1.6)
+    anchor_rel_tol: float = 0.15  # the anchor's bisection (one seed, coarse: it only places the grid)
+    variant_workloads: tuple[str, ...] = ("azure-code", "mini-reasoning")  # where the variants are measured
+    gap_workloads: tuple[str, ...] = ("azure-code", "burstgpt")  # the overhead-off gap test
 
 
 CAPACITY_LO = 0.05
@@ -176,13 +181,14 @@ def transfer_modes(capacity: float, setting: st.Setting, sizes: Sizes, seed: int
     """Chunked vs bulk KV transfer on Mini-Reasoning, every split streaming (decode-phase
     splits included, the paper's design) or none: non-overlapped transfer per request, at a
     light load (0.4x DynaServe's capacity: memory never binds) and a heavy one (0.8x), where
-    the default (stream prompt-phase splits only) runs too."""
+    servelab's variant (``default``: stream prompt-phase splits only) runs too."""
     rows = []
     for load, share, modes in (("light", 0.4, ("bulk", "chunked")), ("heavy", 0.8, ("bulk", "chunked", "default"))):
         rate = round(share * capacity, 3)
         specs = st.workload("mini-reasoning", rate, _n(rate, sizes), seed, setting)
         for mode in modes:
-            params = {"bulk": {"stream_kv_tokens": 0}, "chunked": {"stream_decode_splits": True}, "default": {}}[mode]
+            params = {"bulk": {"stream_kv_tokens": 0}, "chunked": {"stream_decode_splits": True},
+                      "default": {"stream_decode_splits": False}}[mode]
             r = st.run("dynaserve", specs, "14B", setting, detail=True, **params)
             gaps = r["non_overlapped_s"]
             rows.append({"mode": mode, "load": load, "rate": rate, "num_split": int(len(gaps)),

@@ -6,10 +6,12 @@ the report ``out_dir/dynaserve.md`` (the paper's number, ours, the operating poi
 each gap the experiment that tests its stated reason); the runner (``servelab.reproduce``)
 writes ``out_dir/dynaserve.json``, times the steps and shows progress.
 
-Order matters: the 14B capacities come first, since the other experiments run at rates
-relative to DynaServe's capacity on each workload (goodput curves at 0.5-1.25x of it,
-scaled for the larger models by their prefill speed; Table 4 at it; Figure 11 above it;
-the transfer comparison at 0.4x and 0.8x of it).
+Order matters: the 14B capacities come first (``capacity.py``: a rate grid over
+``run.seeds``, both delay rules, the paper's deployment and servelab's variants), since the
+other experiments run at rates relative to DynaServe's capacity on each workload (the mean
+over seeds under the paper's rule; goodput curves at 0.5-1.25x of it, scaled for the larger
+models by their prefill speed; Table 4 at it; Figure 11 above it; the transfer comparison at
+0.4x and 0.8x of it).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import dataclasses
 
 import numpy as np
 
+from servelab.designs.dynaserve.reproduce import capacity as cp
 from servelab.designs.dynaserve.reproduce import experiments as ex
 from servelab.designs.dynaserve.reproduce import setting as st
 from servelab.designs.dynaserve.reproduce.timing import percentiles_us, queue_benchmark
@@ -25,31 +28,40 @@ from servelab.metrics.plain_json import plain
 from servelab.reproduce.runner import Reproduction, Run, Step
 
 FULL = ex.Sizes(goodput_rates={"fractions": (0.5, 0.75, 1.0, 1.25)})
-REDUCED = ex.Sizes(num_requests=120, min_duration_s=45.0, max_requests=300, capacity_rel_tol=0.2, capacity_hi=20.0, goodput_rates={"fractions": (0.5, 1.0, 1.5)},
-                   models=("14B",), chunks=(256, 2048), table1_requests=120,
+REDUCED = ex.Sizes(num_requests=120, min_duration_s=45.0, max_requests=600, capacity_rel_tol=0.2,
+                   capacity_hi=20.0, goodput_rates={"fractions": (0.5, 1.0, 1.5)},
+                   models=("14B",), chunks=(256, 512, 2048), table1_requests=120,
                    split_fractions=(-0.25, 0.0, 0.3, 0.6), split_requests=120, sigmas=(0.0, 100.0),
-                   queue_sizes=(10, 100), queue_repeats=100, timing_runs=1)
-GAP_OVERHEAD_S = 0.025
+                   queue_sizes=(10, 100), queue_repeats=100, timing_runs=1, anchor_rel_tol=0.25,
+                   gap_workloads=("azure-code",))
 CDF_POINTS_MS = [float(x) for x in range(0, 301, 10)]
 
 
 def _start(run: Run) -> None:
     setting = run.options.get("setting", st.Setting())
-    run.results.update({"reduced": run.reduced, "seed": run.seed, "setting": plain(dataclasses.asdict(setting)),
+    run.results.update({"reduced": run.reduced, "seed": run.seed, "seeds": list(run.seeds), "setting": plain(dataclasses.asdict(setting)),
                         "sizes": plain(dataclasses.asdict(run.sizes)), "cdf_points_ms": CDF_POINTS_MS})
 
 
 def _steps(run: Run) -> list[Step]:
     setting, sizes, seed, res = run.options.get("setting", st.Setting()), run.sizes, run.seed, run.results
+    seeds = list(run.seeds)
 
     def cap() -> dict:
-        return {r["workload"]: r for r in res["capacity"] if r["system"] == "dynaserve"}
+        """DynaServe's capacity per workload (the paper's rule), colocation's where it has none
+        (below the grid): the rate the later experiments are placed relative to."""
+        coloc = {r["workload"]: r["capacity_rps"] for r in res["capacity"] if r["system"] == "coloc"}
+        return {r["workload"]: {**r, "capacity_rps": r["capacity_rps"] or coloc.get(r["workload"])}
+                for r in res["capacity"] if r["system"] == "dynaserve"}
 
     return [
-        Step("capacity (Fig. 9)", lambda _: _capacities(setting, sizes, seed), "capacity"),
+        Step("capacity (Fig. 9)", lambda _: _grid(setting, sizes, seeds, sizes.capacity_workloads, True), "grid"),
+        Step("capacity rows", lambda _: cp_rows(res["grid"]), "capacity"),
         Step("goodput (Fig. 8)", lambda _: _goodput(setting, sizes, seed, cap()), "goodput"),
-        Step("hybrid (Table 2)", lambda _: _capacities(setting, sizes, seed, ("hybrid",)), "hybrid"),
+        Step("hybrid (Table 2)", lambda _: _grid(setting, sizes, seeds, ("hybrid",), False), "hybrid_grid"),
+        Step("hybrid rows", lambda _: cp_rows(res["hybrid_grid"]), "hybrid"),
         Step("Table 1", lambda _: ex.table1(setting, sizes, seed), "table1"),
+        Step("step times vs Table 1", lambda _: step_times(), "step_times"),
         Step("split ratio (Fig. 5)", lambda _: ex.split_sweep(setting, sizes, seed), "split_sweep"),
         Step("prediction error (Table 4)",
              lambda _: ex.prediction_error(_rate_of(cap(), "mini-reasoning"), setting, sizes, seed), "prediction_error"),
@@ -59,7 +71,8 @@ def _steps(run: Run) -> list[Step]:
         Step("chunked vs bulk transfer",
              lambda _: ex.transfer_modes(_rate_of(cap(), "mini-reasoning"), setting, sizes, seed), "transfer"),
         Step("scheduler time", lambda _: _overhead(setting, sizes, seed, cap()), "overhead"),
-        Step("gap: per-step overhead", lambda _: _gap_overhead(setting, sizes, seed, res["capacity"]), "gap_overhead"),
+        Step("gap: per-step overhead off", lambda _: _gap_overhead(setting, sizes, seeds, res["grid"]),
+             "gap_overhead"),
     ]
 
 
@@ -73,7 +86,7 @@ def _write(run: Run) -> dict:
 
 
 REPRODUCTION = Reproduction("dynaserve", {"full": FULL, "reduced": REDUCED}, _steps, _write, start=_start,
-                            json_name="{stem}.json")
+                            json_name="{stem}.json", default_seeds=3)
 
 
 def _rate_of(cap: dict, workload: str) -> float:
@@ -81,18 +94,39 @@ def _rate_of(cap: dict, workload: str) -> float:
     return row["capacity_rps"] if row and row["capacity_rps"] else 1.0
 
 
-def _capacities(setting: st.Setting, sizes: ex.Sizes, seed: int, workloads=None) -> list[dict]:
+def _grid(setting: st.Setting, sizes: ex.Sizes, seeds: list[int], workloads, variants: bool) -> list[dict]:
+    return [cp.workload_capacities(wl, "14B", setting, sizes, seeds,
+                                   st.DYNASERVE_VARIANTS if variants and wl in sizes.variant_workloads else None,
+                                   coloc_variants=variants and wl in sizes.variant_workloads) for wl in workloads]
+
+
+def cp_rows(grid: list[dict]) -> list[dict]:
+    """The grid results as one row per (workload, system) under the paper's rule (the mean
+    over seeds), the shape the tables, plots and later steps read."""
     rows = []
-    for wl in workloads or sizes.capacity_workloads:
-        rows.append(_strip(ex.tuned_coloc_capacity(wl, "14B", setting, sizes, seed)))
-        rows.append(_strip(ex.capacity("disagg", wl, "14B", setting, sizes, seed)))
-        rows.append(_strip(ex.capacity("dynaserve", wl, "14B", setting, sizes, seed)))
+    for g in grid:
+        for system in st.SYSTEMS:
+            r = g[system]
+            row = {"workload": g["workload"], "system": system, "capacity_rps": r["median"]["interval"]["mean"],
+                   "capacity_p99_rule_rps": r["p99"]["interval"]["mean"],
+                   "chunk": r["tuned_chunk"]["median"] if system == "coloc" else None,
+                   "goodput_at_capacity": _goodput_at_capacity(r)}
+            if system == "coloc":
+                row["tuning"] = [{"chunk": c["chunk"], "capacity_rps": c["median"]["interval"]["mean"],
+                                  "capacity_p99_rule_rps": c["p99"]["interval"]["mean"]} for c in g["coloc_chunks"]]
+                row["tuning"] += [{"chunk": int(c), "capacity_rps": None, "anchor_rps": a}
+                                  for c, a in r["anchors"].items() if int(c) not in {t["chunk"] for t in row["tuning"]}]
+            rows.append(row)
     return rows
 
 
-def _strip(row: dict) -> dict:
-    return {k: v for k, v in row.items() if k != "probes"} | {"probes": [
-        {k: p[k] for k in ("rate", "passes_capacity", "attainment", "delay_p99_s")} for p in row["probes"]]}
+def _goodput_at_capacity(row: dict) -> float | None:
+    """Mean over seeds of the goodput of the probe at each seed's capacity (paper's rule)."""
+    vals = []
+    for run in row["runs"]:
+        rate = run["median"]["rps"]
+        vals += [p["goodput_tokens_per_s"] for p in run["probes"] if rate is not None and p["rate"] == rate]
+    return float(np.mean(vals)) if vals else None
 
 
 def _goodput(setting, sizes, seed, cap) -> list[dict]:
@@ -131,22 +165,44 @@ def _overhead(setting, sizes, seed, cap) -> dict:
     return {"runs": runs, "benchmark": bench}
 
 
-def _gap_overhead(setting, sizes, seed, capacity: list[dict]) -> list[dict]:
-    """Gap test: the capacities again with every step ``GAP_OVERHEAD_S`` longer, for every
-    system (colocation re-tuned over its small chunks, which are the ones that survive)."""
-    slow = dataclasses.replace(setting, step_overhead_s=GAP_OVERHEAD_S)
-    small = dataclasses.replace(sizes, chunks=tuple(c for c in sizes.chunks if c <= 512) or sizes.chunks[:1])
-    workloads = ("azure-code", "burstgpt") if len(sizes.capacity_workloads) > 1 else sizes.capacity_workloads[:1]
-    by = {(r["workload"], r["system"]): r for r in capacity}
+def _gap_overhead(setting, sizes, seeds, grid: list[dict]) -> list[dict]:
+    """Gap test: the capacities of tuned colocation and DynaServe with the cost model's per-step
+    CPU overhead turned off (``cpu_overhead="off"``) against the default (measured) overhead,
+    on ``sizes.gap_workloads``, the same seeds and grid rules."""
+    off = dataclasses.replace(setting, cpu_overhead="off")
+    by = {g["workload"]: g for g in grid}
     rows = []
-    for wl in workloads:
-        c, d = by.get((wl, "coloc"), {}), by.get((wl, "dynaserve"), {})
-        rows.append({"workload": wl, "step_overhead_s": 0.0, "coloc_rps": c.get("capacity_rps"),
-                     "coloc_chunk": c.get("chunk"), "dynaserve_rps": d.get("capacity_rps"),
-                     "ratio": ex.ratio(d.get("capacity_rps"), c.get("capacity_rps"))})
-        coloc = ex.tuned_coloc_capacity(wl, "14B", slow, small, seed)
-        dyna = ex.capacity("dynaserve", wl, "14B", slow, small, seed)
-        rows.append({"workload": wl, "step_overhead_s": GAP_OVERHEAD_S, "coloc_rps": coloc["capacity_rps"],
-                     "coloc_chunk": coloc["chunk"], "dynaserve_rps": dyna["capacity_rps"],
-                     "ratio": ex.ratio(dyna["capacity_rps"], coloc["capacity_rps"])})
+    for wl in sizes.gap_workloads:
+        g = by.get(wl)
+        if g is None:
+            continue
+        coloc, _ = cp.tuned_coloc(wl, "14B", off, sizes, seeds)
+        dyna = cp.grid_capacity("dynaserve", wl, "14B", coloc["rates"], off, sizes, seeds)
+        for overhead, c, d in (("measured", g["coloc"], g["dynaserve"]), ("off", coloc, dyna)):
+            rows.append({"workload": wl, "cpu_overhead": overhead,
+                         **{rule: {"coloc": c[rule]["interval"], "dynaserve": d[rule]["interval"],
+                                   "coloc_chunk": c["tuned_chunk"][rule],
+                                   "ratio": cp.ratio_interval(d, c, rule)} for rule in ("median", "p99")}})
+    return rows
+
+
+def step_times() -> list[dict]:
+    """The step times that decide colocation's TBT on Table 1's shapes (14B, A100, default
+    cost model): one chunk of each size beside a batch of decodes at the shape's context."""
+    from servelab.catalog.instance import InstanceSpec
+    from servelab.core.plan import StepShape
+    from servelab.costmodel.build import build_cost_model
+
+    model, tp = st.MODELS["14B"]
+    cost = build_cost_model(InstanceSpec(st.GPU, model, tp=tp), st.Setting().cost)
+    rows = []
+    for shape, prompt, output, decodes in (("P8192/D32", 8192, 32, 16), ("P2048/D512", 2048, 512, 64),
+                                           ("P219/D1467", 219, 1467, 128)):
+        ctx = prompt + output // 2
+        for chunk in (0, 256, 512, 2048):
+            n = min(chunk, prompt)  # a chunk halfway through the prompt, attending to what came before
+            step = StepShape(prefill_tokens=(n,) if n else (), prefill_context=(min(prompt, prompt // 2 + n),) if n else (),
+                             num_decodes=decodes, decode_context_sum=decodes * ctx, decode_context_max=ctx)
+            rows.append({"shape": shape, "chunk": chunk, "chunk_tokens": n, "num_decodes": decodes, "context": ctx,
+                         "step_ms": 1e3 * cost.step_time_s(step)})
     return rows

@@ -6,14 +6,22 @@ NIC per GPU between servers. Models Qwen-2.5-14B / 32B / 72B at TP 1 / 2 / 4; ev
 gets two instances of that TP (2, 4 or 8 GPUs), filled into servers in order, so the 72B
 pair talks over the network and the others over NVLink.
 
-Systems:
+Systems (the paper's deployment is the main configuration):
 
 * ``coloc`` (PD colocation, vLLM chunked prefill): ``sarathi`` on both instances (DP=2),
-  token budget = the chunk, least-loaded routing (the paper's Sec. 2.4 routes round-robin;
-  least-loaded is at least as strong, so the baseline is not weakened);
+  token budget = the chunk, routed round-robin as in the paper's Sec. 2.4
+  (``coloc_router="least_loaded"`` is the variant measured beside it);
 * ``disagg`` (PD disaggregation, 1P1D): the ``distserve`` router with ``vllm`` on a prefill
   and a decode instance, KV handed over after the first token;
-* ``dynaserve``: the ``dynaserve`` router and local scheduler on both instances.
+* ``dynaserve``: the ``dynaserve`` router and local scheduler on both instances, with
+  ``PAPER_DYNASERVE``: one alpha and one beta GPU (Sec. 6.1: "1 GPU each for alpha and beta
+  in 14B"; ``pairing=fixed``), every split's KV streamed in chunks (Sec. 4.3, decode-phase
+  splits included), steps planned to the SLO itself (no headroom), Algorithm 2 counting
+  chunk tokens only (no context charge), and Algorithm 2's per-request chunk ``c`` = 2048:
+  the paper's text lost c's value, and 2048 is the chunk of the vLLM 0.7.2 it builds on
+  (its Sec. 2.4); a parameter (``max_chunk``). servelab's additions (load-based pairing,
+  10% headroom, the context charge, bulk copies for decode-phase splits) are the named
+  variants of ``DYNASERVE_VARIANTS``, each measured against it.
 
 Workloads: Poisson arrivals, lengths sampled from the data (``azure-code``; ``burstgpt`` is
 the Azure 2023 conversation trace standing in for BurstGPT, whose file is not in the shared
@@ -22,7 +30,9 @@ data; ``arxiv``; ``mini-reasoning`` fixed at P219 / D1467, the shape the paper g
 N(0, ``prediction_sigma``) error (the paper's predictor is within a few tens of tokens for
 95% of requests; the sensitivity study varies it).
 
-Step times come from the simulator's roofline cost model of the A100-80GB: simulated
+Step times come from the simulator's default cost model of the A100-80GB: the profile-driven
+model (Vidur's measured A100 operator tables and the measured per-step CPU overhead of vLLM,
+docs/costmodel.md); ``Setting.cost`` changes it (the gap test turns the overhead off). Simulated
 numbers, not measurements. The same kernels cost the same for every system.
 """
 
@@ -59,6 +69,21 @@ LENGTHS = {
 }
 SYSTEMS = ("coloc", "disagg", "dynaserve")
 CHUNKS = (256, 512, 1024, 2048)  # the colocation chunk is tuned over these per workload
+PAPER_C = 2048  # Algorithm 2's c (lost from the paper's text): vLLM 0.7.2's default chunk
+PAPER_DYNASERVE = {"pairing": "fixed", "stream_decode_splits": True, "headroom": 0.0, "context_charge": False,
+                   "max_chunk": PAPER_C}
+# servelab's additions: each alone on the paper's deployment, all together (the defaults of the dynaserve
+# preset), and the defaults without each one; name -> (parameters, the configuration it is compared with)
+SERVELAB_DEFAULTS = {"pairing": "load", "headroom": 0.1, "context_charge": True, "stream_decode_splits": False,
+                     "max_chunk": None}
+_ADDITIONS = {"load pairing": {"pairing": "load"}, "10% headroom": {"headroom": 0.1},
+              "context charge": {"context_charge": True}, "bulk decode splits": {"stream_decode_splits": False}}
+DYNASERVE_VARIANTS = {
+    **{name: (params, "paper") for name, params in _ADDITIONS.items()},
+    "servelab defaults": (SERVELAB_DEFAULTS, "paper"),
+    **{f"defaults without {name}": ({**SERVELAB_DEFAULTS, **{k: PAPER_DYNASERVE[k] for k in params}},
+                                    "servelab defaults") for name, params in _ADDITIONS.items()},
+}
 
 
 @dataclass(frozen=True)
@@ -69,10 +94,18 @@ class Setting:
     max_batch_tokens: int = 8192
     max_num_seqs: int = 256
     tbt_slo_s: float = 0.1
-    max_delay_s: float = 2.0  # capacity: P99 scheduling delay bound (Sarathi-Serve)
+    max_delay_s: float = 2.0  # capacity: scheduling delay bound (Sarathi-Serve: on the median)
+    delay_rule: str = "median"  # the bound's statistic: median (Sarathi-Serve's, the paper's) or p99
     prediction_sigma: float = 10.0
-    step_overhead_s: float = 0.0  # added to every step of every system (the gap experiment)
-    dynaserve: dict = field(default_factory=dict)  # extra preset parameters (ablations)
+    cpu_overhead: str | None = None  # the cost model's per-step overhead (None: measured; "off": the gap test)
+    coloc_router: str = "round_robin"  # the paper's Sec. 2.4
+    dynaserve: dict = field(default_factory=lambda: dict(PAPER_DYNASERVE))  # preset parameters (variants)
+
+    @property
+    def cost(self):
+        from servelab.costmodel.options import CostOptions
+
+        return CostOptions(cpu_overhead=self.cpu_overhead)
 
     def topology(self) -> TopologyConfig:
         return TopologyConfig(gpus_per_server=self.gpus_per_server,
@@ -86,7 +119,7 @@ def cluster(system: str, model_key: str, setting: Setting, *, chunk: int = 2048,
     topo = setting.topology()
     if system == "coloc":
         return ClusterConfig(groups=(InstanceGroup(count=2, policy="sarathi", policy_params={"token_budget": chunk},
-                                                   **common),), router="least_loaded", topology=topo)
+                                                   **common),), router=setting.coloc_router, topology=topo)
     if system == "disagg":
         return ClusterConfig(groups=(InstanceGroup(role="prefill", policy="vllm", **common),
                                      InstanceGroup(role="decode", policy="vllm", **common)),
@@ -101,45 +134,17 @@ def cluster(system: str, model_key: str, setting: Setting, *, chunk: int = 2048,
     raise ValueError(f"unknown system {system!r}; expected one of {SYSTEMS}")
 
 
-class OverheadCost:
-    """The roofline of the setting's instance plus a fixed time per step (framework overhead
-    a real engine pays per iteration: scheduling, sampling, launches), for every system."""
-
-    def __init__(self, inner: Any, overhead_s: float) -> None:
-        self.inner, self.overhead_s = inner, overhead_s
-
-    def step_time_s(self, shape) -> float:
-        return self.inner.step_time_s(shape) + self.overhead_s
-
-    def decode_step_times_s(self, num_decodes: int, context_sums, context_maxes=None):
-        return self.inner.decode_step_times_s(num_decodes, context_sums, context_maxes) + self.overhead_s
-
-    def swap_time_s(self, num_blocks: int) -> float:
-        return self.inner.swap_time_s(num_blocks)
-
-    def kv_transfer_time_s(self, num_tokens: int, link) -> float:
-        return self.inner.kv_transfer_time_s(num_tokens, link)
-
-
-def overhead_cost(model_key: str, overhead_s: float) -> OverheadCost:
-    from servelab.catalog.instance import InstanceSpec
-    from servelab.costmodel.roofline import roofline_for_instance
-
-    model, tp = MODELS[model_key]
-    return OverheadCost(roofline_for_instance(InstanceSpec(GPU, model, tp=tp)), overhead_s)
-
-
 def model_speed(model_key: str) -> float:
     """How much faster than the 14B instance this model's instance prefills (rates scale by it)."""
     from servelab.catalog.instance import InstanceSpec
     from servelab.core.plan import StepShape
-    from servelab.costmodel.roofline import roofline_for_instance
+    from servelab.costmodel.build import build_cost_model
 
     shape = StepShape(prefill_tokens=(2048,), prefill_context=(2048,))
 
     def t(key: str) -> float:
         model, tp = MODELS[key]
-        return roofline_for_instance(InstanceSpec(GPU, model, tp=tp)).step_time_s(shape)
+        return build_cost_model(InstanceSpec(GPU, model, tp=tp)).step_time_s(shape)
 
     return t("14B") / t(model_key)
 
@@ -177,8 +182,7 @@ def run(system: str, specs: list[RequestSpec], model_key: str, setting: Setting,
     """One simulation; returns the TBT outcome and throughputs (and with ``detail``
     utilisation, over the saturated window with ``saturated``, decisions, scheduler times
     and transfers)."""
-    cost = overhead_cost(model_key, setting.step_overhead_s) if setting.step_overhead_s else None
-    sim = Simulation(specs, cluster(system, model_key, setting, chunk=chunk, **dyna), cost_model=cost)
+    sim = Simulation(specs, cluster(system, model_key, setting, chunk=chunk, **dyna), cost_model=setting.cost)
     timed = None
     if system == "dynaserve":
         timed = TimedRouter(sim.driver.router)
@@ -192,7 +196,10 @@ def run(system: str, specs: list[RequestSpec], model_key: str, setting: Setting,
     outcome = dm.tbt_outcome(table, setting.tbt_slo_s)
     row: dict[str, Any] = {"system": system, "model": model_key, "chunk": chunk if system == "coloc" else None,
                            "num_requests": len(specs), "cpu_s": cpu, **outcome.to_dict(),
-                           "passes_capacity": dm.capacity_pass(outcome, max_delay_s=setting.max_delay_s)}
+                           "passes_capacity": dm.capacity_pass(outcome, max_delay_s=setting.max_delay_s,
+                                                               delay_rule=setting.delay_rule),
+                           **{f"passes_{rule}": dm.capacity_pass(outcome, max_delay_s=setting.max_delay_s,
+                                                                 delay_rule=rule) for rule in dm.DELAY_RULES}}
     row["saturated_rps"] = dm.saturated_throughput(table)
     row["bottleneck_rps"] = dm.bottleneck_throughput(len(specs), res.busy_s)
     if detail:
@@ -201,6 +208,8 @@ def run(system: str, specs: list[RequestSpec], model_key: str, setting: Setting,
         row["table"] = table
         if timed is not None:
             row.update(_dynaserve_detail(sim, timed, res))
+    if system == "dynaserve":
+        row["router_report"] = res.router_report
     return row
 
 

@@ -41,6 +41,9 @@ class TimedRouter(Router):
         self.feedback_s.append(time.thread_time() - t0)
         return out
 
+    def report(self) -> dict:
+        return self.inner.report()
+
     def on_instance_idle(self, now_s, instance_id, cluster):
         return self.inner.on_instance_idle(now_s, instance_id, cluster)
 
