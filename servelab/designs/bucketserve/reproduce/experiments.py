@@ -36,7 +36,7 @@ sigma 0.6; output lognormal mean 270, sigma 0.8; both clipped to 2048), ``longbe
 probability ``long_share``, else Alpaca-like). Every request carries a predicted output (the
 UELLM profiler's stand-in, ``with_predictions``); only ``uellm`` reads it.
 
-Step times come from the simulator's default roofline cost model for the A100-40GB; these are
+Step times come from the simulator's default (profile-driven) cost model for the A100-40GB; these are
 simulated numbers, not measurements.
 """
 

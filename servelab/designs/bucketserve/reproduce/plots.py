@@ -6,10 +6,11 @@ from functools import partial
 from pathlib import Path
 
 from servelab.reproduce.plots import pyplot, save
+from servelab.reproduce.notes import DEFAULT_COST_MODEL_SHORT
 
 plt = pyplot()
 
-SIM_NOTE = "simulated: roofline cost model, Llama-2-13B, 4 x A100-40GB (2 x TP2)"
+SIM_NOTE = f"simulated: {DEFAULT_COST_MODEL_SHORT}, Llama-2-13B, 4 x A100-40GB (2 x TP2)"
 COLORS = {"bucketserve": "tab:red", "distserve": "tab:blue", "uellm": "tab:green", "static": "tab:gray"}
 
 

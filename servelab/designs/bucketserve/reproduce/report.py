@@ -10,6 +10,7 @@ from pathlib import Path
 from servelab.designs.bucketserve.reproduce import before, report_seeds, report_tables, report_text
 from servelab.designs.bucketserve.reproduce.report_tables import _fmt, _ratio, top_ratio
 from servelab.designs.bucketserve.reproduce.report_text import CMD
+from servelab.reproduce.notes import DEFAULT_COST_MODEL
 
 # key, claim, paper value, comparison: ">=" reached when ours >= paper, "<" when ours < paper,
 # "~" when ours >= 0.9 x paper (the paper says "about" / "closely follows")
@@ -116,7 +117,7 @@ def write_report(results: dict, path: Path) -> None:
     cmd = f"{CMD}{' --reduced' if results['reduced'] else ''} --seed {results['seed']}"
     lines = report_text.preamble(results) + [
         "", "---", "", f"# Report of `{cmd}`", "",
-        "Simulated unless marked measured: servelab's roofline cost model, Llama-2-13B, 4 x A100-40GB as two "
+        f"Simulated unless marked measured: {DEFAULT_COST_MODEL}, Llama-2-13B, 4 x A100-40GB as two "
         "TP=2 instances joined by NVLink (other placements in *Placement*). Measured: the bucketing overhead (Python time on the CPU that ran the "
         "command) and the engine section (our PyTorch engine on that CPU).",
     ]
