@@ -184,3 +184,19 @@ def test_a_request_in_transit_does_not_hold_up_ready_ones_behind_it():
     slot.ready = {ready.request_id}
     moves = AlignedServeRouter()._release(slot, slot.requests, inst, 0.0)
     assert [m.request for m in moves] == [ready] and list(slot.requests) == [evicted]
+
+
+def test_the_designs_statistics_reach_every_runs_summary():
+    """Issue 25 item 7: summary.json's policy_reports carry the router's own statistics."""
+    import json
+
+    from servelab.api import HardwareChoice, run_simulation
+
+    out = run_simulation(_mixed(150, gap_s=0.002, long_share=0.0), "alignedserve",
+                         HardwareChoice(num_instances=2, gpu="H100-80GB", model="OPT-2.7B"))
+    report = json.loads(json.dumps(out.to_dict()))["policy_reports"]["router"]
+    depth = report["pool_depth_at_cut"]
+    assert report["num_batches"] > 0 and len(depth["blocks_over_threshold_p10_p50_p90"]) == 3
+    assert 0.0 <= depth["share_over_threshold"] <= 1.0 and 0.0 < report["switch_share"] <= 1.0
+    assert report["rows_per_iteration_mean"] > 1 and report["num_kv_waits"] > 0
+    assert report["num_joins"] == 150 and "num_starved_batches" in report

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servelab.core.plan import StepShape
 from servelab.designs.alignedserve.reproduce import setting as st
 
 
@@ -26,6 +25,8 @@ class Sizes:
     applications: tuple[str, ...] = st.APPLICATIONS
     dfs_requests: int = 100_000
     dfs_searches: int = 2000
+    seeds: int = 3  # the headline grid (regimes.py): seeds per cell
+    regime_requests: int = 2000
 
 
 def fig7_synthetic(sizes: Sizes, seed: int) -> list[dict]:
@@ -148,42 +149,16 @@ def dfs_timing(sizes: Sizes, seed: int, block_size: int = 16) -> dict:
             "max_ms": float(ms.max()), "insert_us": insert_us, "batch_size_mean": float(np.mean(batch_sizes))}
 
 
-class PaddedDecode:
-    """The gap test's cost model: the roofline, but a decode step's attention reads every row
-    padded to the longest context (a padded kernel, as our CPU engine's), so the iteration
-    bubble is rows x longest instead of the split-KV kernel's longest x SMs / (heads x splits)."""
-
-    def __init__(self, base) -> None:
-        self._base = base
-
-    def __getattr__(self, name):
-        return getattr(self._base, name)
-
-    def step_time_s(self, shape: StepShape) -> float:
-        if shape.num_decodes and shape.padding is None:
-            from dataclasses import replace
-
-            shape = replace(shape, decode_context_sum=shape.num_decodes * shape.decode_context_max)
-        return self._base.step_time_s(shape)
-
-    def decode_step_times_s(self, num_decodes, context_sums, context_maxes=None):
-        maxes = np.asarray(context_maxes, dtype=np.float64)
-        return self._base.decode_step_times_s(num_decodes, num_decodes * maxes, maxes)
-
-
 def gap_bubble(sizes: Sizes, seed: int, model: str = "OPT-2.7B", share: float = 0.95) -> list[dict]:
-    """Does AlignedServe's gain follow the iteration bubble? The 95%-short mix under the
-    roofline (split-KV bubble) and under padded decode attention (bubble = rows x longest)."""
-    from servelab.catalog.instance import InstanceSpec
-    from servelab.costmodel.roofline import roofline_for_instance
+    """Does AlignedServe's gain follow the iteration bubble? The 95%-short mix under the cost
+    model's split-KV decode kernel and under its padded one (every row reads the longest)."""
+    from servelab.costmodel.options import CostOptions
 
     specs = st.synthetic(sizes.num_requests, share, seed)
     rows = []
     deep = 3 * sizes.num_gpus // 4  # prefill GPUs for a deep pool (decode-bound)
-    for kernel in ("split-KV (roofline)", "padded"):
-        cost = None
-        if kernel == "padded":
-            cost = PaddedDecode(roofline_for_instance(InstanceSpec(st.GPU, model)))
+    for kernel in ("split-kv", "padded"):
+        cost = CostOptions(attention_kernel=kernel)
         for label in ("vLLM", "DistServe", "AlignedServe"):
             r = st.run(specs, st.SYSTEMS[label], model, sizes.num_gpus, cost_model=cost)
             rows.append(_slim(r, label=label, kernel=kernel, num_prefill="half", keep_router=label == "AlignedServe"))

@@ -9,13 +9,13 @@ shows progress. ``--no-engine`` leaves out the CPU-engine measurement (torch).
 from __future__ import annotations
 
 from servelab.designs.alignedserve.reproduce import experiments as ex
-from servelab.designs.alignedserve.reproduce import motivation
+from servelab.designs.alignedserve.reproduce import motivation, regimes
 from servelab.reproduce.runner import Reproduction, Run, Step
 
 FULL = ex.Sizes()
 REDUCED = ex.Sizes(num_gpus=4, num_requests=400, app_requests=300, models=("OPT-2.7B",), short_shares=(0.7, 0.95),
                    long_lengths=(2000, 10000), applications=("ShareGPT-like", "LongBench-like (arXiv)", "Azure conv"),
-                   dfs_searches=500)
+                   dfs_searches=500, seeds=2, regime_requests=200)
 
 
 def _start(run: Run) -> None:
@@ -28,6 +28,7 @@ def _steps(run: Run) -> list[Step]:
     engine = [Step("Figs. 1/3 trend on the CPU engine", lambda _: motivation.engine_measured(), "engine")] \
         if run.options.get("engine", True) else []
     return [
+        Step("headline grid: deep pool, every kernel, seeds", lambda _: regimes.headline_grid(sizes, seed), "regimes"),
         Step("Fig. 1 (simulated)", lambda _: motivation.fig1_simulated(), "fig1"),
         Step("Fig. 3 (simulated)", lambda _: motivation.fig3_simulated(), "fig3"),
         *engine,
