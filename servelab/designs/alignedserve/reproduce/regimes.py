@@ -34,16 +34,32 @@ VARIANTS = {  # label -> spec
     "AlignedServe, greedy join": "alignedserve:join=greedy",
     "AlignedServe w/o prefetch": "alignedserve:prefetch=false",
 }
-WORKLOADS = ("synthetic 95% short", "ShareGPT-like")
+POISSON_RATE = 100.0  # req/s: above every kernel's DistServe decode capacity on ShareGPT-like (checked in the report)
+POISSON = f"ShareGPT-like, Poisson {POISSON_RATE:g} req/s"
+WORKLOADS = ("synthetic 95% short", "ShareGPT-like", POISSON)
 ROUTER_KEYS = ("switch_share", "rows_per_iteration_mean", "pool_depth_at_cut", "num_starved", "num_starved_batches",
                "num_kv_waits", "kv_wait_total_s", "kv_wait_p50_p95_ms", "batch_size_mean", "batch_span_median",
                "num_batches", "num_joins_small", "num_joins_completions")
 
 
 def _specs(workload: str, n: int, seed: int):
+    """At time 0 (offline, as the paper), or sustained Poisson arrivals above decode capacity."""
     if workload.startswith("synthetic"):
         return st.synthetic(n, 0.95, seed)
+    if workload == POISSON:
+        from servelab.api import load_workload
+
+        return load_workload(f"poisson:rate={POISSON_RATE:g},n={n},prompt=lognormal(180,1.0,4096),"
+                             "output=lognormal(180,0.8,1024)", seed=seed)
     return st.application(workload, n, seed)
+
+
+def offline_capacity(rows: list[dict], kernel: str, label: str = "DistServe") -> float:
+    """``label``'s request rate (requests / makespan) on ShareGPT-like at time 0 under ``kernel``,
+    mean over seeds: what a sustained arrival rate must exceed to keep the pool filling."""
+    rates = [r["num_requests"] / r["makespan_s"] for r in rows
+             if r["workload"] == "ShareGPT-like" and r["kernel"] == kernel and r["label"] == label]
+    return sum(rates) / len(rates) if rates else float("nan")
 
 
 def headline_grid(sizes, seed: int, model: str = "OPT-6.7B") -> list[dict]:
@@ -56,9 +72,11 @@ def headline_grid(sizes, seed: int, model: str = "OPT-6.7B") -> list[dict]:
                 specs = _specs(workload, sizes.regime_requests, s)
                 for label, spec in VARIANTS.items():
                     r = st.run(specs, spec, model, sizes.num_gpus, cost_model=cost)
-                    row = {k: r[k] for k in ("decode_tok_s", "tok_s_first90", "tpot_p99_ms", "num_finished", "num_requests",
+                    row = {k: r[k] for k in ("decode_tok_s", "tok_s_first90", "makespan_s", "tpot_p99_ms", "num_finished", "num_requests",
                                              "conserved", "cpu_s", "model", "num_gpus")}
-                    row.update(label=label, workload=workload, kernel=kernel, seed=s)
+                    row.update(label=label, workload=workload, kernel=kernel, seed=s,
+                               decode_rows_mean=r["decode_step_ms"].get("rows_mean"),
+                               decode_step_mean_ms=r["decode_step_ms"].get("mean"))
                     if "router" in r:
                         row["router"] = {k: r["router"][k] for k in ROUTER_KEYS}
                     rows.append(row)
@@ -83,21 +101,30 @@ def summarise(rows: list[dict]) -> list[dict]:
                                        for s in seeds]) for lab in by if lab != "AlignedServe"}
             first90 = {lab: t_interval([by["AlignedServe"][s]["tok_s_first90"] / by[lab][s]["tok_s_first90"]
                                         for s in seeds]) for lab in by if lab != "AlignedServe"}
-            premise = {lab: _premise([v[s].get("router", {}) for s in seeds]) for lab, v in by.items()}
+            premise = {lab: _premise([v[s].get("router", {}) for s in seeds], [v[s] for s in seeds])
+                       for lab, v in by.items()}
             out.append({"workload": workload, "kernel": kernel, "seeds": seeds, "tput": tput, "ratios": ratios,
                         "first90": first90, "premise": premise})
     return out
 
 
-def _premise(reports: list[dict]) -> dict:
+def _premise(reports: list[dict], runs: list[dict]) -> dict:
+    """Means over seeds; a system without the router's report (DistServe: decode rows and
+    iteration time only; vLLM's mixed steps: nothing) gets what its steps show."""
+    steps = [r.get("decode_rows_mean") for r in runs]
+    base = {}
+    if all(v is not None for v in steps):
+        base = {"decode_rows": sum(steps) / len(steps),
+                "decode_ms": sum(r["decode_step_mean_ms"] for r in runs) / len(runs)}
     if not reports or not reports[0]:
-        return {}
+        return base
 
     def mean(f):
         vals = [f(r) for r in reports]
         return sum(vals) / len(vals)
 
     return {
+        **base,
         "depth_p50": mean(lambda r: r["pool_depth_at_cut"]["blocks_over_threshold_p10_p50_p90"][1]),
         "share_over": mean(lambda r: r["pool_depth_at_cut"]["share_over_threshold"]),
         "switch": mean(lambda r: r["switch_share"]),

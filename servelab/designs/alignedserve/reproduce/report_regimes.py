@@ -35,6 +35,11 @@ def regime_lines(res: dict) -> list[str]:
         ratios = [c["ratios"][lab].format("{:.2f}") if lab in c["ratios"] else "n/a" for lab, _ in COMPARISONS]
         out.append(f"| {c['workload']} | {c['kernel']} | {c['tput']['AlignedServe'].format('{:.0f}')} | "
                    + " | ".join(ratios) + " |")
+    caps = {k: regimes.offline_capacity(rows, k) for k in dict.fromkeys(r["kernel"] for r in rows)}
+    out += ["", f"Premise of the sustained load ({regimes.POISSON}): DistServe's offline request rate on the same "
+            "lengths is " + ", ".join(f"{v:.0f} req/s under {k}" for k, v in caps.items()) +
+            f", so {regimes.POISSON_RATE:g} req/s is " + ", ".join(f"{regimes.POISSON_RATE / v:.1f}x" for v in
+                                                                     caps.values()) + " its capacity."]
     out += ["", "**Gap test: is a ratio set by the makespan's tail?** Prefix-aligned batching leaves the requests "
             "of sparse ranges (long prompts) for last, in small block-limited batches; offline throughput "
             "(tokens / makespan) charges that tail. The same ratios over the time to the first 90% of output "
@@ -50,16 +55,24 @@ def regime_lines(res: dict) -> list[str]:
             "above it, the batch-switch share, rows per decode iteration, the median batch span, requests "
             "released by the starvation bound and the time decode iterations waited for joining KV.", "",
             "| workload | kernel | variant | depth at cut p50 | cuts over threshold | switch share | rows/iter | "
-            "batch span | starved | KV wait (s) |", "|---|---|---|---|---|---|---|---|---|---|"]
+            "decode iteration ms | batch span | starved | KV wait (s) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         for lab, p in c["premise"].items():
             if not p:
                 continue
+            if "depth_p50" not in p:  # DistServe: its decode iterations only
+                out.append(f"| {c['workload']} | {c['kernel']} | {lab} | n/a | n/a | n/a | {p['decode_rows']:.1f} | "
+                           f"{p['decode_ms']:.2f} | n/a | n/a | n/a |")
+                continue
             out.append(f"| {c['workload']} | {c['kernel']} | {lab} | {p['depth_p50']:.2f} | {p['share_over']:.0%} | "
-                       f"{p['switch']:.1%} | {p['rows']:.1f} | {p['span']:.0f} | {p['starved']:.0f} | "
-                       f"{p['kv_wait_s']:.2f} |")
+                       f"{p['switch']:.1%} | {p['rows']:.1f} | {_ms(p.get('decode_ms'))} | {p['span']:.0f} | "
+                       f"{p['starved']:.0f} | {p['kv_wait_s']:.2f} |")
     out += ["", _reading(cells), ""]
     return out
+
+
+def _ms(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
 
 
 def _reading(cells: list[dict]) -> str:
