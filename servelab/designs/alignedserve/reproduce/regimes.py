@@ -13,7 +13,9 @@ Each (workload, kernel, seed) runs the same requests on the same GPUs through:
 - AlignedServe with FCFS batches from the pool (``prefix_aware=false``): the pool, the join
   rule and prefetch without alignment, so AlignedServe / this = alignment's own share;
 - AlignedServe with today's greedy join (``join=greedy``), the rule before issue 25;
-- AlignedServe without GPU prefetch (``prefetch=false``): iterations wait for PCIe.
+- AlignedServe without GPU prefetch (``prefetch=false``): iterations wait for PCIe;
+- AlignedServe with a 90% block threshold: a gap test (are rows per iteration and the
+  switch share set by the paper's 40% batch size?).
 
 Kernels are the cost model's ``--attention-kernel`` choices (``split-kv`` is the H100
 default; ``per-seq`` and ``padded`` let the longest row bound a step).
@@ -33,6 +35,7 @@ VARIANTS = {  # label -> spec
     "AlignedServe, FCFS pool": "alignedserve:prefix_aware=false",
     "AlignedServe, greedy join": "alignedserve:join=greedy",
     "AlignedServe w/o prefetch": "alignedserve:prefetch=false",
+    "AlignedServe, 90% threshold": "alignedserve:block_fraction=0.9",
 }
 POISSON_RATE = 100.0  # req/s: above every kernel's DistServe decode capacity on ShareGPT-like (checked in the report)
 POISSON = f"ShareGPT-like, Poisson {POISSON_RATE:g} req/s"
@@ -99,12 +102,15 @@ def summarise(rows: list[dict]) -> list[dict]:
             tput = {lab: t_interval([v[s]["decode_tok_s"] for s in seeds]) for lab, v in by.items()}
             ratios = {lab: t_interval([by["AlignedServe"][s]["decode_tok_s"] / by[lab][s]["decode_tok_s"]
                                        for s in seeds]) for lab in by if lab != "AlignedServe"}
+            fcfs = by.get("AlignedServe, FCFS pool", {})
+            pool_share = t_interval([fcfs[s]["decode_tok_s"] / by["DistServe"][s]["decode_tok_s"] for s in seeds
+                                     if s in fcfs and s in by.get("DistServe", {})])
             first90 = {lab: t_interval([by["AlignedServe"][s]["tok_s_first90"] / by[lab][s]["tok_s_first90"]
                                         for s in seeds]) for lab in by if lab != "AlignedServe"}
             premise = {lab: _premise([v[s].get("router", {}) for s in seeds], [v[s] for s in seeds])
                        for lab, v in by.items()}
             out.append({"workload": workload, "kernel": kernel, "seeds": seeds, "tput": tput, "ratios": ratios,
-                        "first90": first90, "premise": premise})
+                        "first90": first90, "pool_share": pool_share, "premise": premise})
     return out
 
 

@@ -11,6 +11,9 @@ COMPARISONS = (  # (variant AlignedServe is divided by, what the ratio measures)
     ("AlignedServe, FCFS pool", "alignment's own share (same pool, join rule and prefetch, FCFS batches)"),
     ("AlignedServe, greedy join", "the paper's join rule against the rule before issue 25"),
     ("AlignedServe w/o prefetch", "GPU-prefetch-for-GPU (iterations wait for PCIe instead of NVLink)"),
+    ("AlignedServe, 90% threshold", "gap test: the paper's 40% block threshold against batches of up to 90% "
+     "of a decode GPU (if AlignedServe's rows and switch share are set by its batch size, this variant has more "
+     "rows, a lower switch share and a ratio below 1)"),
 )
 
 
@@ -77,10 +80,12 @@ def _ms(x) -> str:
 
 def _reading(cells: list[dict]) -> str:
     """The verdicts the grid supports, from its numbers (a ratio counts only when its whole
-    interval is past 1.0)."""
+    interval is past 1.0); AlignedServe / DistServe = (FCFS pool / DistServe) x alignment."""
     parts = []
     for c in cells:
         r = c["ratios"]
+        parts.append(f"{c['workload']}, {c['kernel']}: the pool without alignment (FCFS pool / DistServe) "
+                     f"{c['pool_share'].mean:.2f}x")
         for lab, word in (("AlignedServe, FCFS pool", "alignment"), ("DistServe", "AlignedServe vs DistServe")):
             if lab not in r:
                 continue
