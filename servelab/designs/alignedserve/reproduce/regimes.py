@@ -15,7 +15,10 @@ Each (workload, kernel, seed) runs the same requests on the same GPUs through:
 - AlignedServe with today's greedy join (``join=greedy``), the rule before issue 25;
 - AlignedServe without GPU prefetch (``prefetch=false``): iterations wait for PCIe;
 - AlignedServe with a 90% block threshold: a gap test (are rows per iteration and the
-  switch share set by the paper's 40% batch size?).
+  switch share set by the paper's 40% batch size?);
+- AlignedServe with a minimum batch of 128 (the example in the paper's text; its evaluation
+  uses 36): a gap test (under the paper's triggers a batch is refilled only below the
+  minimum, so are rows per iteration set by it?).
 
 Kernels are the cost model's ``--attention-kernel`` choices (``split-kv`` is the H100
 default; ``per-seq`` and ``padded`` let the longest row bound a step).
@@ -36,6 +39,7 @@ VARIANTS = {  # label -> spec
     "AlignedServe, greedy join": "alignedserve:join=greedy",
     "AlignedServe w/o prefetch": "alignedserve:prefetch=false",
     "AlignedServe, 90% threshold": "alignedserve:block_fraction=0.9",
+    "AlignedServe, min batch 128": "alignedserve:min_batch=128",
 }
 POISSON_RATE = 100.0  # req/s: above every kernel's DistServe decode capacity on ShareGPT-like (checked in the report)
 POISSON = f"ShareGPT-like, Poisson {POISSON_RATE:g} req/s"
