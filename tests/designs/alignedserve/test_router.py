@@ -163,6 +163,8 @@ def test_bad_parameters_are_one_clear_error():
         cluster_for("alignedserve", num_instances=1)
     with pytest.raises(Exception, match="block_fraction"):
         Simulation(_mixed(3), cluster_for("alignedserve:block_fraction=2", num_instances=2, **HW))
+    with pytest.raises(Exception, match="join must be one of paper, greedy"):
+        Simulation(_mixed(3), cluster_for("alignedserve:join=fifo", num_instances=2, **HW))
 
 
 def test_a_request_in_transit_does_not_hold_up_ready_ones_behind_it():
