@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from servelab.designs.alignedserve.reproduce import setting as st
+from servelab.designs.alignedserve.reproduce.report_claims import _claims, _f, _ratio, kernel_claim_lines, switch_gap_lines
 from servelab.designs.alignedserve.reproduce.report_regimes import regime_lines
 
 CMD = "servelab reproduce alignedserve --out docs/reproduction"
@@ -14,20 +13,6 @@ CMD = "servelab reproduce alignedserve --out docs/reproduction"
 
 def write_report(results: dict, path: Path) -> None:
     path.write_text("\n".join(_lines(results)) + "\n")
-
-
-def _ratio(rows, key, num_label, den_label, **match) -> float | None:
-    def pick(label):
-        for r in rows:
-            if r["label"] == label and all(r.get(k) == v for k, v in match.items()):
-                return r[key]
-        return None
-    a, b = pick(num_label), pick(den_label)
-    return a / b if a and b else None
-
-
-def _f(x, fmt="{:.2f}") -> str:
-    return "n/a" if x is None or (isinstance(x, float) and not np.isfinite(x)) else fmt.format(x)
 
 
 def _lines(res: dict) -> list[str]:
@@ -76,83 +61,16 @@ def _lines(res: dict) -> list[str]:
             f"Runs with requests not finished ({len(short)} of {len(runs)}): " + "; ".join(short), ""]
     out += regime_lines(res)
     out += _claims(res)
+    out += kernel_claim_lines(res)
     out += _motivation(res)
     out += _tables(res)
     out += _gaps(res)
+    out += switch_gap_lines(res)
     out += ["", "## Run time (CPU seconds per step)", ""]
     out += [f"- {k}: {v:.1f}" for k, v in res["timings_cpu_s"].items()]
     out += ["", "Plots: " + ", ".join(f"[{p}](alignedserve/{p})" for p in res.get("plots", [])),
             "Raw results: [alignedserve/results.json](alignedserve/results.json)."]
     return out
-
-
-def _claims(res: dict) -> list[str]:
-    f7 = res["fig7"]
-    m0 = f7[0]["model"]
-    top = max(r["short_share"] for r in f7)
-    r7 = [_ratio(f7, "decode_tok_s", "AlignedServe", b, model=m0, short_share=top)
-          for b in ("vLLM", "DistServe", "FastGen (sarathi)")]
-    f8 = res["fig8"]
-    apps = list(dict.fromkeys(r["workload"] for r in f8))
-    best8 = {a: max((_ratio(f8, "decode_tok_s", "AlignedServe", b, workload=a) or 0)
-                    for b in ("vLLM", "DistServe", "FastGen (sarathi)")) for a in apps}
-    tp = _tpot_ratios(f8 + f7)
-    f11 = {(r["workload"], r["label"]): r for r in res["fig11"]}
-    share = {w: f11[(w, "AlignedServe")]["router"]["switch_share"] for w, lab in f11 if lab == "AlignedServe"}
-    f13 = {(r["workload"], r["batching"]): r for r in res["fig13"]}
-    f14 = {r["label"]: r["decode_tok_s"] for r in res["fig14"]}
-    dfs = res["dfs"]
-    rows = [
-        ("Fig. 7: throughput at 95% short, OPT-2.7B, vs vLLM / DistServe / FastGen", "1.32x / 1.35x / 1.85x",
-         " / ".join(_f(x, "{:.2f}x") for x in r7), f"{m0}, {top:.0%} short, {res['sizes']['num_requests']} requests"),
-        ("Figs. 8: best throughput ratio over any baseline", "up to 1.98x (LongBench), 1.35x (ShareGPT), 1.98x (Azure)",
-         "; ".join(f"{a} {_f(v, '{:.2f}x')}" for a, v in best8.items()), "OPT-6.7B, all at t=0"),
-        ("Figs. 9-10: P99 TPOT, baseline / AlignedServe", "1.74-3.05x lower",
-         f"{_f(min(tp), '{:.3g}x')} - {_f(max(tp), '{:.3g}x')}" if tp else "n/a", "every workload and baseline above"),
-        ("Fig. 11: iterations scheduled within 5 ms (AlignedServe) / DistServe hand-offs over 10 ms",
-         "> 95% / 80%", _fig11_claim(res["fig11"]), "OPT-6.7B, ShareGPT-like and LongBench-like"),
-        ("Fig. 13: forward passes under 30 ms, prefix-aware / FCFS", "> 90% / < 10%",
-         "; ".join(f"{w}: {f13[(w, 'prefix-aware')]['share_under_30ms']:.0%} / {f13[(w, 'FCFS')]['share_under_30ms']:.0%}"
-                   for w in dict.fromkeys(k[0] for k in f13)), "OPT-13B"),
-        ("Fig. 14: throughput without prefetch / without prefetch and batching (Azure conv)", "-14.73% / further -28.51%",
-         f"{_f(f14['w/o P'] / f14['AlignedServe'] - 1, '{:+.1%}')} / {_f(f14['w/o P&B'] / f14['w/o P'] - 1, '{:+.1%}')}",
-         "OPT-6.7B, Azure conv"),
-        ("Batch-switch iterations", "<= 8.61% (ShareGPT), 12.37% (LongBench)",
-         "; ".join(f"{w}: {v:.1%}" for w, v in share.items()), "OPT-6.7B"),
-        ("Fig. 15: mean TTFT without starvation handling", "1.49 s (ShareGPT), 2.54 s (LongBench)",
-         "; ".join(f"{w}: TTFT {f11[(w, 'AlignedServe, no starvation bound')]['ttft_mean_s']:.2f} s, pool wait "
-                   f"(first to second token) {f11[(w, 'AlignedServe, no starvation bound')]['second_token_mean_s']:.2f} s"
-                   for w in share), "OPT-6.7B"),
-        ("Density First Search with 100,000 requests (**measured**, CPU time)", "< 1 ms (goal)",
-         f"p50 {dfs['p50_ms']:.3f} ms, p99 {dfs['p99_ms']:.3f} ms", f"{dfs['num_requests']} requests, "
-         f"threshold {dfs['max_blocks']} blocks (40% of OPT-13B on H100), this machine"),
-    ]
-    out = ["## Claims", "", "| claim | paper | ours | operating point |", "|---|---|---|---|"]
-    out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    return out + [""]
-
-
-def _tpot_ratios(rows: list[dict]) -> list[float]:
-    out = []
-    for r in rows:
-        if r["label"] == "AlignedServe":
-            continue
-        key = {k: r.get(k) for k in ("model", "short_share", "workload") if k in r}
-        mine = [x for x in rows if x["label"] == "AlignedServe" and all(x.get(k) == v for k, v in key.items())]
-        if mine and mine[0]["tpot_p99_ms"] > 0:
-            out.append(r["tpot_p99_ms"] / mine[0]["tpot_p99_ms"])
-    return out
-
-
-def _fig11_claim(rows: list[dict]) -> str:
-    parts = []
-    for r in rows:
-        if r["label"] == "AlignedServe":
-            parts.append(f"{r['workload']}: decision {_f(r['decision_share_under_5ms'], '{:.0%}')}, KV on the decode "
-                         f"GPU within 5 ms {_f(r['release_share_under_5ms'], '{:.0%}')}")
-        elif r["label"] == "DistServe":
-            parts.append(f"DistServe hand-offs over 10 ms {_f(r['handoff_share_over_10ms'], '{:.0%}')}")
-    return "; ".join(parts)
 
 
 def _motivation(res: dict) -> list[str]:

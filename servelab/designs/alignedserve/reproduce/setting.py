@@ -38,11 +38,14 @@ class Setting:
     models: tuple[str, ...] = ("OPT-2.7B", "OPT-6.7B", "OPT-13B", "OPT-30B")
 
 
-def cluster(system_spec: str, model: str, num_gpus: int) -> ClusterConfig:
+def cluster(system_spec: str, model: str, num_gpus: int, *, max_decode_seqs: int | None = None) -> ClusterConfig:
+    """``max_decode_seqs`` caps a decode instance's running rows (the batch-switch gap test)."""
     c = cluster_for(system_spec, num_instances=num_gpus, gpu=GPU, model=model)
     # vLLM without chunked prefill requires max_num_batched_tokens >= max_model_len: the step
     # limit follows the lifted context (else Fig. 12's 10K prompts are rejected, 8192 < 10000)
-    groups = tuple(replace(g, max_batch_tokens=max(g.max_batch_tokens, MAX_MODEL_LEN)) for g in c.groups)
+    groups = tuple(replace(g, max_batch_tokens=max(g.max_batch_tokens, MAX_MODEL_LEN),
+                           max_num_seqs=min(g.max_num_seqs, max_decode_seqs) if max_decode_seqs and g.role == "decode"
+                           else g.max_num_seqs) for g in c.groups)
     return replace(c, groups=groups, max_model_len=MAX_MODEL_LEN, on_overflow="truncate")
 
 
@@ -92,13 +95,14 @@ def application(name: str, n: int, seed: int) -> list[RequestSpec]:
 APPLICATIONS = ("ShareGPT-like", "LongBench-like (arXiv)", "Azure code", "Azure conv", "Mooncake conv")
 
 
-def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *, cost_model=None) -> dict:
+def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *, cost_model=None,
+        max_decode_seqs: int | None = None) -> dict:
     """One simulation -> decoding throughput, TPOT, TTFT, decode-iteration times, router stats."""
     t0 = time.process_time()
     # P/D runs step one iteration at a time, so each recorded decode row is one iteration
     # (a fast-forwarded run's row would blur decode iterations with recomputed prefills)
     pd = system_spec.startswith(("distserve", "alignedserve"))
-    sim = Simulation(specs, cluster(system_spec, model, num_gpus), cost_model=cost_model, fast_forward=not pd)
+    sim = Simulation(specs, cluster(system_spec, model, num_gpus, max_decode_seqs=max_decode_seqs), cost_model=cost_model, fast_forward=not pd)
     res = sim.run()
     done = [r for r in res.requests if r.status.value == "finished"]
     tpot = [(r.token_times_s[-1] - r.token_times_s[0]) / (len(r.token_times_s) - 1) for r in done
