@@ -54,7 +54,9 @@ def _lines(res: dict) -> list[str]:
         "tables compare AlignedServe with DistServe or with its own variants; the headline grid names each.",
         "",
     ]
-    runs = [x for v in res.values() if isinstance(v, list) for x in v if isinstance(x, dict) and "num_finished" in x]
+    lists = [v for v in res.values() if isinstance(v, list)]
+    lists += [v for d in res.values() if isinstance(d, dict) and "kernel" in d for v in d.values() if isinstance(v, list)]
+    runs = [x for v in lists for x in v if isinstance(x, dict) and "num_finished" in x]  # per-kernel claims included
     short = [f"{x.get('label')} {x.get('model')} {x.get('workload', x.get('short_share', ''))}" for x in runs
              if x["num_finished"] < x["num_requests"] or not x["conserved"]]
     out += [f"Every simulated run ({len(runs)}) ended every request finished" if not short else
