@@ -38,6 +38,9 @@ class Slot:
     incoming: dict = field(default_factory=dict)  # request id -> time the release was decided
     evicting: set = field(default_factory=set)
     dynamic_left: int = 0  # pool requests the running batch may still pull in (bounds a switch's delay)
+    credit: int = 0  # completions not yet replaced (the paper's join rule: one for one)
+    small: bool = True  # the running batch was under min_batch when this event began
+    wait_since: float | None = None  # the instance has waited for joining KV since then
 
 
 class PoolBuffers:
@@ -80,7 +83,7 @@ class PoolBuffers:
         for slot in self._slots.values():
             slot.evicting.discard(rid)
         bs = self._block_size(cluster)
-        self.tree.insert(rid, request.num_computed_tokens, -(-request.num_computed_tokens // bs))
+        self.tree.insert(rid, request.num_computed_tokens, -(-request.num_computed_tokens // bs), now_s)
         self._pooled[rid] = request
         self._since.setdefault(rid, now_s)
         if cluster.pool is not None:
@@ -92,24 +95,33 @@ class PoolBuffers:
         return self._pooled.pop(rid)
 
     def _starved(self, now_s: float, cluster: ClusterState) -> list:
-        """Requests parked past ``max_wait_s``: a batch grown around the oldest one goes to the
-        least-loaded decode instance's requests buffer (they join before any candidate batch)."""
+        """Starvation (Section 3.4): a subtree of the quad-tree that has generated no batch for
+        ``max_wait_s`` gets priority: a batch is cut from it at once (Density First Search
+        started at that subtree, taken even if small) and, tagged with its own batch id like
+        any batch, goes to the least-loaded decode instance's requests buffer, which joins
+        before any candidate batch."""
         cfg = self.config
-        if cfg.max_wait_s <= 0 or not self._since:
+        if cfg.max_wait_s <= 0:
             return []
         actions: list = []
-        while self._since:
-            rid = min(self._since, key=self._since.get)
-            if now_s < self._since[rid] + cfg.max_wait_s:  # the same sum as next_wakeup_s: no float gap
+        while True:
+            node = self.tree.starving(now_s, cfg.max_wait_s)
+            if node is None:
                 break
             slot = min(self._slots.values(), key=lambda s: (len(s.requests) + len(s.candidate), s.iid))
-            batch = self.tree.around(self.tree.length_of(rid), self._max_blocks(slot, cluster))
-            ids = [r for r in batch.request_ids] if batch else [rid]
-            if rid not in ids:
-                ids.append(rid)
-            self.stats.num_starved += len(ids)
-            for r in ids:
-                actions += self._to_buffer(slot, self._take(r), slot.requests, cluster)
+            if cfg.prefix_aware:
+                batch = self.tree.search(self._max_blocks(slot, cluster), cfg.min_batch, force=True, start=node)
+            else:  # FCFS batches (the ablation): the oldest requests go first anyway
+                batch = self._fcfs(self._max_blocks(slot, cluster), cfg.min_batch, True)
+            batch_id = self._next_batch_id
+            self._next_batch_id += 1
+            self.stats.num_starved += len(batch.request_ids)
+            self.stats.num_starved_batches += 1
+            self._record_cut(batch, cluster, slot)
+            self.tree.mark_batch(batch.request_ids, now_s)
+            for rid in batch.request_ids:
+                self._tag[rid] = batch_id
+                actions += self._to_buffer(slot, self._take(rid), slot.requests, cluster)
         return actions
 
     def _cut_batch(self, slot: Slot, now_s: float, cluster: ClusterState) -> list:
@@ -131,10 +143,8 @@ class PoolBuffers:
         self.stats.batch_gen_s.append(time.thread_time() - t0)
         if batch is None:
             return []
-        self.stats.batch_sizes.append(len(batch.request_ids))
-        self.stats.batch_cases.append(batch.case)
-        self.stats.batch_spans.append(batch.max_len - batch.min_len)
-        self.stats.num_forced_batches += batch.forced
+        self._record_cut(batch, cluster, slot)
+        self.tree.mark_batch(batch.request_ids, now_s)
         slot.candidate_id = self._next_batch_id
         self._next_batch_id += 1
         actions: list = []
@@ -186,6 +196,15 @@ class PoolBuffers:
         if topo is None:  # the engine: copies are measured, the buffer is another instance's memory
             return True
         return topo.kind(slot.buffer_iid, slot.iid) is LinkKind.NVLINK
+
+    def _record_cut(self, batch: Batch, cluster: ClusterState, slot: Slot) -> None:
+        """A batch was cut: its shape, and the pool's depth just before (the premise: Density
+        First Search narrows only when the pool holds more blocks than the threshold)."""
+        self.stats.batch_sizes.append(len(batch.request_ids))
+        self.stats.batch_cases.append(batch.case)
+        self.stats.batch_spans.append(batch.max_len - batch.min_len)
+        self.stats.num_forced_batches += batch.forced
+        self.stats.cut_pool.append((len(self.tree), self.tree.num_blocks, self._max_blocks(slot, cluster)))
 
     # ---- helpers ----
     def _max_blocks(self, slot: Slot, cluster: ClusterState) -> int:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from servelab.core.errors import UserError
 
+JOIN_RULES = ("paper", "greedy")
+
 
 @dataclass(frozen=True)
 class AlignedServeConfig:
@@ -30,6 +32,13 @@ class AlignedServeConfig:
         wait in the Candidate Requests Buffer (dynamic scheduling).
     idle_force: a decode instance with nothing to run takes the best batch the pool has even
         if it holds fewer than ``min_batch`` requests.
+    join: when buffered requests join the running batch. ``paper`` (Algorithm 2's cases 1
+        and 2): after an iteration in which requests completed, as many join (one for one),
+        and while the running batch is under ``min_batch`` as many as blocks allow (an idle
+        instance takes a whole batch). ``greedy`` (the rule before issue 25): whenever blocks
+        are free, so the running batch fills the decode GPU and the pool stays shallow.
+    wait_for_kv: the decode instance's next iteration waits for joining KV in flight
+        (the preset passes it to the ``alignedserve-decode`` policy; the router counts waits).
     """
 
     block_fraction: float = 0.4
@@ -43,6 +52,8 @@ class AlignedServeConfig:
     evict_lookahead: int = 4
     requests_buffer: int = 16
     idle_force: bool = True
+    join: str = "paper"
+    wait_for_kv: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.block_fraction <= 1:
@@ -53,5 +64,7 @@ class AlignedServeConfig:
         for name in ("growth_tokens", "evict_lookahead", "requests_buffer"):
             if getattr(self, name) < 0:
                 raise UserError(f"alignedserve: {name} must be >= 0, got {getattr(self, name)}")
+        if self.join not in JOIN_RULES:
+            raise UserError(f"alignedserve: join must be one of {', '.join(JOIN_RULES)}, got {self.join!r}")
         if not self.max_wait_s >= 0:
             raise UserError(f"alignedserve: max_wait_s must be >= 0, got {self.max_wait_s}")

@@ -15,6 +15,12 @@ Density First Search builds a batch whose blocks fit ``max_blocks`` and which ho
   right neighbours (L-Search scans leftwards, R-Search rightwards), always taking the
   neighbour nearer the window's centre, so the batch spans as small a range as possible.
 
+Starvation (Section 3.4): every node keeps a time stamp, the later of when its subtree last
+became non-empty and when a batch last took requests from it (a batch refreshes the stamps
+on its requests' root-to-leaf paths), and ``oldest``, the earliest stamp of a non-empty node
+in its subtree. ``starving`` finds the subtree whose stamp is the oldest once it is older
+than the bound; the router cuts the next batch from that subtree (``search(..., start=)``).
+
 Invariant: every node's counters equal the sums over the leaves below it.
 """
 
@@ -23,9 +29,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+_INF = float("inf")
+
 
 class _Node:
-    __slots__ = ("lo", "width", "parent", "index", "children", "items", "num_requests", "num_blocks")
+    __slots__ = ("lo", "width", "parent", "index", "children", "items", "num_requests", "num_blocks", "stamp",
+                 "oldest")
 
     def __init__(self, lo: int, width: int, parent: "_Node | None", index: int) -> None:
         self.lo = lo
@@ -36,6 +45,8 @@ class _Node:
         self.items: dict[int, tuple[int, int]] | None = None  # leaf: request id -> (length, blocks)
         self.num_requests = 0
         self.num_blocks = 0
+        self.stamp = _INF  # when the subtree became non-empty or last generated a batch
+        self.oldest = _INF  # the earliest stamp of a non-empty node in this subtree
 
     @property
     def hi(self) -> int:
@@ -99,12 +110,15 @@ class QuadTree:
         return out[:limit]
 
     # ---- incremental updates ----
-    def insert(self, request_id: int, length: int, num_blocks: int) -> None:
+    def insert(self, request_id: int, length: int, num_blocks: int, now_s: float = 0.0) -> None:
+        """Add a request; a subtree that was empty starts its starvation stamp at ``now_s``."""
         if request_id in self._leaf_of:
             raise ValueError(f"request {request_id} is already in the quad-tree")
         length = min(max(int(length), 1), self.max_len)  # longer prefixes count as the maximum
         node = self.root
         while node.width > self.leaf_width:
+            if node.num_requests == 0:
+                node.stamp = now_s
             node.num_requests += 1
             node.num_blocks += num_blocks
             if node.children is None:
@@ -115,12 +129,15 @@ class QuadTree:
             if child is None:
                 child = node.children[k] = _Node(node.lo + k * q, q, node, k)
             node = child
+        if node.num_requests == 0:
+            node.stamp = now_s
         node.num_requests += 1
         node.num_blocks += num_blocks
         if node.items is None:
             node.items = OrderedDict()  # a plain dict's iteration slows after many front pops
         node.items[request_id] = (length, num_blocks)
         self._leaf_of[request_id] = node
+        self._refresh_oldest(node)
 
     def remove(self, request_id: int) -> tuple[int, int]:
         """Take a request out; returns its (length, blocks)."""
@@ -131,9 +148,50 @@ class QuadTree:
             node.num_requests -= 1
             node.num_blocks -= blocks
             node = node.parent
+        self._refresh_oldest(leaf)
         return length, blocks
 
-    def update(self, request_id: int, length: int, num_blocks: int) -> None:
+    # ---- starvation stamps ----
+    def mark_batch(self, request_ids, now_s: float) -> None:
+        """A batch takes these requests (call before removing them): every subtree on their
+        root-to-leaf paths has just generated a batch."""
+        leaves = {id(self._leaf_of[r]): self._leaf_of[r] for r in request_ids if r in self._leaf_of}
+        for leaf in leaves.values():
+            node = leaf
+            while node is not None and node.stamp != now_s:
+                node.stamp = now_s
+                node = node.parent
+        for leaf in leaves.values():
+            self._refresh_oldest(leaf)
+
+    @property
+    def oldest_stamp(self) -> float:
+        """The earliest stamp of any non-empty subtree (inf when the tree is empty)."""
+        return self.root.oldest
+
+    def starving(self, now_s: float, bound_s: float) -> "_Node | None":
+        """The subtree that has gone longest without generating a batch, if that is at least
+        ``bound_s``: descend towards the oldest stamp, stopping at the highest node that holds
+        it (the widest subtree that has starved that long)."""
+        node = self.root
+        if node.num_requests == 0 or now_s < node.oldest + bound_s:
+            return None
+        while node.stamp != node.oldest and node.children is not None:
+            node = min((c for c in node.children if c is not None and c.num_requests), key=lambda c: c.oldest)
+        return node
+
+    @staticmethod
+    def _refresh_oldest(leaf: _Node) -> None:
+        node = leaf
+        while node is not None:
+            best = node.stamp if node.num_requests else _INF
+            for c in node.children or ():
+                if c is not None and c.num_requests and c.oldest < best:
+                    best = c.oldest
+            node.oldest = best
+            node = node.parent
+
+    def update(self, request_id: int, length: int, num_blocks: int, now_s: float = 0.0) -> None:
         """A prefix grew: only the counters along the old and new paths change."""
         leaf = self._leaf_of[request_id]
         length = min(max(int(length), 1), self.max_len)
@@ -146,13 +204,15 @@ class QuadTree:
                 node = node.parent
             return
         self.remove(request_id)
-        self.insert(request_id, length, num_blocks)
+        self.insert(request_id, length, num_blocks, now_s)
 
     # ---- Density First Search ----
-    def search(self, max_blocks: int, min_requests: int, *, force: bool = False) -> Batch | None:
+    def search(self, max_blocks: int, min_requests: int, *, force: bool = False,
+               start: _Node | None = None) -> Batch | None:
         """A batch by Density First Search, or None when no range holds ``min_requests``
-        requests within ``max_blocks`` (with ``force``: the best range found regardless)."""
-        node = self.root
+        requests within ``max_blocks`` (with ``force``: the best range found regardless).
+        ``start``: search from that subtree instead of the root (a starving one)."""
+        node = start if start is not None else self.root
         if node.num_requests == 0:
             return None
         while node.num_blocks > max_blocks:  # case 2: too large, narrow to the densest child
@@ -164,21 +224,6 @@ class QuadTree:
             ids = self._collect(node)
             return self._batch(ids, case=1)
         return self._grow(node, max_blocks, min_requests, force, case=3)
-
-    def around(self, length: int, max_blocks: int) -> Batch | None:
-        """A batch grown from the leaf holding ``length`` (starvation: that range goes first)."""
-        length = min(max(int(length), 1), self.max_len)
-        node = self.root
-        while node.children is not None:
-            child = node.children[(length - node.lo) // (node.width // 4)]
-            if child is None or child.num_requests == 0:
-                break
-            node = child
-        if node.num_requests == 0:
-            return None
-        if node.children is not None:  # the leaf itself is empty: start from the nearest one
-            node = self._nearest_leaf(node, length)
-        return self._grow(node, max_blocks, 1 << 62, True, case=3)
 
     # ---- pieces ----
     def _grow(self, start: _Node, max_blocks: int, min_requests: int, force: bool, case: int) -> Batch | None:
@@ -261,11 +306,3 @@ class QuadTree:
                     return self._first_leaf(s, leftmost=direction > 0)
             node = node.parent
         return None
-
-    def _nearest_leaf(self, node: _Node, length: int) -> _Node:
-        best, best_d = None, None
-        for leaf in (self._first_leaf(node, True), self._first_leaf(node, False)):
-            d = max(leaf.lo - length, length - leaf.hi, 0)
-            if best is None or d < best_d:
-                best, best_d = leaf, d
-        return best

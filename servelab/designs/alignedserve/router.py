@@ -12,11 +12,14 @@ quad-tree. For each decode instance the router keeps, in the HBM of a prefill in
 
 After every decode iteration (Algorithm 2): case 3 first, evict the longest request (of the
 old batch during a switch) to the requests buffer over NVLink while the next steps'
-growth would not fit; case 1, requests from the requests buffer join as blocks allow;
-case 2, when that buffer is empty, requests of the candidate batch join (a batch switch);
-once the candidate batch has all joined, the next one is cut and prefetched. A request
-parked longer than ``max_wait_s`` is scheduled regardless (starvation bound). Without
-prefetch (or without NVLink) batches go from the pool straight to the decode GPU.
+growth would not fit; case 1, requests from the requests buffer join; case 2, when that
+buffer is empty, requests of the candidate batch join (a batch switch); once the candidate
+batch has all joined, the next one is cut and prefetched. Joins follow ``config.join``:
+the paper's rule replaces completed requests one for one and fills a running batch that is
+under ``min_batch``; ``greedy`` joins whenever blocks are free. A quad-tree subtree that
+has generated no batch for ``max_wait_s`` gets the next batch (starvation). Without
+prefetch (or without NVLink) batches go from the pool straight to the decode GPU; with
+``wait_for_kv`` the decode instance's next iteration waits until joining KV has landed.
 
 The pool, the buffers and batch cutting are the base class ``PoolBuffers`` (``buffers.py``);
 this module is the router's event hooks and Algorithm 2.
@@ -69,6 +72,9 @@ class AlignedServeRouter(PoolBuffers, Router):
             t0 = slot.incoming.pop(rid, None)
             if t0 is not None:
                 self.stats.release_s.append(now_s - t0)
+            if not slot.incoming and slot.wait_since is not None:
+                self.stats.kv_wait_s.append(now_s - slot.wait_since)
+                slot.wait_since = None
             self._owner.pop(rid, None)
             return []
         if destination == slot.buffer_iid:  # landed in a buffer (prefetched or evicted)
@@ -81,7 +87,10 @@ class AlignedServeRouter(PoolBuffers, Router):
                      cluster: ClusterState) -> list:
         self._begin(cluster)
         slot = self._slots.get(instance_id)
-        if slot is None or shape.num_decodes == 0:
+        if slot is None:
+            return []
+        slot.credit += len(finished)
+        if shape.num_decodes == 0:
             return []
         t0 = time.thread_time()
         inst = cluster.instance(instance_id)
@@ -110,9 +119,9 @@ class AlignedServeRouter(PoolBuffers, Router):
         return self._tick(now_s, cluster)
 
     def next_wakeup_s(self, now_s: float) -> float | None:
-        if not self._since or self.config.max_wait_s <= 0:
+        if self.config.max_wait_s <= 0 or not len(self.tree):
             return None
-        return min(self._since.values()) + self.config.max_wait_s
+        return self.tree.oldest_stamp + self.config.max_wait_s
 
     def report(self) -> dict:
         return self.stats.summary()
@@ -130,6 +139,8 @@ class AlignedServeRouter(PoolBuffers, Router):
         if actions:
             return actions
         actions += self._dynamic(slot, inst, cluster)
+        # the paper's second trigger: a running batch under its minimum size takes what fits
+        slot.small = inst.num_running + len(inst.waiting) + len(slot.incoming) < self.config.min_batch
         actions += self._release(slot, slot.requests, inst, now_s)  # case 1
         if not slot.requests:
             before = len(slot.candidate)
@@ -155,6 +166,7 @@ class AlignedServeRouter(PoolBuffers, Router):
         bs = inst.blocks.block_size
         free = inst.blocks.num_free_gpu_blocks
         num_seqs = inst.num_running + len(inst.waiting) + len(slot.incoming)
+        paper = self.config.join == "paper"
         headroom = -(-(num_seqs * self.config.growth_tokens) // bs) + 1
         kept: list[Request] = []  # not ready yet (in transit): those behind them may go first
         while queue:
@@ -170,6 +182,15 @@ class AlignedServeRouter(PoolBuffers, Router):
             empty = num_seqs == 0
             if not empty and (need + headroom > free or num_seqs >= inst.max_num_seqs):
                 break
+            small = slot.small
+            if paper and not small and slot.credit <= 0:
+                break  # the paper's rule: no completion to replace and the batch is not small
+            self.stats.num_joins += 1
+            self.stats.num_joins_small += small
+            self.stats.num_joins_completions += not small
+            slot.credit = max(0, slot.credit - 1)
+            if self.config.wait_for_kv and inst.num_running and slot.wait_since is None:
+                slot.wait_since = now_s
             queue.popleft()
             slot.ready.discard(rid)
             slot.incoming[rid] = now_s

@@ -28,7 +28,13 @@ class AlignedStats:
     num_evictions: int = 0
     num_evictions_to_pool: int = 0
     num_dynamic: int = 0  # pool requests pulled into the Candidate Requests Buffer
-    num_starved: int = 0  # scheduled by the starvation bound
+    num_starved: int = 0  # requests scheduled by the starvation bound
+    num_starved_batches: int = 0  # batches cut from a starving subtree (each with its own id)
+    cut_pool: list[tuple[int, int, int]] = field(default_factory=list)  # (requests, blocks, threshold) at each cut
+    num_joins: int = 0  # requests released to a decode instance
+    num_joins_completions: int = 0  # ... replacing completed requests one for one (the paper's case 1/2)
+    num_joins_small: int = 0  # ... because the running batch was under its minimum size
+    kv_wait_s: list[float] = field(default_factory=list)  # a decode instance paused for joining KV
     num_prefetch_skipped: int = 0  # the buffer GPU had no room: released from the pool over PCIe
     pool_samples: list[tuple[float, float]] = field(default_factory=list)  # (time, bytes)
     release_s: list[float] = field(default_factory=list)  # schedule decision -> KV on the decode GPU
@@ -42,6 +48,10 @@ class AlignedStats:
     def summary(self) -> dict:
         def pct(xs, q):
             return float(np.percentile(xs, q)) if len(xs) else float("nan")
+
+        cuts = np.array(self.cut_pool, dtype=float).reshape(-1, 3)
+        depth = cuts[:, 1] / np.maximum(cuts[:, 2], 1)  # pool blocks / threshold at each cut
+        rows = [r for r, _, _ in self.step_contexts]
 
         return {
             "num_batches": len(self.batch_sizes),
@@ -62,6 +72,20 @@ class AlignedStats:
             "num_evictions_to_pool": self.num_evictions_to_pool,
             "num_dynamic": self.num_dynamic,
             "num_starved": self.num_starved,
+            "num_starved_batches": self.num_starved_batches,
+            "pool_depth_at_cut": {  # the premise: DFS narrows only when the pool exceeds the threshold
+                "requests_p10_p50_p90": [pct(cuts[:, 0], q) for q in (10, 50, 90)],
+                "blocks_over_threshold_p10_p50_p90": [pct(depth, q) for q in (10, 50, 90)],
+                "share_over_threshold": float(np.mean(depth > 1.0)) if len(depth) else 0.0,
+            },
+            "rows_per_iteration_mean": float(np.mean(rows)) if rows else 0.0,
+            "rows_per_iteration_p10_p50_p90": [pct(rows, q) for q in (10, 50, 90)],
+            "num_joins": self.num_joins,
+            "num_joins_completions": self.num_joins_completions,
+            "num_joins_small": self.num_joins_small,
+            "num_kv_waits": len(self.kv_wait_s),
+            "kv_wait_total_s": float(np.sum(self.kv_wait_s)) if self.kv_wait_s else 0.0,
+            "kv_wait_p50_p95_ms": [1e3 * pct(self.kv_wait_s, q) for q in (50, 95)],
             "num_prefetch_skipped": self.num_prefetch_skipped,
             "pool_peak_gb": max((b for _, b in self.pool_samples), default=0.0) / 2**30,
         }

@@ -90,13 +90,37 @@ def test_case_3_widens_through_the_nearest_siblings():
     assert forced.forced and forced.num_blocks <= 1350
 
 
-def test_around_starts_from_the_starved_length():
+def test_a_subtree_that_generates_no_batch_starves_by_its_own_stamp():
+    # the long request's leaf became non-empty at t=0; the short range keeps generating batches
     tree = QuadTree(max_len=4096, leaf_width=16)
-    tree.insert(1, 3000, 188)
-    for i in range(2, 60):
-        tree.insert(i, 200, 13)
-    batch = tree.around(3000, max_blocks=500)
-    assert 1 in batch.request_ids
+    tree.insert(1, 3000, 188, now_s=0.0)
+    for t in range(1, 12):
+        ids = list(range(100 * t, 100 * t + 40))
+        for i in ids:
+            tree.insert(i, 200, 13, now_s=float(t))
+        tree.mark_batch(ids, float(t))
+        for i in ids:
+            tree.remove(i)
+        assert tree.starving(float(t), bound_s=10.0) is None or t >= 10
+    node = tree.starving(11.0, bound_s=10.0)
+    assert node is not None and node.lo <= 3000 <= node.hi and node.stamp == 0.0
+    batch = tree.search(max_blocks=500, min_requests=36, force=True, start=node)
+    assert batch.request_ids == (1,)
+    tree.mark_batch(batch.request_ids, 11.0)
+    tree.remove(1)
+    assert tree.starving(100.0, bound_s=10.0) is None and tree.oldest_stamp == float("inf")
+
+
+def test_oldest_stamp_is_the_earliest_non_empty_subtree():
+    tree = QuadTree(max_len=4096, leaf_width=16)
+    tree.insert(1, 100, 7, now_s=5.0)
+    tree.insert(2, 2000, 125, now_s=3.0)
+    tree.insert(3, 2001, 126, now_s=9.0)  # same leaf as request 2: its stamp stays 3
+    assert tree.oldest_stamp == 3.0
+    tree.mark_batch([2], 8.0)  # taking one of the leaf's requests refreshes the leaf
+    assert tree.oldest_stamp == 5.0
+    tree.remove(1)
+    assert tree.oldest_stamp == 8.0
 
 
 def test_in_range_returns_only_the_range():

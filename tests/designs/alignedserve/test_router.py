@@ -40,9 +40,9 @@ def test_every_request_finishes_and_batches_are_aligned():
     # OPT-13B, two prefill GPUs feeding one decode GPU: the pool holds more than a batch
     specs = _mixed(600, gap_s=0.002)
     hw = dict(gpu="H100-80GB", model="OPT-13B")
-    res, router = _run(specs, "alignedserve", n=3, **hw)
+    res, router = _run(specs, "alignedserve:max_wait_s=0", n=3, **hw)
     assert res.conserved and all(r.status is RequestStatus.FINISHED for r in res.requests)
-    fcfs_res, fcfs = _run(specs, "alignedserve:prefix_aware=false", n=3, **hw)
+    fcfs_res, fcfs = _run(specs, "alignedserve:prefix_aware=false,max_wait_s=0", n=3, **hw)
     assert fcfs_res.conserved
     s, f = router.stats.summary(), fcfs.stats.summary()
     assert s["num_batches"] > 5 and f["num_batches"] > 5
@@ -81,6 +81,81 @@ def test_the_starvation_bound_schedules_a_request_no_batch_takes():
     assert lone.token_times_s[1] - lone.token_times_s[0] < 2.5  # parked at most max_wait_s (+ the moves)
 
 
+def test_starvation_releases_are_tagged_batches_of_their_own():
+    """Regression (issue 25): requests released by the starvation bound had no batch id (all
+    read as -1, one batch), so the switch share undercounted. Each starving subtree's batch
+    now has its own id, like any batch, and every released request carries one."""
+    specs = [RequestSpec(0, 0.0, 3000, 20), RequestSpec(1, 0.0, 6000, 20)] + \
+        [RequestSpec(i, 0.03 * i, 100, 50) for i in range(2, 300)]
+    res, router = _run(specs, "alignedserve:min_batch=5,block_fraction=0.01,max_wait_s=2,idle_force=false")
+    assert all(r.status is RequestStatus.FINISHED for r in res.requests)
+    stats = router.stats
+    assert stats.num_starved_batches >= 2 and stats.num_starved >= 2
+    assert set(router._tag) == {r.request_id for r in res.requests}  # every released request is tagged
+    assert router._tag[0] != router._tag[1] and min(router._tag.values()) >= 0
+    assert len(set(router._tag.values())) == len(stats.batch_sizes)  # one id per batch cut, starved ones too
+
+
+def _held(num_running, credit, small, join="paper"):
+    from collections import deque
+    from types import SimpleNamespace
+
+    from servelab.core.request import Request
+    from servelab.designs.alignedserve.buffers import Slot
+    from servelab.designs.alignedserve.config import AlignedServeConfig
+    from servelab.designs.alignedserve.router import AlignedServeRouter
+
+    blocks = SimpleNamespace(block_size=16, num_free_gpu_blocks=5000, num_gpu_blocks=10000)
+    inst = SimpleNamespace(blocks=blocks, num_running=num_running, waiting=(), max_num_seqs=256)
+    slot = Slot(iid=1, buffer_iid=0, credit=credit, small=small)
+    slot.candidate = deque(Request(RequestSpec(i, 0.0, 100, 10)) for i in range(20))
+    slot.ready = {r.request_id for r in slot.candidate}
+    router = AlignedServeRouter(AlignedServeConfig(join=join))
+    return router._release(slot, slot.candidate, inst, 0.0), slot
+
+
+def test_the_paper_join_rule_replaces_completions_one_for_one():
+    """Regression (issue 25): the next batch joined whenever blocks were free, so the decode
+    GPU took the whole pool and Density First Search never narrowed. The paper's rule: a
+    full running batch takes as many as completed; a batch under min_batch takes what fits;
+    the old rule stays as ``join=greedy``."""
+    moves, slot = _held(num_running=40, credit=0, small=False)
+    assert moves == []  # nothing completed, the batch is not small: nobody joins
+    moves, slot = _held(num_running=40, credit=3, small=False)
+    assert len(moves) == 3 and slot.credit == 0
+    moves, _ = _held(num_running=10, credit=0, small=True)
+    assert len(moves) == 20  # under the minimum: the batch fills as blocks allow
+    moves, _ = _held(num_running=40, credit=0, small=False, join="greedy")
+    assert len(moves) == 20
+
+
+def test_paper_joins_run_one_batch_at_a_time_and_greedy_joins_fill_the_gpu():
+    specs = _mixed(600, gap_s=0.002)
+    hw = dict(gpu="H100-80GB", model="OPT-13B")
+    rows = {}
+    for join in ("paper", "greedy"):
+        _, router = _run(specs, f"alignedserve:join={join},max_wait_s=0", n=3, **hw)
+        s = router.stats.summary()
+        assert s["pool_depth_at_cut"]["share_over_threshold"] > 0.5  # the premise: a deep pool at cuts
+        rows[join] = s["rows_per_iteration_mean"]
+    assert rows["paper"] < rows["greedy"]  # one batch at a time, not as much as the GPU holds
+
+
+def test_a_joining_batch_waits_for_its_kv_and_prefetch_shortens_the_wait():
+    """Issue 25 item 4: with ``wait_for_kv`` the decode iteration pauses until joining KV has
+    landed; prefetching over NVLink makes those pauses shorter than fetching over PCIe."""
+    specs = _mixed(300, gap_s=0.002)
+    waits = {}
+    for spec in ("alignedserve:max_wait_s=0", "alignedserve:max_wait_s=0,prefetch=false",
+                 "alignedserve:max_wait_s=0,wait_for_kv=false"):
+        res, router = _run(specs, spec, n=3, gpu="H100-80GB", model="OPT-13B")
+        assert all(r.status is RequestStatus.FINISHED for r in res.requests)
+        waits[spec] = router.stats.summary()
+    with_p, without_p = waits["alignedserve:max_wait_s=0"], waits["alignedserve:max_wait_s=0,prefetch=false"]
+    assert with_p["num_kv_waits"] > 0 and waits["alignedserve:max_wait_s=0,wait_for_kv=false"]["num_kv_waits"] == 0
+    assert with_p["kv_wait_p50_p95_ms"][0] < without_p["kv_wait_p50_p95_ms"][0]
+
+
 def test_bad_parameters_are_one_clear_error():
     with pytest.raises(RegistryError, match="no parameter 'bogus'"):
         cluster_for("alignedserve:bogus=1", num_instances=2)
@@ -88,6 +163,8 @@ def test_bad_parameters_are_one_clear_error():
         cluster_for("alignedserve", num_instances=1)
     with pytest.raises(Exception, match="block_fraction"):
         Simulation(_mixed(3), cluster_for("alignedserve:block_fraction=2", num_instances=2, **HW))
+    with pytest.raises(Exception, match="join must be one of paper, greedy"):
+        Simulation(_mixed(3), cluster_for("alignedserve:join=fifo", num_instances=2, **HW))
 
 
 def test_a_request_in_transit_does_not_hold_up_ready_ones_behind_it():
@@ -109,3 +186,19 @@ def test_a_request_in_transit_does_not_hold_up_ready_ones_behind_it():
     slot.ready = {ready.request_id}
     moves = AlignedServeRouter()._release(slot, slot.requests, inst, 0.0)
     assert [m.request for m in moves] == [ready] and list(slot.requests) == [evicted]
+
+
+def test_the_designs_statistics_reach_every_runs_summary():
+    """Issue 25 item 7: summary.json's policy_reports carry the router's own statistics."""
+    import json
+
+    from servelab.api import HardwareChoice, run_simulation
+
+    out = run_simulation(_mixed(150, gap_s=0.002, long_share=0.0), "alignedserve",
+                         HardwareChoice(num_instances=2, gpu="H100-80GB", model="OPT-2.7B"))
+    report = json.loads(json.dumps(out.to_dict()))["policy_reports"]["router"]
+    depth = report["pool_depth_at_cut"]
+    assert report["num_batches"] > 0 and len(depth["blocks_over_threshold_p10_p50_p90"]) == 3
+    assert 0.0 <= depth["share_over_threshold"] <= 1.0 and 0.0 < report["switch_share"] <= 1.0
+    assert report["rows_per_iteration_mean"] > 1 and report["num_kv_waits"] > 0
+    assert report["num_joins"] == 150 and "num_starved_batches" in report

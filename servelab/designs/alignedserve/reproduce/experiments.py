@@ -11,8 +11,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servelab.core.plan import StepShape
 from servelab.designs.alignedserve.reproduce import setting as st
+
+
+def _cost(kernel: str | None):
+    """The cost model's ``--attention-kernel`` choice for a figure (None: the GPU's default, split-KV)."""
+    from servelab.costmodel.options import CostOptions
+
+    return None if kernel is None else CostOptions(attention_kernel=kernel)
 
 
 @dataclass(frozen=True)
@@ -26,50 +32,52 @@ class Sizes:
     applications: tuple[str, ...] = st.APPLICATIONS
     dfs_requests: int = 100_000
     dfs_searches: int = 2000
+    seeds: int = 3  # the headline grid (regimes.py): seeds per cell
+    regime_requests: int = 2000
 
 
-def fig7_synthetic(sizes: Sizes, seed: int) -> list[dict]:
+def fig7_synthetic(sizes: Sizes, seed: int, kernel: str | None = None) -> list[dict]:
     """Figure 7 (throughput) and Figure 9 (P99 TPOT) on the synthetic mixes."""
     rows = []
     for model in sizes.models:
         for share in sizes.short_shares:
             specs = st.synthetic(sizes.num_requests, share, seed)
             for label, spec in st.SYSTEMS.items():
-                r = st.run(specs, spec, model, sizes.num_gpus)
+                r = st.run(specs, spec, model, sizes.num_gpus, cost_model=_cost(kernel))
                 rows.append(_slim(r, label=label, short_share=share))
     return rows
 
 
-def fig8_applications(sizes: Sizes, seed: int, model: str = "OPT-6.7B") -> list[dict]:
+def fig8_applications(sizes: Sizes, seed: int, model: str = "OPT-6.7B", kernel: str | None = None) -> list[dict]:
     """Figures 8 and 10: throughput and P99 TPOT on real length distributions."""
     rows = []
     for app in sizes.applications:
         specs = st.application(app, sizes.app_requests, seed)
         for label, spec in st.SYSTEMS.items():
-            r = st.run(specs, spec, model, sizes.num_gpus)
+            r = st.run(specs, spec, model, sizes.num_gpus, cost_model=_cost(kernel))
             rows.append(_slim(r, label=label, workload=app, keep_router=label == "AlignedServe"))
     return rows
 
 
-def fig12_long_lengths(sizes: Sizes, seed: int) -> list[dict]:
+def fig12_long_lengths(sizes: Sizes, seed: int, kernel: str | None = None) -> list[dict]:
     """Figure 12: decode-iteration time as the long requests grow (95% long, as the paper says)."""
     rows = []
     for model in sizes.models:
         for length in sizes.long_lengths:
             specs = st.fixed_mix(sizes.num_requests // 2, 0.95, length, seed)
             for label in ("DistServe", "AlignedServe"):
-                r = st.run(specs, st.SYSTEMS[label], model, sizes.num_gpus)
+                r = st.run(specs, st.SYSTEMS[label], model, sizes.num_gpus, cost_model=_cost(kernel))
                 rows.append(_slim(r, label=label, long_len=length))
     return rows
 
 
-def fig13_vs_fcfs(sizes: Sizes, seed: int, model: str = "OPT-13B") -> list[dict]:
+def fig13_vs_fcfs(sizes: Sizes, seed: int, model: str = "OPT-13B", kernel: str | None = None) -> list[dict]:
     """Figure 13: forward-time CDF with Density First Search vs FCFS batches in AlignedServe."""
     rows = []
     for app in ("ShareGPT-like", "LongBench-like (arXiv)"):
         specs = st.application(app, sizes.app_requests, seed)
         for label, spec in (("prefix-aware", "alignedserve"), ("FCFS", "alignedserve:prefix_aware=false")):
-            r = st.run(specs, spec, model, sizes.num_gpus)
+            r = st.run(specs, spec, model, sizes.num_gpus, cost_model=_cost(kernel))
             steps = np.array(r["step_ms"])
             rows.append({"workload": app, "batching": label, "share_under_30ms": float(np.mean(steps < 30.0)),
                          "step_p50_ms": float(np.median(steps)), "cdf_ms": _cdf(steps),
@@ -77,19 +85,19 @@ def fig13_vs_fcfs(sizes: Sizes, seed: int, model: str = "OPT-13B") -> list[dict]
     return rows
 
 
-def fig14_ablation(sizes: Sizes, seed: int, model: str = "OPT-6.7B") -> list[dict]:
+def fig14_ablation(sizes: Sizes, seed: int, model: str = "OPT-6.7B", kernel: str | None = None) -> list[dict]:
     """Figure 14: AlignedServe, without GPU prefetching, without prefetching and batching."""
     specs = st.application("Azure conv", sizes.app_requests, seed)
     rows = []
     for label, spec in (("AlignedServe", "alignedserve"), ("w/o P", "alignedserve:prefetch=false"),
                         ("w/o P&B", "alignedserve:prefetch=false,prefix_aware=false"),
                         ("DistServe", "distserve")):
-        r = st.run(specs, spec, model, sizes.num_gpus)
+        r = st.run(specs, spec, model, sizes.num_gpus, cost_model=_cost(kernel))
         rows.append(_slim(r, label=label, workload="Azure conv", keep_router=True))
     return rows
 
 
-def fig11_and_overheads(sizes: Sizes, seed: int, model: str = "OPT-6.7B") -> list[dict]:
+def fig11_and_overheads(sizes: Sizes, seed: int, model: str = "OPT-6.7B", kernel: str | None = None) -> list[dict]:
     """Figure 11 (time to schedule an iteration), batch switch share, pool occupancy, and
     Figure 15 (TTFT) with and without the starvation bound, on ShareGPT-like and LongBench-like."""
     rows = []
@@ -97,7 +105,7 @@ def fig11_and_overheads(sizes: Sizes, seed: int, model: str = "OPT-6.7B") -> lis
         specs = st.application(app, sizes.app_requests, seed)
         for label, spec in (("AlignedServe", "alignedserve"), ("AlignedServe, no starvation bound",
                                                                "alignedserve:max_wait_s=0"), ("DistServe", "distserve")):
-            r = st.run(specs, spec, model, sizes.num_gpus)
+            r = st.run(specs, spec, model, sizes.num_gpus, cost_model=_cost(kernel))
             row = _slim(r, label=label, workload=app, keep_router=label != "DistServe")
             sched = np.array(r.get("schedule_ms", []))
             release = np.array(r.get("release_ms", []))
@@ -148,42 +156,16 @@ def dfs_timing(sizes: Sizes, seed: int, block_size: int = 16) -> dict:
             "max_ms": float(ms.max()), "insert_us": insert_us, "batch_size_mean": float(np.mean(batch_sizes))}
 
 
-class PaddedDecode:
-    """The gap test's cost model: the roofline, but a decode step's attention reads every row
-    padded to the longest context (a padded kernel, as our CPU engine's), so the iteration
-    bubble is rows x longest instead of the split-KV kernel's longest x SMs / (heads x splits)."""
-
-    def __init__(self, base) -> None:
-        self._base = base
-
-    def __getattr__(self, name):
-        return getattr(self._base, name)
-
-    def step_time_s(self, shape: StepShape) -> float:
-        if shape.num_decodes and shape.padding is None:
-            from dataclasses import replace
-
-            shape = replace(shape, decode_context_sum=shape.num_decodes * shape.decode_context_max)
-        return self._base.step_time_s(shape)
-
-    def decode_step_times_s(self, num_decodes, context_sums, context_maxes=None):
-        maxes = np.asarray(context_maxes, dtype=np.float64)
-        return self._base.decode_step_times_s(num_decodes, num_decodes * maxes, maxes)
-
-
 def gap_bubble(sizes: Sizes, seed: int, model: str = "OPT-2.7B", share: float = 0.95) -> list[dict]:
-    """Does AlignedServe's gain follow the iteration bubble? The 95%-short mix under the
-    roofline (split-KV bubble) and under padded decode attention (bubble = rows x longest)."""
-    from servelab.catalog.instance import InstanceSpec
-    from servelab.costmodel.roofline import roofline_for_instance
+    """Does AlignedServe's gain follow the iteration bubble? The 95%-short mix under the cost
+    model's split-KV decode kernel and under its padded one (every row reads the longest)."""
+    from servelab.costmodel.options import CostOptions
 
     specs = st.synthetic(sizes.num_requests, share, seed)
     rows = []
     deep = 3 * sizes.num_gpus // 4  # prefill GPUs for a deep pool (decode-bound)
-    for kernel in ("split-KV (roofline)", "padded"):
-        cost = None
-        if kernel == "padded":
-            cost = PaddedDecode(roofline_for_instance(InstanceSpec(st.GPU, model)))
+    for kernel in ("split-kv", "padded"):
+        cost = CostOptions(attention_kernel=kernel)
         for label in ("vLLM", "DistServe", "AlignedServe"):
             r = st.run(specs, st.SYSTEMS[label], model, sizes.num_gpus, cost_model=cost)
             rows.append(_slim(r, label=label, kernel=kernel, num_prefill="half", keep_router=label == "AlignedServe"))

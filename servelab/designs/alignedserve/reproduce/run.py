@@ -8,14 +8,15 @@ shows progress. ``--no-engine`` leaves out the CPU-engine measurement (torch).
 
 from __future__ import annotations
 
+from servelab.costmodel.attention import KERNELS
 from servelab.designs.alignedserve.reproduce import experiments as ex
-from servelab.designs.alignedserve.reproduce import motivation
+from servelab.designs.alignedserve.reproduce import kernels, motivation, regimes
 from servelab.reproduce.runner import Reproduction, Run, Step
 
 FULL = ex.Sizes()
 REDUCED = ex.Sizes(num_gpus=4, num_requests=400, app_requests=300, models=("OPT-2.7B",), short_shares=(0.7, 0.95),
                    long_lengths=(2000, 10000), applications=("ShareGPT-like", "LongBench-like (arXiv)", "Azure conv"),
-                   dfs_searches=500)
+                   dfs_searches=500, seeds=2, regime_requests=200)
 
 
 def _start(run: Run) -> None:
@@ -25,9 +26,11 @@ def _start(run: Run) -> None:
 
 def _steps(run: Run) -> list[Step]:
     sizes, seed = run.sizes, run.seed
+    small = kernels.claim_sizes(sizes)
     engine = [Step("Figs. 1/3 trend on the CPU engine", lambda _: motivation.engine_measured(), "engine")] \
         if run.options.get("engine", True) else []
     return [
+        Step("headline grid: deep pool, every kernel, seeds", lambda _: regimes.headline_grid(sizes, seed), "regimes"),
         Step("Fig. 1 (simulated)", lambda _: motivation.fig1_simulated(), "fig1"),
         Step("Fig. 3 (simulated)", lambda _: motivation.fig3_simulated(), "fig3"),
         *engine,
@@ -38,9 +41,12 @@ def _steps(run: Run) -> list[Step]:
         Step("Fig. 12 long lengths", lambda _: ex.fig12_long_lengths(sizes, seed), "fig12"),
         Step("Fig. 13 vs FCFS", lambda _: ex.fig13_vs_fcfs(sizes, seed), "fig13"),
         Step("Fig. 14 ablation", lambda _: ex.fig14_ablation(sizes, seed), "fig14"),
+        *[Step(f"claims under {k} (reduced sizes)", lambda _, k=k: kernels.figure_claims(small, seed, k), f"claims_{k}")
+          for k in KERNELS],
         Step("gap: bubble kernel", lambda _: ex.gap_bubble(sizes, seed), "gap_bubble"),
         Step("gap: pool depth", lambda _: ex.gap_pool_depth(sizes, seed), "gap_pool"),
         Step("gap: batch gating", lambda _: ex.gap_gating(sizes, seed), "gap_gating"),
+        Step("gap: batch-switch share", lambda _: kernels.switch_gap(sizes, seed), "gap_switch"),
     ]
 
 

@@ -38,9 +38,15 @@ class Setting:
     models: tuple[str, ...] = ("OPT-2.7B", "OPT-6.7B", "OPT-13B", "OPT-30B")
 
 
-def cluster(system_spec: str, model: str, num_gpus: int) -> ClusterConfig:
+def cluster(system_spec: str, model: str, num_gpus: int, *, max_decode_seqs: int | None = None) -> ClusterConfig:
+    """``max_decode_seqs`` caps a decode instance's running rows (the batch-switch gap test)."""
     c = cluster_for(system_spec, num_instances=num_gpus, gpu=GPU, model=model)
-    return replace(c, max_model_len=MAX_MODEL_LEN, on_overflow="truncate")
+    # vLLM without chunked prefill requires max_num_batched_tokens >= max_model_len: the step
+    # limit follows the lifted context (else Fig. 12's 10K prompts are rejected, 8192 < 10000)
+    groups = tuple(replace(g, max_batch_tokens=max(g.max_batch_tokens, MAX_MODEL_LEN),
+                           max_num_seqs=min(g.max_num_seqs, max_decode_seqs) if max_decode_seqs and g.role == "decode"
+                           else g.max_num_seqs) for g in c.groups)
+    return replace(c, groups=groups, max_model_len=MAX_MODEL_LEN, on_overflow="truncate")
 
 
 def synthetic(n: int, short_share: float, seed: int, *, long_range=(1000, 8000)) -> list[RequestSpec]:
@@ -89,13 +95,14 @@ def application(name: str, n: int, seed: int) -> list[RequestSpec]:
 APPLICATIONS = ("ShareGPT-like", "LongBench-like (arXiv)", "Azure code", "Azure conv", "Mooncake conv")
 
 
-def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *, cost_model=None) -> dict:
+def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *, cost_model=None,
+        max_decode_seqs: int | None = None) -> dict:
     """One simulation -> decoding throughput, TPOT, TTFT, decode-iteration times, router stats."""
     t0 = time.process_time()
     # P/D runs step one iteration at a time, so each recorded decode row is one iteration
     # (a fast-forwarded run's row would blur decode iterations with recomputed prefills)
     pd = system_spec.startswith(("distserve", "alignedserve"))
-    sim = Simulation(specs, cluster(system_spec, model, num_gpus), cost_model=cost_model, fast_forward=not pd)
+    sim = Simulation(specs, cluster(system_spec, model, num_gpus, max_decode_seqs=max_decode_seqs), cost_model=cost_model, fast_forward=not pd)
     res = sim.run()
     done = [r for r in res.requests if r.status.value == "finished"]
     tpot = [(r.token_times_s[-1] - r.token_times_s[0]) / (len(r.token_times_s) - 1) for r in done
@@ -107,6 +114,7 @@ def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *
         "num_finished": len(done), "conserved": res.conserved,
         "decode_tok_s": res.num_output_tokens / res.makespan_s if res.makespan_s > 0 else 0.0,
         "makespan_s": res.makespan_s,
+        "tok_s_first90": _first90(done),
         "tpot_p50_ms": 1e3 * float(np.percentile(tpot, 50)) if tpot else float("nan"),
         "tpot_p99_ms": 1e3 * float(np.percentile(tpot, 99)) if tpot else float("nan"),
         "ttft_mean_s": float(np.mean(ttft)) if ttft else float("nan"),
@@ -127,6 +135,17 @@ def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *
     out["handoff_ms"] = [1e3 * dur for src, dst, _, dur, _ in res.transfers
                          if dst >= 0 and _role(sim, dst) == "decode"]
     return out
+
+
+def _first90(done) -> float:
+    """Output tokens per second until 90% of them were generated: throughput without the
+    makespan's tail (a gap test: does a loss come from the last batches alone?)."""
+    times = np.sort(np.concatenate([np.asarray(r.token_times_s, dtype=float) for r in done if r.token_times_s])
+                    if done else np.zeros(0))
+    if not len(times):
+        return float("nan")
+    k = int(0.9 * len(times))
+    return k / times[k - 1] if k and times[k - 1] > 0 else float("nan")
 
 
 def _role(sim: Simulation, iid: int) -> str:
