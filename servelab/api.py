@@ -194,9 +194,12 @@ def _peak_flops(cluster: ClusterConfig) -> float | None:
 def sweep(workload: Sequence[RequestSpec], policies: Sequence[str], rates: Sequence[float],
           hardware: HardwareChoice = HardwareChoice(), *, slo: SLO | None = None,
           on_point: Callable[[dict], None] | None = None,
-          on_requests: Callable[[dict, Sequence[Any]], None] | None = None) -> list[dict[str, Any]]:
+          on_requests: Callable[[dict, Sequence[Any]], None] | None = None,
+          fanout: Any = None) -> list[dict[str, Any]]:
     """Every policy at every mean arrival rate (the workload's pattern kept, gaps rescaled).
-    ``on_requests(row, requests)`` hears each point's requests (the CLI writes them as CSV)."""
+    ``on_requests(row, requests)`` hears each point's requests (the CLI writes them as CSV).
+    ``fanout`` (a ``servelab.simulator.fanout.Fanout``) runs the points in other processes or on
+    Ray: the same rows in the same order (``on_point`` hears them as they end, in any order)."""
     from servelab.workloads.workload import scale_to_rate
 
     if not policies:
@@ -206,42 +209,67 @@ def sweep(workload: Sequence[RequestSpec], policies: Sequence[str], rates: Seque
     for policy in policies:
         check_policy(policy, hardware)  # a bad spec fails here, before the first simulation
     scaled_at = [(rate, scale_to_rate(workload, rate)) for rate in rates]  # checks every rate up front
-    rows = []
-    for rate, scaled in scaled_at:
-        for policy in policies:
-            out = run_simulation(scaled, policy, hardware, slo=slo)
-            s = out.summary
-            row = {"policy": policy, "rate": rate, "ttft_p50_s": s.ttft.p50, "ttft_p99_s": s.ttft.p99,
-                   "tpot_p50_s": s.tpot.p50, "tpot_p99_s": s.tpot.p99, "throughput_tok_s": s.output_tokens_per_s,
-                   "goodput_req_s": s.goodput_requests_per_s, "slo_attainment": s.slo_attainment,
-                   "arrived": s.num_arrived, "completed": s.num_completed, "rejected": s.num_rejected,
-                   "rejected_context": s.num_rejected_context, "aborted": s.num_aborted,
-                   "top_abort_reason": next(iter(top_reasons(s, "aborted", k=1, width=120)), ("", 0))[0], "wall_s": out.wall_s}
-            rows.append(row)
-            if on_requests is not None:
-                on_requests(row, out.result.requests)
-            if on_point is not None:
-                on_point(row)
-    return rows
+    points = [(scaled, policy, hardware, slo, rate, on_requests is not None)
+              for rate, scaled in scaled_at for policy in policies]
+
+    def heard(_: int, done: tuple[dict, Any]) -> None:
+        row, requests = done
+        if on_requests is not None:
+            on_requests(row, requests)
+        if on_point is not None:
+            on_point(row)
+
+    if fanout is None:
+        from servelab.simulator.fanout import Fanout
+
+        fanout = Fanout()
+    return fanout.map(sweep_point, points, heard, keep=lambda done: done[0])
+
+
+def sweep_point(point: tuple) -> tuple[dict[str, Any], Any]:
+    """One sweep point, (row, its requests or None): module-level, so other processes can run it."""
+    scaled, policy, hardware, slo, rate, keep_requests = point
+    out = run_simulation(scaled, policy, hardware, slo=slo)
+    s = out.summary
+    row = {"policy": policy, "rate": rate, "ttft_p50_s": s.ttft.p50, "ttft_p99_s": s.ttft.p99,
+           "tpot_p50_s": s.tpot.p50, "tpot_p99_s": s.tpot.p99, "throughput_tok_s": s.output_tokens_per_s,
+           "goodput_req_s": s.goodput_requests_per_s, "slo_attainment": s.slo_attainment,
+           "arrived": s.num_arrived, "completed": s.num_completed, "rejected": s.num_rejected,
+           "rejected_context": s.num_rejected_context, "aborted": s.num_aborted,
+           "top_abort_reason": next(iter(top_reasons(s, "aborted", k=1, width=120)), ("", 0))[0], "wall_s": out.wall_s}
+    return row, (out.result.requests if keep_requests else None)
 
 
 def capacity(workload: Sequence[RequestSpec], policy: str, slo: SLO, hardware: HardwareChoice = HardwareChoice(), *,
              target_attainment: float = 0.9, lo: float = DEFAULT_LO, hi: float = DEFAULT_HI, rel_tol: float = 0.05,
              max_expansions: int = DEFAULT_MAX_EXPANSIONS,
-             on_probe: Callable[[float, float], None] | None = None) -> CapacityResult:
+             on_probe: Callable[[float, float], None] | None = None, fanout: Any = None) -> CapacityResult:
     """Highest mean request rate whose SLO attainment stays >= ``target_attainment`` (bisection).
 
     The search brackets the answer itself: when ``lo`` misses the target it tries 4x lower,
     when ``hi`` meets it 4x higher, up to ``max_expansions`` times each (``result.expansions``
     says what it did). Each probe keeps its aborted count (``result.num_aborted``).
     Needs an SLO with at least one target: without one every rate "passes" and the search
-    would report its upper bound as the capacity.
+    would report its upper bound as the capacity. ``fanout`` (a ``Fanout`` running more than
+    one probe at once) probes ahead of the search (``capacity_search_ahead``): same result;
+    ``on_probe`` then also hears the probes the search turned out not to need.
     """
     from servelab.workloads.workload import scale_to_rate
 
     if slo is None or all(v is None for v in (slo.ttft_s, slo.tpot_s, slo.tbt_s, slo.e2el_s)):
         raise UserError("capacity needs an SLO with at least one target (e.g. ttft:2s,tpot:100ms)")
     check_policy(policy, hardware)  # a bad spec fails here, before the first probe
+    search = dict(lo=lo, hi=hi, target_attainment=target_attainment, rel_tol=rel_tol, max_expansions=max_expansions)
+    width = fanout.parallel if fanout is not None else 1
+    if width > 1:
+        from servelab.metrics.capacity import capacity_search_ahead
+
+        def run_rates(rates: list[float]) -> list[tuple[float, int]]:
+            points = [(workload, policy, hardware, slo, rate) for rate in rates]
+            heard = None if on_probe is None else (lambda k, done: on_probe(rates[k], done[0]))
+            return fanout.map(capacity_point, points, heard)
+
+        return capacity_search_ahead(run_rates, width, **search)
 
     def attainment_at(rate: float) -> tuple[float, int]:
         out = run_simulation(scale_to_rate(workload, rate), policy, hardware, slo=slo)
@@ -249,5 +277,13 @@ def capacity(workload: Sequence[RequestSpec], policy: str, slo: SLO, hardware: H
             on_probe(rate, out.summary.slo_attainment)
         return out.summary.slo_attainment, out.summary.num_aborted
 
-    return capacity_search(attainment_at, lo=lo, hi=hi, target_attainment=target_attainment, rel_tol=rel_tol,
-                           max_expansions=max_expansions)
+    return capacity_search(attainment_at, **search)
+
+
+def capacity_point(point: tuple) -> tuple[float, int]:
+    """One capacity probe, (attainment, aborted): module-level, so other processes can run it."""
+    from servelab.workloads.workload import scale_to_rate
+
+    workload, policy, hardware, slo, rate = point
+    out = run_simulation(scale_to_rate(workload, rate), policy, hardware, slo=slo)
+    return out.summary.slo_attainment, out.summary.num_aborted
