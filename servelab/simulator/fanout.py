@@ -82,11 +82,16 @@ class Fanout:
         except ImportError:
             raise UserError("--backend ray needs the ray package (pip install 'servelab[ray]')") from None
         if not ray.is_initialized():
-            if self.ray_address is None:
-                ray.init(num_cpus=self.jobs if self.jobs > 1 else None, include_dashboard=False,
-                         log_to_driver=False)
-            else:
-                ray.init(address=self.ray_address, log_to_driver=False)
+            try:
+                if self.ray_address is None:
+                    ray.init(num_cpus=self.jobs if self.jobs > 1 else None, include_dashboard=False,
+                             log_to_driver=False)
+                else:
+                    ray.init(address=self.ray_address, log_to_driver=False)
+            except Exception as err:  # Ray's own errors (timeouts, a wrong address) are not UserErrors
+                where = f"join Ray at {self.ray_address}" if self.ray_address else "start a local Ray"
+                first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                raise UserError(f"--backend ray: could not {where}: {first}") from None
 
     def _map_ray(self, fn, items, on_result, keep) -> list[Any]:
         import ray

@@ -7,6 +7,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from servelab import api  # noqa: E402
+from servelab.core.errors import UserError  # noqa: E402
 from servelab.core.request import SLO  # noqa: E402
 from servelab.simulator.fanout import Fanout  # noqa: E402
 from simkit import random_workload  # noqa: E402
@@ -19,11 +20,24 @@ def test_sweep_on_local_ray_same_rows_as_serial():
     started = not ray.is_initialized()
     try:
         heard = []
-        fanned = api.sweep(workload, ["vllm", "sarathi"], [2.0, 8.0], slo=slo,
-                           fanout=Fanout(jobs=2, backend="ray"), on_point=heard.append)
+        try:
+            fanned = api.sweep(workload, ["vllm", "sarathi"], [2.0, 8.0], slo=slo,
+                               fanout=Fanout(jobs=2, backend="ray"), on_point=heard.append)
+        except UserError as err:  # an overloaded machine: Ray's raylet missed its start-up deadline
+            if "could not start a local Ray" in str(err):
+                pytest.skip(str(err))
+            raise
         serial = api.sweep(workload, ["vllm", "sarathi"], [2.0, 8.0], slo=slo)
     finally:
         if started and ray.is_initialized():
             ray.shutdown()
     drop = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]  # noqa: E731
     assert drop(fanned) == drop(serial) and len(heard) == 4
+
+
+def test_unreachable_ray_address_is_one_line():
+    fanout = Fanout(jobs=1, backend="ray", ray_address="127.0.0.1:1")
+    if ray.is_initialized():
+        pytest.skip("a Ray session is already running in this process")
+    with pytest.raises(UserError, match="could not join Ray at 127.0.0.1:1"):
+        fanout.map(abs, [1])
