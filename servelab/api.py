@@ -217,9 +217,12 @@ def _peak_flops(cluster: ClusterConfig) -> float | None:
 def sweep(workload: Sequence[RequestSpec] | str, policies: Sequence[str], rates: Sequence[float],
           hardware: HardwareChoice = HardwareChoice(), *, slo: SLO | str | None = DEFAULT_SLO,
           on_point: Callable[[dict], None] | None = None,
-          on_requests: Callable[[dict, Sequence[Any]], None] | None = None) -> list[dict[str, Any]]:
+          on_requests: Callable[[dict, Sequence[Any]], None] | None = None,
+          fanout: Any = None) -> list[dict[str, Any]]:
     """Every policy at every mean arrival rate (the workload's pattern kept, gaps rescaled).
-    ``on_requests(row, requests)`` hears each point's requests (the CLI writes them as CSV)."""
+    ``on_requests(row, requests)`` hears each point's requests (the CLI writes them as CSV).
+    ``fanout`` (a ``servelab.simulator.fanout.Fanout``) runs the points in other processes or on
+    Ray: the same rows in the same order (``on_point`` hears them as they end, in any order)."""
     from servelab.workloads.workload import scale_to_rate
 
     workload = _workload(workload)
@@ -231,23 +234,35 @@ def sweep(workload: Sequence[RequestSpec] | str, policies: Sequence[str], rates:
     for policy in policies:
         check_policy(policy, hardware)  # a bad spec fails here, before the first simulation
     scaled_at = [(rate, scale_to_rate(workload, rate)) for rate in rates]  # checks every rate up front
-    rows = []
-    for rate, scaled in scaled_at:
-        for policy in policies:
-            out = run_simulation(scaled, policy, hardware, slo=slo)
-            s = out.summary
-            row = {"policy": policy, "rate": rate, "ttft_p50_s": s.ttft.p50, "ttft_p99_s": s.ttft.p99,
-                   "tpot_p50_s": s.tpot.p50, "tpot_p99_s": s.tpot.p99, "throughput_tok_s": s.output_tokens_per_s,
-                   "goodput_req_s": s.goodput_requests_per_s, "slo_attainment": s.slo_attainment,
-                   "arrived": s.num_arrived, "completed": s.num_completed, "rejected": s.num_rejected,
-                   "rejected_context": s.num_rejected_context, "aborted": s.num_aborted,
-                   "top_abort_reason": next(iter(top_reasons(s, "aborted", k=1, width=120)), ("", 0))[0], "wall_s": out.wall_s}
-            rows.append(row)
-            if on_requests is not None:
-                on_requests(row, out.result.requests)
-            if on_point is not None:
-                on_point(row)
-    return rows
+    points = [(scaled, policy, hardware, slo, rate, on_requests is not None)
+              for rate, scaled in scaled_at for policy in policies]
+
+    def heard(_: int, done: tuple[dict, Any]) -> None:
+        row, requests = done
+        if on_requests is not None:
+            on_requests(row, requests)
+        if on_point is not None:
+            on_point(row)
+
+    if fanout is None:
+        from servelab.simulator.fanout import Fanout
+
+        fanout = Fanout()
+    return fanout.map(sweep_point, points, heard, keep=lambda done: done[0])
+
+
+def sweep_point(point: tuple) -> tuple[dict[str, Any], Any]:
+    """One sweep point, (row, its requests or None): module-level, so other processes can run it."""
+    scaled, policy, hardware, slo, rate, keep_requests = point
+    out = run_simulation(scaled, policy, hardware, slo=slo)
+    s = out.summary
+    row = {"policy": policy, "rate": rate, "ttft_p50_s": s.ttft.p50, "ttft_p99_s": s.ttft.p99,
+           "tpot_p50_s": s.tpot.p50, "tpot_p99_s": s.tpot.p99, "throughput_tok_s": s.output_tokens_per_s,
+           "goodput_req_s": s.goodput_requests_per_s, "slo_attainment": s.slo_attainment,
+           "arrived": s.num_arrived, "completed": s.num_completed, "rejected": s.num_rejected,
+           "rejected_context": s.num_rejected_context, "aborted": s.num_aborted,
+           "top_abort_reason": next(iter(top_reasons(s, "aborted", k=1, width=120)), ("", 0))[0], "wall_s": out.wall_s}
+    return row, (out.result.requests if keep_requests else None)
 
 
 REJECTIONS = ("count", "exclude")
@@ -257,7 +272,7 @@ def capacity(workload: Sequence[RequestSpec] | str, policy: str, hardware: Hardw
              *old_args: Any, slo: SLO | str | None = DEFAULT_SLO, target: float | None = None, lo: float = DEFAULT_LO,
              hi: float = DEFAULT_HI, rel_tol: float = 0.05, max_expansions: int = DEFAULT_MAX_EXPANSIONS,
              rejections: str = "count", on_probe: Callable[[float, float], None] | None = None,
-             target_attainment: float | None = None) -> CapacityResult:
+             target_attainment: float | None = None, fanout: Any = None) -> CapacityResult:
     """Highest mean request rate whose SLO attainment stays >= ``target`` (default 0.9; the
     CLI's ``--target``), by bisection.
 
@@ -269,7 +284,9 @@ def capacity(workload: Sequence[RequestSpec] | str, policy: str, hardware: Hardw
     left out). With ``"count"`` a workload whose requests are rejected at any rate (over the
     context, ...) caps attainment at ``1 - rejected/arrived``; ``result.rejection_note`` says so.
     Needs an SLO with at least one target: without one every rate "passes" and the search
-    would report its upper bound as the capacity.
+    would report its upper bound as the capacity. ``fanout`` (a ``Fanout`` running more than
+    one probe at once) probes ahead of the search (``capacity_search_ahead``): same result;
+    ``on_probe`` then also hears the probes the search turned out not to need.
     """
     import warnings
 
@@ -295,22 +312,45 @@ def capacity(workload: Sequence[RequestSpec] | str, policy: str, hardware: Hardw
         raise UserError("capacity needs an SLO with at least one target (e.g. ttft:2s,tpot:100ms)")
     check_policy(policy, hardware)  # a bad spec fails here, before the first probe
     reasons: dict[str, int] = {}
+    search = dict(lo=lo, hi=hi, target_attainment=target, rel_tol=rel_tol, max_expansions=max_expansions)
 
-    def attainment_at(rate: float) -> tuple[float, int, int, int]:
-        s = run_simulation(scale_to_rate(workload, rate), policy, hardware, slo=slo).summary
-        served = s.num_arrived - s.num_rejected
-        attainment = s.slo_attainment
-        if rejections == "exclude":
-            attainment = s.num_slo_met / served if served else 0.0
-        for reason, count in top_reasons(s, "rejected", k=3, width=120):
+    def heard(rate: float, probe: tuple) -> None:
+        for reason, count in probe[4]:
             reasons[reason] = max(reasons.get(reason, 0), count)
         if on_probe is not None:
-            on_probe(rate, attainment)
-        return attainment, s.num_aborted, s.num_rejected, s.num_arrived
+            on_probe(rate, probe[0])
 
-    res = capacity_search(attainment_at, lo=lo, hi=hi, target_attainment=target, rel_tol=rel_tol,
-                          max_expansions=max_expansions)
+    width = fanout.parallel if fanout is not None else 1
+    if width > 1:
+        from servelab.metrics.capacity import capacity_search_ahead
+
+        def run_rates(rates: list[float]) -> list[tuple]:
+            points = [(workload, policy, hardware, slo, rejections, rate) for rate in rates]
+            return fanout.map(capacity_point, points, lambda k, done: heard(rates[k], done))
+
+        res = capacity_search_ahead(run_rates, width, **search)
+    else:
+        def attainment_at(rate: float) -> tuple:
+            probe = capacity_point((workload, policy, hardware, slo, rejections, rate))
+            heard(rate, probe)
+            return probe
+
+        res = capacity_search(attainment_at, **search)
     return replace(res, rejections=rejections, rejection_note=_rejection_note(res, rejections, reasons))
+
+
+def capacity_point(point: tuple) -> tuple[float, int, int, int, tuple]:
+    """One capacity probe, (attainment, aborted, rejected, arrived, top rejection reasons):
+    module-level, so other processes can run it. ``capacity_search`` reads the first four."""
+    from servelab.workloads.workload import scale_to_rate
+
+    workload, policy, hardware, slo, rejections, rate = point
+    s = run_simulation(scale_to_rate(workload, rate), policy, hardware, slo=slo).summary
+    attainment = s.slo_attainment
+    if rejections == "exclude":
+        served = s.num_arrived - s.num_rejected
+        attainment = s.num_slo_met / served if served else 0.0
+    return attainment, s.num_aborted, s.num_rejected, s.num_arrived, tuple(top_reasons(s, "rejected", k=3, width=120))
 
 
 def _rejection_note(res: CapacityResult, rejections: str, reasons: dict[str, int]) -> str:

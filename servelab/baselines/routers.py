@@ -22,6 +22,9 @@ class LeastLoadedRouter(Router):
     """Fewest outstanding tokens (pending prompt + expected remaining output); ties to the lowest id."""
 
     def on_arrival(self, now_s: float, request: Request, cluster: ClusterState) -> list[Placement]:
+        indexed = getattr(cluster, "least_loaded", None)  # the cluster's view keeps an index (O(log n))
+        if indexed is not None:
+            return [Placement(request, indexed().instance_id)]
         insts = cluster.instances
         loads = cluster.outstanding_tokens()
         least = min(loads)

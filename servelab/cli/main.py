@@ -159,6 +159,24 @@ def simulate(
     exit_if_aborted([abort_record(policy, res.summary)])
 
 
+def _jobs_option():
+    return typer.Option(1, "--jobs", "-j", help="Simulations run at once in local processes (same results as 1).")
+
+
+def _backend_option():
+    return typer.Option("local", "--backend", help="local (--jobs processes) | ray (a local Ray, or --ray-address).")
+
+
+def _ray_address_option():
+    return typer.Option(None, "--ray-address", help="Join this Ray cluster (with --backend ray), e.g. ray://host:10001.")
+
+
+def _fanout(jobs: int, backend: str, ray_address: Optional[str]):
+    from servelab.simulator.fanout import Fanout
+
+    return Fanout(jobs, backend, ray_address)
+
+
 @app.command()
 def sweep(
     workload: str = typer.Option("azure-conv", "--workload", "-w", help=WORKLOAD_HELP),
@@ -179,6 +197,9 @@ def sweep(
     out: Optional[Path] = typer.Option(None, help=OUT_HELP.format(cmd="sweep", files="sweep.json and plots")),
     json_out: bool = typer.Option(False, "--json"),
     config: Optional[Path] = config_option(),
+    jobs: int = _jobs_option(),
+    backend: str = _backend_option(),
+    ray_address: Optional[str] = _ray_address_option(),
 ) -> None:
     """Policies x rates -> a table, sweep.json and plots of attainment / latency / throughput.
 
@@ -203,7 +224,8 @@ def sweep(
             rows = api.sweep(wl, names, rate_values, hw, slo=target,
                              on_point=None if cb is None else lambda r: (done.append(r), cb(len(done) / total)),
                              on_requests=lambda r, reqs: write_requests_csv(
-                                 out / "requests" / f"{_file_safe(r['policy'])}@{r['rate']:g}.csv", reqs))
+                                 out / "requests" / f"{_file_safe(r['policy'])}@{r['rate']:g}.csv", reqs),
+                             fanout=_fanout(jobs, backend, ray_address))
     context = run_context(workload=workload, seed=seed, slo=target, hardware=hw, policies=clusters,
                           rates=rate_values, slo_note=slo_note)
     write_json(out / "sweep.json", {"context": context, "rows": rows})
@@ -251,6 +273,9 @@ def capacity(
     out: Optional[Path] = typer.Option(None, help=OUT_HELP.format(cmd="capacity", files="capacity.json")),
     json_out: bool = typer.Option(False, "--json"),
     config: Optional[Path] = config_option(),
+    jobs: int = _jobs_option(),
+    backend: str = _backend_option(),
+    ray_address: Optional[str] = _ray_address_option(),
 ) -> None:
     """Highest request rate that keeps the SLO attainment: brackets the answer (4x steps down or
     up from --lo/--hi), then bisects, one simulation per probe.
@@ -274,7 +299,8 @@ def capacity(
         with progress_log(f"capacity of {policy}: probing rates", not json_out) as log:
             res = api.capacity(wl, policy, hw, slo=target_slo, target=target, lo=lo, hi=hi,
                                max_expansions=max_expansions, rejections=rejections,
-                               on_probe=lambda r, a: log(f"  rate {r:8.4g} req/s -> attainment {a:.3f}"))
+                               on_probe=lambda r, a: log(f"  rate {r:8.4g} req/s -> attainment {a:.3f}"),
+                               fanout=_fanout(jobs, backend, ray_address))
     context = run_context(workload=workload, seed=seed, slo=target_slo, hardware=hw, policies={policy: cluster},
                           target_attainment=target, lo=lo, hi=hi, max_expansions=max_expansions,
                           rejections=rejections, slo_note=slo_note)

@@ -56,6 +56,25 @@ def simulator(
                                   data_dir=data_dir or default_data_dir(), op_times=op_times))
 
 
+@app.command("scale")
+def scale(
+    instances: int = typer.Option(1, min=1, max=4096, help="Simulated instances."),
+    requests: int = typer.Option(977, min=1, help="Requests per instance (977 x 1,024 instances = 1M)."),
+    rate: float = typer.Option(5.5, min=0.001, help="Poisson arrivals per second per instance."),
+    repeats: int = typer.Option(1, min=1, help="Workloads run back to back (seeds 0..repeats-1)."),
+    data_dir: Optional[Path] = typer.Option(None, help="Folder with traces/ and datasets/ (default ../shared/data)."),
+) -> None:
+    """Simulator speed at equal load per instance: tokens per CPU-second and peak RSS of one point (JSON).
+
+    scripts/scale_report.py runs it at 1 to 1,024 instances and writes docs/benchmarks/scale.md."""
+    from servelab.paths import default_data_dir
+    from servelab.simulator import scale_bench
+
+    with user_errors():
+        scale_bench.run(SimpleNamespace(instances=instances, requests=requests, rate=rate, repeats=repeats,
+                                        data_dir=data_dir or default_data_dir()))
+
+
 @app.command("engine-steps")
 def engine_steps(
     checkpoint: Optional[str] = typer.Option(None, help="HF folder; default: random BENCH_200M weights."),

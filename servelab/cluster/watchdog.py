@@ -15,7 +15,9 @@ events or ``max_idle_s`` seconds on the run's clock. Every live request is then 
 a reason that says so (``reason``), and the run ends as a finished run does. The defaults are
 far beyond what a working run reaches: a single step would have to outlast 50,000 timer
 events or a simulated day. The cost is one comparison per event; the instances' work left is
-summed once every ``CHECK_EVERY`` events.
+summed once every ``CHECK_EVERY`` events, times one per 32 instances beyond the first 32 (so the
+sum costs at most one instance's read per 8 events, whatever the cluster's size; below 64
+instances the check runs exactly as before).
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def parse_watchdog(text: str, what: str = "--watchdog") -> WatchdogConfig:
 class Watchdog:
     """Watches one run of a cluster driver (seen through ``ClusterContext``); ``stalled(now_s)`` after each event."""
 
-    __slots__ = ("cluster", "config", "reason", "_events", "_since_events", "_since_s", "_counts", "_low")
+    __slots__ = ("cluster", "config", "reason", "_events", "_since_events", "_since_s", "_counts", "_low", "_every")
 
     def __init__(self, cluster: ClusterContext, config: WatchdogConfig | None = None) -> None:
         self.cluster = cluster
@@ -91,6 +93,7 @@ class Watchdog:
         self._since_s = cluster.now_s
         self._counts = (-1, -1)
         self._low = math.inf
+        self._every = CHECK_EVERY * max(1, len(cluster.active) // 32)
 
     def stalled(self, now_s: float) -> bool:
         """Count one event; True (and ``reason`` set) when the run is stuck."""
@@ -98,7 +101,7 @@ class Watchdog:
         if not cfg.enabled:
             return False
         self._events += 1
-        if self._events % CHECK_EVERY and not (cfg.max_idle_s and now_s - self._since_s > cfg.max_idle_s):
+        if self._events % self._every and not (cfg.max_idle_s and now_s - self._since_s > cfg.max_idle_s):
             return False
         return self._check(now_s)
 

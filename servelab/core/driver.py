@@ -207,6 +207,7 @@ class InstanceDriver:
         ends = self.executor.decode_run_ends(applied.shape, horizon, now_s)
         self.run = DecodeRun(applied.shape, ends, now_s, self.num_waiting, len(ends) - 1)
         self.version += 1
+        self._load_changed()
         return float(ends[-1])
 
     def settle(self, now_s: float) -> None:
@@ -230,6 +231,7 @@ class InstanceDriver:
         if run.num_applied < run.final_step:
             run.final_step = run.num_applied
             self.version += 1
+            self._load_changed()
             return float(run.ends[run.final_step])
         return None
 
@@ -242,10 +244,17 @@ class InstanceDriver:
         done = min(run.num_ended_by(now_s), run.final_step)
         return self.runtime.num_outstanding_tokens - (done - run.num_applied) * len(self.applied.batch)
 
+    def _load_changed(self) -> None:
+        """A run began, was cut or ended: how the load falls with time changed (``outstanding_tokens_at``)."""
+        watch = self.runtime.load_watch
+        if watch is not None:
+            watch(self.runtime.instance_id)
+
     def _finish_run(self, now_s: float) -> tuple[StepOutcome, StepResult]:
         """The run's last step ends now: apply what is left of it, last step included, in one pass."""
         run = self.run
         self.run = None
+        self._load_changed()
         first, last = run.num_applied, run.final_step
         ends = run.ends[first:last + 1]
         start = run.step_start(first)

@@ -64,7 +64,8 @@ class InstanceQueues:
         self._by_id: dict[int, Request] = {}
         self.num_preemptions = 0
         self.num_swaps = 0
-        self._outstanding = 0
+        self.load_watch = None  # called with the instance id whenever the outstanding total changes
+        self._owed = 0
         self._inflight_group = 0  # rows of the step in flight that are decode-group members
 
     def enable_decode_group(self) -> None:
@@ -95,7 +96,19 @@ class InstanceQueues:
 
         Kept as a running total (routers ask on every arrival; a scan would cost O(queue)).
         """
-        return self._outstanding
+        return self._owed
+
+    @property
+    def _outstanding(self) -> int:
+        return self._owed
+
+    @_outstanding.setter
+    def _outstanding(self, value: int) -> None:
+        """Every change of the total tells ``load_watch`` (a cluster's least-loaded index,
+        ``cluster.load_index``), which then re-reads this instance's load instead of all of them."""
+        self._owed = value
+        if self.load_watch is not None:
+            self.load_watch(self.instance_id)
 
     @property
     def is_idle(self) -> bool:

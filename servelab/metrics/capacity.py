@@ -159,3 +159,54 @@ def _validate(lo: float, hi: float, target: float, rel_tol: float, max_iters: in
         raise UserError(f"capacity: rel_tol must be > 0, got {rel_tol!r}")
     if max_iters < 0:
         raise UserError(f"capacity: max_iters must be >= 0, got {max_iters!r}")
+
+
+class _Unknown(Exception):
+    """A what-if search reached a rate whose outcome is not known yet."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+
+
+def capacity_search_ahead(run_rates: Callable[[list[float]], list[float | tuple[float, int]]], width: int,
+                          **search: object) -> CapacityResult:
+    """``capacity_search`` with up to ``width`` probes run at once, and the same result.
+
+    The search is sequential: the next rate depends on whether this one passed. So it runs
+    ahead: the probes of the next levels of the search's decision tree (every pass/fail
+    outcome of the rates not yet known, ``2**depth - 1 <= width`` of them) go to
+    ``run_rates`` together; then the search is replayed on the known outcomes, which are the
+    same numbers a serial search would have measured, until it needs a rate it does not know.
+    The probes it never needed are not in the result. ``search`` holds ``capacity_search``'s
+    keyword arguments.
+    """
+    known: dict[float, float | tuple[float, int]] = {}
+    depth = max(1, (width + 1).bit_length() - 1)
+
+    def replay(assumed: dict[float, float]):
+        def lookup(rate: float):
+            if rate in known:
+                return known[rate]
+            if rate in assumed:
+                return assumed[rate]
+            raise _Unknown(rate)
+
+        return capacity_search(lookup, **search)
+
+    def frontier(assumed: dict[float, float], levels: int, out: list[float]) -> None:
+        try:
+            replay(assumed)
+        except _Unknown as need:
+            if need.rate not in out:
+                out.append(need.rate)
+            if levels > 1:
+                for outcome in (1.0, 0.0):  # passes any target / misses any target above 0
+                    frontier({**assumed, need.rate: outcome}, levels - 1, out)
+
+    while True:
+        rates: list[float] = []
+        frontier({}, depth, rates)
+        if not rates:
+            return replay({})
+        for rate, outcome in zip(rates, run_rates(rates)):
+            known[rate] = outcome

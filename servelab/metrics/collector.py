@@ -1,8 +1,10 @@
 """Run-time metrics collection: what the simulator or engine reports while a run goes on.
 
 ``MetricsCollector`` sits in the simulator's hot loop, so each call only appends one tuple
-to a list (about half a microsecond); the columns become numpy arrays the first time
-they are read after a change. No summarising happens here: ``summary.summarize`` reads
+to a list (about half a microsecond); every ``CHUNK_STEPS`` records the tuples become one
+float64 block (88 bytes a step instead of about 400 as tuples of Python numbers, which at a
+million requests was gigabytes), and the columns become numpy arrays the first time they
+are read after a change. No summarising happens here: ``summary.summarize`` reads
 the arrays this module exposes.
 
 Step records are samples taken at each step's start: KV blocks in use and queue lengths
@@ -24,6 +26,8 @@ import numpy as np
 from servelab.core.request import Request
 
 PREEMPTION_KINDS = ("recompute", "swap")
+
+CHUNK_STEPS = 1 << 16  # step records kept as tuples before they are packed into a float64 block
 
 # Column order of a step record.
 STEP_COLUMNS = ("instance_id", "start_s", "duration_s", "num_tokens", "num_rows", "num_padding_tokens",
@@ -68,7 +72,9 @@ class MetricsCollector:
     """Accumulates step records, preemptions and ended requests for one run."""
 
     def __init__(self) -> None:
-        self._steps: list[tuple] = []
+        self._steps: list[tuple] = []  # the records since the last packed block
+        self._blocks: list[np.ndarray] = []  # packed records, [CHUNK_STEPS x len(STEP_COLUMNS)] each
+        self._num_packed = 0
         self._preemptions: list[tuple[int, float, str]] = []
         self.ended_requests: list[Request] = []
         self._columns: StepColumns | None = None
@@ -77,9 +83,18 @@ class MetricsCollector:
     def on_step(self, instance_id: int, start_s: float, duration_s: float, num_tokens: int, num_rows: int,
                 num_padding_tokens: int, kv_used_blocks: int, kv_total_blocks: int, num_waiting: int,
                 num_running: int, flops: float | None = None) -> None:
-        self._steps.append((instance_id, start_s, duration_s, num_tokens, num_rows, num_padding_tokens,
-                            kv_used_blocks, kv_total_blocks, num_waiting, num_running, flops))
+        steps = self._steps
+        steps.append((instance_id, start_s, duration_s, num_tokens, num_rows, num_padding_tokens,
+                      kv_used_blocks, kv_total_blocks, num_waiting, num_running, flops))
         self._columns = None
+        if len(steps) >= CHUNK_STEPS:
+            self._pack()
+
+    def _pack(self) -> None:
+        """The tuples so far become one float64 block (flops None -> NaN, as in the columns)."""
+        self._blocks.append(_table(self._steps, self._num_packed))
+        self._num_packed += len(self._steps)
+        self._steps = []
 
     def on_preemption(self, instance_id: int, now_s: float, kind: str) -> None:
         if kind not in PREEMPTION_KINDS:
@@ -88,17 +103,21 @@ class MetricsCollector:
         self._preemptions.append((instance_id, now_s, kind))
 
     def on_request_end(self, request: Request) -> None:
+        times = request.token_times_s
+        if type(times) is list and len(times) > 8:  # no more tokens come: drop the list's growth slack
+            request.token_times_s = times[:]  # (about 12% of the request's largest record)
         self.ended_requests.append(request)
 
     # ---- read side ----
     @property
     def num_steps(self) -> int:
-        return len(self._steps)
+        return self._num_packed + len(self._steps)
 
     @property
     def steps(self) -> StepColumns:
         if self._columns is None:
-            self._columns = _build_columns(self._steps)
+            blocks = self._blocks + ([_table(self._steps, self._num_packed)] if self._steps else [])
+            self._columns = _build_columns(blocks)
         return self._columns
 
     def num_preemptions(self, kind: str) -> int:
@@ -140,18 +159,30 @@ class MetricsCollector:
         return times, np.cumsum(deltas[by_time]), end_s
 
 
-def _build_columns(steps: list[tuple]) -> StepColumns:
-    if not steps:
+def _table(steps: list[tuple], first: int) -> np.ndarray:
+    """Records ``first``.. as a float64 table (one row each)."""
+    try:
+        table = np.array(steps, dtype=np.float64)  # flops None -> NaN
+    except ValueError:
+        table = None
+    if table is None or table.ndim != 2 or table.shape[1] != len(STEP_COLUMNS):
+        bad = next((k for k, rec in enumerate(steps) if len(rec) != len(STEP_COLUMNS)), 0)
+        raise ValueError(f"step records must have {len(STEP_COLUMNS)} fields, got {len(steps[bad])} "
+                         f"(step {first + bad})")
+    return table
+
+
+def _build_columns(blocks: list[np.ndarray]) -> StepColumns:
+    if not blocks:
         return StepColumns(*(np.empty(0, dtype=np.int64 if i == 0 else np.float64)
                              for i in range(len(STEP_COLUMNS))))
-    table = np.array(steps, dtype=np.float64)  # flops None -> NaN
-    if table.shape[1] != len(STEP_COLUMNS):
-        raise ValueError(f"step records must have {len(STEP_COLUMNS)} fields, got {table.shape[1]}")
+    table = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
     negative = np.nonzero(np.any(table[:, 2:10] < 0, axis=1))[0]
     if len(negative):
         k = int(negative[0])
-        raise ValueError(f"step {k} (instance {steps[k][0]}, t={steps[k][1]}) has a negative duration or count: "
-                         f"{dict(zip(STEP_COLUMNS, steps[k]))}")
+        row = table[k].tolist()
+        raise ValueError(f"step {k} (instance {int(row[0])}, t={row[1]}) has a negative duration or count: "
+                         f"{dict(zip(STEP_COLUMNS, row))}")
     columns = [table[:, i] for i in range(len(STEP_COLUMNS))]
     columns[0] = columns[0].astype(np.int64)
     return StepColumns(*columns)
