@@ -108,10 +108,11 @@ def seeds_table(block: dict, title: str, note: str = "") -> list[str]:
                        f"{f(r.get('last_arrival_s'), '{:.0f}')} s.")
         for g in r.get("restore_checks", []):
             if g.get("restore_checks"):
-                out.append(f"  - group {r['restore_checks'].index(g)}: {g['restore_checks']} restore checks, lowest "
-                           f"head-of-line demand {g['min_demand_share']:.0%} of the members' KV without the drop at "
-                           f"{g['min_demand_share_s']:.0f} s (threshold 50%); restore began at "
-                           f"{f(g.get('restore_s'), '{:.0f} s')}")
+                end = (f"merged into a larger group at {g['merged_s']:.0f} s" if g.get("merged_s") is not None else
+                       f"restore began at {f(g.get('restore_s'), '{:.0f} s')}")
+                out.append(f"  - group {r['restore_checks'].index(g)} ({g.get('size')} instances): {g['restore_checks']} "
+                           f"restore checks, lowest head-of-line demand {g['min_demand_share']:.0%} of the members' KV "
+                           f"without the drop at {g['min_demand_share_s']:.0f} s (threshold 50%); {end}")
     first = next(iter(seeds[0]["runs"]))
     out += ["", "vLLM's check (" + first + "), per seed:", ""]
     out += [f"- seed {s['seed']}: {fmt_check(s['runs'][first]['check'])}" for s in seeds]
