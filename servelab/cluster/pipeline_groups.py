@@ -4,8 +4,9 @@ A pipeline group replaces its members in the list of schedulable instances by on
 (id = first member) whose executor is a ``PipelineExecutor`` over the members' layer ranges
 and whose KV capacity is the smallest member's (every token has KV on every stage). Members'
 requests join the group after an exchange: each request's KV of the layers now held by the
-other stages crosses the link to them (the request stalls until it lands). Splitting does
-the reverse; members must hold the whole model again (restore first).
+other stages crosses the link to them (the request stalls until it lands); groups merge whole
+into a larger one, each member keeping part of its range (only KV of layers that change hands
+moves). Splitting does the reverse; members must hold the whole model again (restore first).
 
 ``PipelineGroups`` is the base of ``cluster.reconfigure.Reconfigurer``: it holds the
 reconfiguration state (groups, the event log, actions waiting for steps to end) and the
@@ -93,20 +94,28 @@ class PipelineGroups:
         ids = list(a.instance_ids)
         if len(ids) < 2 or len(set(ids)) != len(ids):
             raise ValueError(f"FormPipeline needs two or more distinct instances, got {ids}")
-        members = []
+        olds = list(dict.fromkeys(self.member_of[i] for i in ids if i in self.member_of))  # groups merged (whole)
         for iid in ids:
-            if iid not in c.active or iid in self.groups:
+            if iid not in self.member_of and (iid not in c.active or iid in self.groups):
                 raise ValueError(f"FormPipeline: instance {iid} is not an active single instance")
-            d = c.drivers[iid]
+        if any(not {m.instance_id for m in self.groups[g].members} <= set(ids) or c.drivers[g].runtime.reserved
+               for g in olds):
+            raise ValueError(f"FormPipeline: a group merges whole into a new one, once its exchange landed ({ids})")
+        if olds and getattr(factory, "group_executor", None) is not None:
+            raise NotImplementedError("FormPipeline: merging groups whose executors hold real KV")
+        units = [c.drivers[i] for i in ids if i not in self.member_of] + [c.drivers[g] for g in olds]
+        for d in units:
             self._quiesce(d)
-            members.append(d)
-        if any(m.busy for m in members):  # at the end of the steps in flight; none starts another
-            for m in members:
-                m.paused = True
+        if any(d.busy for d in units):  # at the end of the steps in flight; none starts another
+            for d in units:
+                d.paused = True
             self._waiting.append(a)
             return
-        for m in members:
-            m.paused = False
+        for d in units:
+            d.paused = False
+        carried = [(req, [ids.index(h) for h in holders], tokens) for gid in olds for req, holders, tokens
+                   in self._dissolve(gid)]
+        members = [c.drivers[iid] for iid in ids]
         gid = ids[0]
         links = [c.mover.link(ids[k], ids[k + 1]) for k in range(len(ids) - 1)]
         model = members[0].spec.model_spec
@@ -151,16 +160,34 @@ class PipelineGroups:
             m = members[k]
             m.runtime.blocks.free(req.request_id)
             m.policy.on_finish(c.now_s, req)
-            if a.exchange_chunk_bytes is None:
-                self._exchange_in(group, req, k, tokens)
-        if a.exchange_chunk_bytes is not None:
-            self._exchange_chunked(group, exchange, a.exchange_chunk_bytes)
+        exchange += [(req, held[0], tokens) for req, held, tokens in carried]  # a merged group's keep their KV
+        holders = {req.request_id: held for req, held, _ in carried}  # members already holding it
+        if a.exchange_chunk_bytes is None:
+            for req, k, tokens in exchange:
+                self._exchange_in(group, req, k, tokens, holders.get(req.request_id))
+        else:
+            self._exchange_chunked(group, exchange, a.exchange_chunk_bytes, holders)
         if copy_kv is not None:
             copy_kv([(k, old_tables[req.request_id], list(group_driver.runtime.blocks.block_table(req.request_id)),
                       tokens) for req, k, tokens in exchange if tokens])
         c.kick(gid)
 
-    def _exchange_chunked(self, group: PipelineGroup, exchange: list, chunk_bytes: float) -> None:
+    def _dissolve(self, gid: int) -> list[tuple[Request, list[int], int]]:
+        """A group merging into a larger one: its members stand alone again (with the layers
+        they hold) and its requests leave with the members that hold their KV."""
+        c = self.cluster
+        group, gd = self.groups.pop(gid), c.drivers[gid]
+        reqs = list(gd.runtime.waiting) + list(gd.runtime.running)
+        for req in reqs:
+            gd.runtime.blocks.free(req.request_id)
+            gd.policy.on_finish(c.now_s, req)
+        self._release(group)
+        self._log("merge", group=gid, members=[m.instance_id for m in group.members])
+        held = [m.instance_id for m in group.members]
+        return [(req, held, req.num_computed_tokens) for req in reqs]
+
+    def _exchange_chunked(self, group: PipelineGroup, exchange: list, chunk_bytes: float,
+                          holders: dict[int, list[int]] | None = None) -> None:
         """KunServe's exchange as streams: per link, every request's KV back to back, cut into
         chunks of ``chunk_bytes`` (activations pass between chunks; ``inf`` is one bulk job that
         holds the link to the end). A request joins when the chunk holding its last byte has
@@ -176,8 +203,9 @@ class PipelineGroups:
                 continue
             gd.runtime.reserve(req, tokens)
             req.status = RequestStatus.TRANSFERRING
+            held = (holders or {}).get(req.request_id) or [k]
             for j, dst in enumerate(group.members):
-                if j != k:
+                if j not in held:
                     streams.setdefault((k, j), []).append((req, tokens * dst.kv_bytes_per_token))
                     pending[req.request_id] = pending.get(req.request_id, 0) + 1
 
@@ -218,8 +246,10 @@ class PipelineGroups:
                 self._submit(lk, LinkJob(size, Priority.KV, landed, label=f"exchange i{src.instance_id}"))
             c.mover.transfers.append((src.instance_id, dst.instance_id, c.now_s, float("nan"), total))
 
-    def _exchange_in(self, group: PipelineGroup, req: Request, member_index: int, tokens: int) -> None:
-        """A member's request joins the group: its KV for the other stages' layers crosses over."""
+    def _exchange_in(self, group: PipelineGroup, req: Request, member_index: int, tokens: int,
+                     held: list[int] | None = None) -> None:
+        """A member's request joins the group: its KV for the other stages' layers crosses over
+        (``held``: the members that already hold theirs, a merged group's)."""
         c = self.cluster
         gd = c.drivers[group.group_id]
         if not tokens:
@@ -238,7 +268,7 @@ class PipelineGroups:
                 c.kick(group.group_id)
 
         for k, dst in enumerate(group.members):
-            if k == member_index:
+            if k in (held or [member_index]):
                 continue
             nbytes = tokens * dst.kv_bytes_per_token
             lk = c.mover.link(src.instance_id, dst.instance_id)
@@ -258,7 +288,7 @@ class PipelineGroups:
         gd.kv_bytes_per_token = sum(m.kv_bytes_per_token for m in group.members)
 
     def _split(self, a: SplitPipeline) -> None:
-        factory = self._need_factory("SplitPipeline")
+        self._need_factory("SplitPipeline")
         c = self.cluster
         group = self.groups.get(a.group_id)
         if group is None:
@@ -281,14 +311,7 @@ class PipelineGroups:
             gd.runtime.blocks.free(req.request_id)
             gd.policy.on_finish(c.now_s, req)
         del self.groups[a.group_id]
-        self._record_group(group)
-        for m in group.members:
-            self.member_of.pop(m.instance_id, None)
-            m.runtime = fresh_runtime(m, factory, m.spec)
-            m.policy = factory.policy(m.instance_id)
-            m.executor = factory.executor(m.cost_model)
-            c.drivers[m.instance_id] = m
-            c.active.add(m.instance_id)
+        self._release(group)
         c.view.rebuild()
         self._log("split", group=a.group_id, members=[m.instance_id for m in group.members])
         # each request goes to the member with the least work, after the KV it lacks arrives
@@ -321,6 +344,18 @@ class PipelineGroups:
                     c.events.push(end, EventKind.TRANSFER_DONE, lk.key)
         for m in group.members:
             c.kick(m.instance_id)
+
+    def _release(self, group: PipelineGroup) -> None:
+        """A group ends: its members are schedulable instances again, each with fresh state."""
+        c, factory = self.cluster, self.factory
+        self._record_group(group)
+        for m in group.members:
+            self.member_of.pop(m.instance_id, None)
+            m.runtime = fresh_runtime(m, factory, m.spec)
+            m.policy = factory.policy(m.instance_id)
+            m.executor = factory.executor(m.cost_model)
+            c.drivers[m.instance_id] = m
+            c.active.add(m.instance_id)
 
     def _record_group(self, group: PipelineGroup) -> None:
         st = group.executor.stats

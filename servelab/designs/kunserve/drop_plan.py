@@ -1,6 +1,7 @@
 """KunServe's drop plan (the paper's Figure 6): which instances pool their parameters.
 
-Groups start as single instances, each holding one whole copy of the model. A min-heap
+Groups start as single instances, each holding one whole copy of the model; groups formed
+by earlier drops take part too (escalation: ``merge_layers`` lays out their union). A min-heap
 keyed by group size repeatedly pops the two smallest groups and merges them into one
 pipeline group: the merged group keeps one copy of every layer, so one copy's worth of
 parameter memory is freed (the layers the two held in duplicate). Merging stops when the
@@ -68,6 +69,31 @@ def stage_layers(num_layers: int, num_stages: int) -> list[tuple[int, int]]:
     """Contiguous layer ranges of about equal size, one per stage."""
     bounds = [round(k * num_layers / num_stages) for k in range(num_stages + 1)]
     return [(bounds[k], bounds[k + 1]) for k in range(num_stages)]
+
+
+def merge_layers(held: Sequence[tuple[int, tuple[int, int]]], num_layers: int
+                 ) -> list[tuple[int, tuple[int, int]]] | None:
+    """Stage order and layer ranges for a group merged from formed groups (the paper's second
+    drop), each member keeping a sub-range of the layers it holds, so nothing is loaded and
+    only KV of layers that change hands moves. ``held``: (instance id, [start, end)) of every
+    member. A sweep from layer 0 gives the next stage to the unused member holding the
+    current layer whose range ends first, about an equal share of what is left. None: no such
+    layout (a member would have to load layers)."""
+    left = list(held)
+    out: list[tuple[int, tuple[int, int]]] = []
+    p = 0
+    while left:
+        n = len(left)
+        cands = [(hi, k) for k, (_, (lo, hi)) in enumerate(left) if lo <= p < hi]
+        if not cands:
+            return None
+        hi, k = min(cands)
+        end = num_layers if n == 1 else min(hi, p + max(1, round((num_layers - p) / n)), num_layers - n + 1)
+        if end > hi or end <= p:
+            return None
+        out.append((left.pop(k)[0], (p, end)))
+        p = end
+    return out if p == num_layers else None
 
 
 def time_drop_plan(num_instances: int, repeats: int = 200) -> dict:

@@ -68,9 +68,18 @@ class GroupStats:
 
     def formed(self, now_s: float, group_id: int, size: int) -> None:
         rec = {"group": group_id, "size": size, "formed_s": now_s, "restore_s": None, "restore_demand_share": None,
-               "split_s": None}
+               "split_s": None, "restore_checks": 0, "min_demand_share": None, "min_demand_share_s": None}
         self.groups.append(rec)
         self._open[group_id] = rec
+
+    def checked(self, now_s: float, group_id: int, demand_share: float) -> None:
+        """A restore check: the group's head-of-line demand over its members' KV without the
+        drop (the lowest share seen, and when: restore acts once it is under the threshold)."""
+        rec = self._open.get(group_id)
+        if rec is not None:
+            rec["restore_checks"] += 1
+            if rec["min_demand_share"] is None or demand_share < rec["min_demand_share"]:
+                rec["min_demand_share"], rec["min_demand_share_s"] = demand_share, now_s
 
     def restoring(self, now_s: float, group_id: int, demand_share: float) -> None:
         rec = self._open.get(group_id)
@@ -82,9 +91,16 @@ class GroupStats:
         if rec is not None:
             rec["split_s"] = now_s
 
+    def merged(self, now_s: float, group_id: int, into: int) -> None:
+        """A group merged into a larger one (the second drop): its record ends there."""
+        rec = self._open.pop(group_id, None)
+        if rec is not None:
+            rec["merged_s"], rec["merged_into"] = now_s, into
+
     def report(self, now_s: float) -> dict:
-        spans = [((g["split_s"] if g["split_s"] is not None else max(now_s, g["formed_s"])) - g["formed_s"], g["size"])
-                 for g in self.groups]
+        spans = [((g["split_s"] if g["split_s"] is not None else g.get("merged_s") or max(now_s, g["formed_s"]))
+                  - g["formed_s"], g["size"]) for g in self.groups]
         return {"groups_formed": len(self.groups), "groups_split": sum(g["split_s"] is not None for g in self.groups),
+                "groups_merged": sum("merged_s" in g for g in self.groups),
                 "time_pipelined_group_s": sum(t for t, _ in spans),
                 "time_pipelined_instance_s": sum(t * n for t, n in spans), "groups": self.groups}

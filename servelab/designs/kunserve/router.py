@@ -47,11 +47,18 @@ from servelab.core.policy import ROUTERS, ClusterState, Placement, Router
 from servelab.core.registry import RegistryError
 from servelab.core.request import Request
 from servelab.costmodel.links import LinkSpec
-from servelab.designs.kunserve.drop_plan import drop_plan, stage_layers
+from servelab.designs.kunserve.drop_plan import drop_plan, merge_layers, stage_layers
 from servelab.designs.kunserve.microbatch import MicrobatchFormer
 from servelab.designs.kunserve.monitor import GroupStats, block_bytes, hol_demand_blocks, hol_excess_blocks, reading
 
 _FORMERS = ("lookahead", "tokens", "rows")
+
+
+@dataclass(frozen=True)
+class _Single:
+    cost_model: Any
+    max_num_seqs: int
+    max_batch_tokens: int
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,7 @@ class KunServeRouter(Router):
         self.config = config
         self._full_blocks: dict[int, int] = {}  # instance id -> KV blocks with the whole model
         self._copy_bytes = 0.0
+        self._single = None  # the view of a whole single instance, as last seen
         self._kv_per_token = 0.0  # the whole model's KV bytes per token
         self.stats = GroupStats()
         self._now_s = 0.0
@@ -136,6 +144,8 @@ class KunServeRouter(Router):
             for iid, spec in v.members:
                 if iid not in self._full_blocks and spec is not None and spec.layers is None and len(v.members) == 1:
                     self._full_blocks[iid] = v.blocks.num_gpu_blocks
+                    # a whole instance's cost model and step limits (a merge's members may not be whole)
+                    self._single = _Single(v.cost_model, v.max_num_seqs, v.max_batch_tokens)
                     if not self._copy_bytes:
                         from servelab.catalog.instance import held_param_bytes
 
@@ -173,17 +183,26 @@ class KunServeRouter(Router):
                          max_group_size=cap)
         plan_s = time.perf_counter() - t0
         whole = {v.instance_id for v in singles if v.members[0][1].layers is None}
+        held = {i: spec.layer_range for v in units for i, spec in v.members}
         actions: list = []
-        formed = []
-        blocked = []
+        formed, blocked, copies_freed = [], [], 0
         for members in plan.merged:
-            if not set(members) <= whole:
+            parts = [g for g in groups if set(g) <= set(members)]  # the units merged
+            layout = None if set(members) <= whole else merge_layers([(i, held[i]) for i in members], model.num_layers)
+            busy = any(g[0] in self._restoring or cluster.instance(g[0]).reserved for g in parts if len(g) > 1)
+            if (layout is None and not set(members) <= whole) or busy:
                 blocked.append(list(members))
-                continue  # merging formed groups needs a regroup the cluster layer does not do
-            actions += self._form(members, cluster, model)
+                continue  # a member would have to load layers, or a group restores or still exchanges KV
+            if layout is not None:
+                members = tuple(i for i, _ in layout)
+                for g in parts:
+                    if len(g) > 1:
+                        self.stats.merged(now_s, g[0], members[0])
+            actions += self._form(members, cluster, model, [r for _, r in layout] if layout else None)
             formed.append(list(members))
+            copies_freed += len(parts) - 1
             self.stats.formed(now_s, members[0], len(members))
-        freed = self._copy_bytes * sum(len(m) - 1 for m in formed)
+        freed = self._copy_bytes * copies_freed
         self.drops.append({"t": now_s, "need_bytes": need, "freed_bytes": freed, "plan_freed_bytes": plan.freed_bytes,
                            "satisfied": freed >= need, "groups": formed,
                            "microbatches": [self._microbatches(len(m)) for m in formed], "merges_not_carried": blocked,
@@ -198,10 +217,12 @@ class KunServeRouter(Router):
                 self._pressure_since = now_s
         return actions
 
-    def _form(self, members: tuple[int, ...], cluster: ClusterState, model) -> list:
+    def _form(self, members: tuple[int, ...], cluster: ClusterState, model, ranges=None) -> list:
+        """Set each member's layers and form the group (``ranges``: a merge's layout; None:
+        single instances, equal contiguous ranges)."""
         cfg = self.config
-        first = cluster.instance(members[0])
-        ranges = stage_layers(model.num_layers, len(members))
+        first = self._single
+        ranges = ranges or stage_layers(model.num_layers, len(members))
         chunk = self._chunk_bytes(first, members, cluster) if cfg.coordinated else math.inf
         self._chunk_for[members[0]] = chunk
         former = None
@@ -239,11 +260,12 @@ class KunServeRouter(Router):
                 self.stats.split(now_s, gid)
                 return [SplitPipeline(gid)]
             return []
-        if not self.config.restore or any(i not in self._full_blocks for i in members):
+        if any(i not in self._full_blocks for i in members):
             return []
         tokens = hol_demand_blocks(view) * view.blocks.block_size
         full_tokens = sum(self._full_blocks[i] for i in members) * view.blocks.block_size
-        if tokens > self.config.restore_threshold * full_tokens:
+        self.stats.checked(now_s, gid, tokens / max(full_tokens, 1))  # read with restore off too
+        if not self.config.restore or tokens > self.config.restore_threshold * full_tokens:
             return []
         self._restoring[gid] = members
         self.stats.restoring(now_s, gid, tokens / max(full_tokens, 1))

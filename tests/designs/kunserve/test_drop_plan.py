@@ -3,7 +3,7 @@ the need, ties go to the most loaded; stage ranges cover the model."""
 
 from __future__ import annotations
 
-from servelab.designs.kunserve.drop_plan import drop_plan, stage_layers, time_drop_plan
+from servelab.designs.kunserve.drop_plan import drop_plan, merge_layers, stage_layers, time_drop_plan
 
 
 def test_pairs_singletons_before_growing_groups():
@@ -40,3 +40,22 @@ def test_stage_ranges_cover_the_model_contiguously():
 def test_planning_for_1024_instances_merges_them_all():
     out = time_drop_plan(1024, repeats=3)
     assert out["num_merges"] == 1023 and out["median_ms"] > 0
+
+
+def test_a_merge_of_formed_groups_keeps_each_member_inside_the_layers_it_holds():
+    """The second drop: formed groups merge without loading layers (each member keeps a
+    sub-range of what it holds) and the new stages cover the model contiguously."""
+    pair = [(0, (0, 24)), (1, (24, 48))]
+    cases = (pair + [(2, (0, 24)), (3, (24, 48))],  # pair + pair
+             pair + [(2, (0, 48))],  # pair + single
+             pair + [(2, (0, 16)), (3, (16, 32)), (4, (32, 48))])  # pair + triple
+    for held in cases:
+        layout = merge_layers(held, 48)
+        assert layout is not None and sorted(i for i, _ in layout) == [i for i, _ in held]
+        ranges = [r for _, r in layout]
+        assert ranges[0][0] == 0 and ranges[-1][1] == 48
+        assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(ranges, ranges[1:]))
+        have = dict(held)
+        assert all(have[i][0] <= lo and hi <= have[i][1] for i, (lo, hi) in layout)
+    assert [r for _, r in merge_layers(cases[0], 48)] == [(0, 12), (12, 24), (24, 36), (36, 48)]
+    assert merge_layers([(0, (0, 24)), (1, (30, 48))], 48) is None  # layers 24-30: nobody holds them

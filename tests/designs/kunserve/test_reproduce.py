@@ -30,6 +30,19 @@ def test_a_burst_doubles_the_rate_inside_its_window():
     assert count(burst, 0, 100) == count(base, 0, 100)
 
 
+def test_a_lower_load_tail_thins_arrivals_from_its_start():
+    """Restore's run (item 7): a stretch at a lower rate after the burst, where demand can fall
+    under restore's threshold; the reduced run's split happens inside it."""
+    base = st.workload("decode-heavy", 4.0, 800.0, (), seed=0)
+    tail = st.workload("decode-heavy", 4.0, 800.0, (), seed=0, load=((300.0, 0.4), (500.0, 1.0)))
+
+    def count(specs, a, b):
+        return sum(a <= s.arrival_time_s < b for s in specs)
+
+    assert count(tail, 0, 300) == count(base, 0, 300) and count(tail, 500, 800) == count(base, 500, 800)
+    assert 0.3 < count(tail, 300, 500) / count(base, 300, 500) < 0.5
+
+
 def test_slo_violation_is_against_the_best_baselines_p50():
     runs = {"a": {"ttft_s": {"50": 1.0}, "tpot_s": {"50": 0.1},
                   "raw": {"ttft": np.array([0.5, 1.0, 3.0, 6.0]), "tpot": np.array([0.1, 0.1, 0.1, 0.1])}},

@@ -103,3 +103,33 @@ def test_a_whole_model_cost_model_only_dispatches(throttling_burst, small_cluste
     sim = Simulation(throttling_burst, small_cluster("kunserve"), cost_model=ToyCostModel())
     res = sim.run()
     assert res.conserved and not sim.driver.reconfig.events_log
+
+
+def test_a_throttled_group_merges_again_into_a_larger_one(small_cluster, burst):
+    """Escalation (the paper's second drop): two pairs still throttled merge into one group of
+    four, each member keeping part of its layers; every request finishes. Before, the plan's
+    merge of formed groups was recorded as not carried out and the pairs stayed throttled."""
+    sim = Simulation(burst(n=300, output=400, tail=30), small_cluster("kunserve", num_instances=4))
+    res = sim.run()
+    assert res.conserved and all(r.status is RequestStatus.FINISHED for r in res.requests)
+    log = sim.driver.reconfig.events_log
+    forms = [d["members"] for _, k, d in log if k == "form"]
+    assert [len(m) for m in forms] == [2, 2, 4] and sum(k == "merge" for _, k, _ in log) == 2
+    assert not any(d["merges_not_carried"] for d in sim.router.drops)
+    rep = sim.router.report()
+    assert rep["groups_merged"] == 2 and rep["kv_freed_gb"] > 0
+    t, used, demand, cap, params = zip(*sim.router.timeline)
+    assert min(params) == pytest.approx(params[0] / 4, rel=0.05)  # four instances, one copy of the model
+    for d in sim.driver.drivers:
+        assert d.spec.layers is None
+        d.runtime.check_invariants()
+
+
+def test_restore_checks_record_the_groups_demand_share(burst, run):
+    """Every restore check records the group's head-of-line demand share (with restore off
+    too), so a run shows why restore did or did not act."""
+    for spec in ("kunserve", "kunserve:restore=false"):
+        sim, _ = run(spec, burst(tail=15))
+        g = sim.router.report()["groups"][0]
+        assert g["restore_checks"] > 0 and 0 <= g["min_demand_share"] <= 0.5
+        assert (g["restore_s"] is not None) == (spec == "kunserve")

@@ -28,6 +28,8 @@ class Sizes:
     bursts: tuple[tuple[float, float], ...] = ((60.0, 150.0),)
     long_duration_s: float = 640.0
     long_bursts: tuple[tuple[float, float], ...] = ((100.0, 160.0), (400.0, 460.0))
+    # the long run's load between its bursts: (from_s, rate multiplier) segments (setting.with_load)
+    long_load: tuple[tuple[float, float], ...] = ((200.0, 0.5), (380.0, 1.0))
     rate_probes: int = 5
     window_s: float = 10.0
     workloads: tuple[str, ...] = ("burstgpt", "sharegpt", "longbench")
@@ -82,7 +84,7 @@ def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec
         out["mean_demand_share"] = float(np.sum(tl[:, 2] / tl[:, 3] * w) / max(np.sum(w), 1e-9))
         out["drops"] = [{k: v for k, v in d.items()} for d in router.drops if d["groups"]]
     log = sim.driver.reconfig.events_log
-    out["events"] = [(t, k, d) for t, k, d in log if k in ("form", "split", "fail", "restore", "restored")]
+    out["events"] = [(t, k, d) for t, k, d in log if k in ("form", "split", "merge", "fail", "restore", "restored")]
     ex = [d for _, k, d in log if k == "exchanged"]
     out["exchange"] = {"num": len(ex), "seconds": [d["seconds"] for d in ex], "stall_s": sum(d["stall_s"] for d in ex),
                        "num_requests": sum(d["num_requests"] for d in ex), "gb": sum(d["bytes"] for d in ex) / GB}

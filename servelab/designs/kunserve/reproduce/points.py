@@ -65,6 +65,9 @@ def _summary(r: dict) -> dict:
     out["form_s"] = [float(e[0]) for e in r.get("events", []) if e[1] == "form"]
     out["split_s"] = [float(e[0]) for e in r.get("events", []) if e[1] == "split"]
     out["last_arrival_s"] = r.get("last_arrival_s")
+    out["restore_checks"] = [{k: g.get(k) for k in ("min_demand_share", "min_demand_share_s", "restore_checks",
+                                                     "restore_s", "restore_demand_share", "size", "merged_s")}
+                             for g in r.get("router", {}).get("groups", [])]
     out["bubble_share"] = r.get("pipeline", {}).get("bubble_share")
     return out
 

@@ -76,8 +76,8 @@ def e2e_tables(res: dict) -> list[str]:
         if kc:
             out += ["", f"KunServe's own memory after its drops: seconds above 95% KV {iv([c['time_above_95_kv_s'] for c in kc], '{:.0f}')}, "
                         f"preemptions {iv([c['num_preemptions'] for c in kc], '{:.0f}')} (where these stay high, the "
-                        "pairs it formed did not free enough: merging groups again, the paper's second drop, is not "
-                        "carried out here)."]
+                        "groups it formed, merged again while throttled (the paper's second drop), did not free "
+                        "enough)."]
         sl = e["slo"]
         out += ["", f"SLO violation, seed {seeds[0]['seed']} (TTFT > s x {sl['best_p50_ttft_s']:.2f} s or TPOT > s x "
                     f"{1e3 * sl['best_p50_tpot_s']:.0f} ms, the best baseline's P50s):", "",
@@ -106,6 +106,13 @@ def seeds_table(block: dict, title: str, note: str = "") -> list[str]:
                        f"{', '.join(f'{t:.0f}' for t in r['form_s'])} s, split at "
                        f"{', '.join(f'{t:.0f}' for t in r.get('split_s', [])) or 'never'} s; last arrival at "
                        f"{f(r.get('last_arrival_s'), '{:.0f}')} s.")
+        for g in r.get("restore_checks", []):
+            if g.get("restore_checks"):
+                end = (f"merged into a larger group at {g['merged_s']:.0f} s" if g.get("merged_s") is not None else
+                       f"restore began at {f(g.get('restore_s'), '{:.0f} s')}")
+                out.append(f"  - group {r['restore_checks'].index(g)} ({g.get('size')} instances): {g['restore_checks']} "
+                           f"restore checks, lowest head-of-line demand {g['min_demand_share']:.0%} of the members' KV "
+                           f"without the drop at {g['min_demand_share_s']:.0f} s (threshold 50%); {end}")
     first = next(iter(seeds[0]["runs"]))
     out += ["", "vLLM's check (" + first + "), per seed:", ""]
     out += [f"- seed {s['seed']}: {fmt_check(s['runs'][first]['check'])}" for s in seeds]

@@ -139,10 +139,25 @@ def with_bursts(t: np.ndarray, bursts: Sequence[tuple[float, float]], factor: in
     return np.sort(np.concatenate(out))
 
 
+def with_load(t: np.ndarray, load: Sequence[tuple[float, float]], seed: int) -> np.ndarray:
+    """Thin arrivals to a rate multiplier from each ``(from_s, multiplier <= 1)`` on (the last
+    segment that has started applies): a lower-load tail after a burst, where demand can fall
+    below restore's threshold. Each arrival is kept with the multiplier's probability."""
+    if not load:
+        return t
+    keep = np.ones(len(t))
+    for start, mult in sorted(load):
+        if not 0 < mult <= 1:
+            raise ValueError(f"load multiplier must be in (0, 1], got {mult}")
+        keep[t >= start] = mult
+    u = np.random.default_rng(seed + 29).random(len(t))
+    return t[u < keep]
+
+
 def workload(lengths: str, rate: float, duration_s: float, bursts: Sequence[tuple[float, float]], seed: int,
-             factor: int = 2) -> list[RequestSpec]:
+             factor: int = 2, load: Sequence[tuple[float, float]] = ()) -> list[RequestSpec]:
     ln = LENGTHS[lengths]
-    t = with_bursts(trace_arrivals(duration_s, rate, seed), bursts, factor)
+    t = with_bursts(with_load(trace_arrivals(duration_s, rate, seed), load, seed), bursts, factor)
     rng = np.random.default_rng(seed + 17)
     p = _lognormal(rng, len(t), ln.mean_in, ln.sigma, ln.max_in)
     o = _lognormal(rng, len(t), ln.mean_out, ln.sigma, ln.max_out)
