@@ -90,6 +90,8 @@ class ClusterDriver:
         self.reconfig = Reconfigurer(self, rebuild)
         self._router_timer_s: float | None = None
         self.router_decision_s: list[float] = []  # CPU time of each on_arrival (routers read no clock)
+        # timed only for a router that reports statistics (the rest would keep a float a request)
+        self._time_router = type(router).report is not Router.report
         self._router_hears_steps = type(router).on_step_done is not Router.on_step_done
         self._arrivals_done = False
         self.watchdog = WatchdogConfig()  # ends a run that stops making progress (cluster/watchdog.py)
@@ -222,6 +224,9 @@ class ClusterDriver:
             self.num_rejected_at_admission += 1
             req.finish(RequestStatus.REJECTED, self.now_s, why)
             self.collector.on_request_end(req)
+            return
+        if not self._time_router:
+            self.apply(self.router.on_arrival(self.now_s, req, self.view))
             return
         t0 = time.thread_time()
         actions = self.router.on_arrival(self.now_s, req, self.view)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from servelab.reproduce.plots import pyplot, save
 from servelab.reproduce.notes import DEFAULT_COST_MODEL_SHORT
+from servelab.reproduce.plots import pyplot, save
 
 plt = pyplot()
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
+from servelab.reproduce.notes import DEFAULT_COST_MODEL_SHORT
 from servelab.reproduce.plots import pyplot, save
 
 plt = pyplot()
 
-SIM_NOTE = "simulated: roofline cost model; Qwen-2.5-14B on A800-80GB (cluster A), Qwen-2.5-72B TP4 on H800 (cluster B)"
+SIM_NOTE = f"simulated: {DEFAULT_COST_MODEL_SHORT}; Qwen-2.5-14B on A800-80GB (cluster A), Qwen-2.5-72B TP4 on H800 (cluster B)"
 COLORS = {"vllm": "tab:blue", "vllm-pp": "tab:purple", "infercept": "tab:green", "llumnix": "tab:orange",
           "kunserve": "tab:red", "kunserve w/o restore": "tab:gray"}
 
