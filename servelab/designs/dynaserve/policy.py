@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from servelab.baselines.vllm import ContinuousBatchingPolicy, PreemptionConfig
 from servelab.core.plan import EMPTY_PLAN, StepPlan, StepResult, StepShape
 from servelab.core.planning import PlanBuilder, is_decode, run_held_kv
@@ -68,6 +70,10 @@ class DynaServePolicy(ContinuousBatchingPolicy):
         self.handoff_times_s: dict[int, float] = {}  # request id -> when it left here for its beta
         self._budget_sum = 0  # prefill budgets of steps that had prefill to run (for reports)
         self._budget_steps = 0
+        # (planned s, simulated s) of each step that held decodes and prefill: the gap test of
+        # "steps planned to the SLO land just over it" (planned = the table's estimate of the step)
+        self._mixed_planned: list[float] = []
+        self._mixed_actual: list[float] = []
 
     def table_for(self, state: InstanceState) -> ProfileTable:
         """Built at first use: profiled from the instance's cost model, or empty (engine)."""
@@ -84,6 +90,13 @@ class DynaServePolicy(ContinuousBatchingPolicy):
             self.handoff_times_s[request.request_id] = now_s
 
     def on_step_done(self, now_s: float, plan: StepPlan, result: StepResult, shape: StepShape) -> None:
+        table = self.profile_table
+        if self.config.slo_aware and table is not None and table.ready and shape.num_decodes and shape.prefill_tokens:
+            # the table has not changed since this step was planned (it changes only below)
+            n = shape.num_decodes
+            self._mixed_planned.append(table.latency_s(float(sum(shape.prefill_tokens)),
+                                                       shape.decode_context_sum / n, float(n)))
+            self._mixed_actual.append(result.duration_s)
         if self.config.online_update and self.profile_table is not None:
             self.profile_table.observe(shape, result.duration_s)
 
@@ -166,4 +179,24 @@ class DynaServePolicy(ContinuousBatchingPolicy):
         table = self.profile_table
         return {"handoff_times_s": dict(self.handoff_times_s), "num_budget_steps": self._budget_steps,
                 "budget_mean": self._budget_sum / self._budget_steps if self._budget_steps else None,
-                "profile_observations": table.num_observed if table is not None else 0}
+                "profile_observations": table.num_observed if table is not None else 0,
+                "mixed_steps": step_error_summary(self._mixed_planned, self._mixed_actual, self.config.tbt_slo_s,
+                                                  self.config.target_s)}
+
+
+def step_error_summary(planned: list[float], actual: list[float], slo_s: float, target_s: float) -> dict:
+    """Planned (profile table) against simulated time of the mixed steps: the signed error
+    (simulated - planned) percentiles in ms, and the shares of steps over the TBT SLO and of
+    steps planned within the target that still land over the SLO."""
+    if not planned:
+        return {"count": 0}
+    p, a = np.asarray(planned), np.asarray(actual)
+    err = (a - p) * 1e3
+    within = p <= target_s * (1 + 1e-9)
+    q = np.percentile(err, [1, 50, 90, 99])
+    return {"count": len(p), "error_ms_mean": float(err.mean()), "error_ms_p1": float(q[0]),
+            "error_ms_p50": float(q[1]), "error_ms_p90": float(q[2]), "error_ms_p99": float(q[3]),
+            "planned_ms_p50": float(np.median(p) * 1e3), "actual_ms_p50": float(np.median(a) * 1e3),
+            "actual_ms_p99": float(np.percentile(a, 99) * 1e3),
+            "over_slo_share": float(np.mean(a > slo_s)),
+            "planned_within_target_over_slo_share": float(np.mean(within & (a > slo_s)))}

@@ -77,3 +77,26 @@ def test_bad_parameters_are_one_line_errors():
     for params in ({"headroom": 1.5}, {"tbt_slo_s": 0.0}, {"max_chunk": 0}, {"bogus": 1}):
         with pytest.raises(RegistryError):
             POLICIES.create("dynaserve", params)
+
+
+def test_mixed_steps_report_planned_against_simulated_time():
+    """The gap test's data: every mixed step's table estimate beside its simulated time."""
+    sim, res = _run(_mixed_workload(), headroom=0.0, context_charge=False)
+    report = next(r for r in res.policy_reports.values() if "mixed_steps" in r)["mixed_steps"]
+    assert report["count"] > 50
+    # planned to the SLO itself: the plan sits at 100 ms, and the simulated step differs from it
+    assert 95 <= report["planned_ms_p50"] <= 100.5
+    assert report["error_ms_p99"] > report["error_ms_p1"]
+    gaps = [b - a for r in res.requests for a, b in zip(r.token_times_s, r.token_times_s[1:])]
+    over = sum(g > 0.1 for g in gaps)
+    assert (report["over_slo_share"] > 0) == (over > 0)
+
+
+def test_step_error_summary_counts_steps_over_the_slo():
+    from servelab.designs.dynaserve.policy import step_error_summary
+
+    s = step_error_summary([0.09, 0.1, 0.1, 0.08], [0.095, 0.104, 0.099, 0.12], slo_s=0.1, target_s=0.1)
+    assert s["count"] == 4 and s["over_slo_share"] == 0.5
+    assert s["planned_within_target_over_slo_share"] == 0.5
+    assert abs(s["error_ms_p50"] - 4.5) < 1e-6  # errors 5, 4, -1, 40 ms
+    assert step_error_summary([], [], 0.1, 0.09) == {"count": 0}

@@ -29,6 +29,14 @@ def test_tiny_reproduction_writes_every_claim(tmp_path):
     assert {r["system"] for r in saved["capacity"]} == {"coloc", "disagg", "dynaserve"}
     assert all((tmp_path / f).is_file() for f in results["figures"])
     assert results["overhead"]["runs"][0]["decision_us"]["count"] > 0
+    # the gap tests: planned vs simulated steps with the margin variant, overhead off on the defaults too
+    gap = results["step_gap"][0]
+    assert gap["paper"]["mixed_steps"] > 0 and gap["headroom"] > 0 and "measured margin" in gap["capacity"]["margin"]["label"]
+    assert "Planned vs simulated step time" in report
+    assert {(r["cpu_overhead"], r["dynaserve_config"]) for r in results["gap_overhead"]} == {
+        (o, c) for o in ("measured", "off") for c in ("paper", "servelab defaults")}
+    assert "servelab defaults" in results["hybrid_grid"][0]["variants"]
+    assert "hybrid capacity, servelab's defaults" in report
 
 
 def test_the_command_is_registered_and_checks_its_output_folder(tmp_path):

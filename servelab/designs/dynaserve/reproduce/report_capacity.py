@@ -172,11 +172,12 @@ def policy_section(results: dict) -> str:
 def coloc_gap(results: dict) -> str:
     gap = results.get("gap_overhead", [])
     lines = []
-    for wl in dict.fromkeys(r["workload"] for r in gap):
-        by = {r["cpu_overhead"]: r for r in gap if r["workload"] == wl}
+    for wl, config in dict.fromkeys((r["workload"], r.get("dynaserve_config", "paper")) for r in gap):
+        by = {r["cpu_overhead"]: r for r in gap if r["workload"] == wl and r.get("dynaserve_config", "paper") == config}
         m, o = by.get("measured"), by.get("off")
+        name = {"paper": "DynaServe (the paper's deployment)"}.get(config, f"DynaServe ({config})")
         if m and o:
-            lines.append(f"{wl}: DynaServe / coloc. {ci(m['median']['ratio'])} with the measured overhead "
+            lines.append(f"{wl}: {name} / coloc. {ci(m['median']['ratio'])} with the measured overhead "
                          f"({ci(m['median']['dynaserve'])} vs {ci(m['median']['coloc'])} req/s, chunk "
                          f"{m['median']['coloc_chunk']}), {ci(o['median']['ratio'])} without it "
                          f"({ci(o['median']['dynaserve'])} vs {ci(o['median']['coloc'])} req/s, chunk "

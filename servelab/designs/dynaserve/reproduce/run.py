@@ -23,6 +23,7 @@ import numpy as np
 from servelab.designs.dynaserve.reproduce import capacity as cp
 from servelab.designs.dynaserve.reproduce import experiments as ex
 from servelab.designs.dynaserve.reproduce import setting as st
+from servelab.designs.dynaserve.reproduce.step_gap import step_gap
 from servelab.designs.dynaserve.reproduce.timing import percentiles_us, queue_benchmark
 from servelab.metrics.plain_json import plain
 from servelab.reproduce.runner import Reproduction, Run, Step
@@ -34,6 +35,8 @@ REDUCED = ex.Sizes(num_requests=120, min_duration_s=45.0, max_requests=600, capa
                    split_fractions=(-0.25, 0.0, 0.3, 0.6), split_requests=120, sigmas=(0.0, 100.0),
                    queue_sizes=(10, 100), queue_repeats=100, timing_runs=1, anchor_rel_tol=0.25,
                    gap_workloads=("azure-code",))
+# the hybrid workload's DynaServe number where the paper's deployment has none: servelab's defaults
+HYBRID_VARIANTS = {"servelab defaults": st.DYNASERVE_VARIANTS["servelab defaults"]}
 CDF_POINTS_MS = [float(x) for x in range(0, 301, 10)]
 
 
@@ -58,7 +61,8 @@ def _steps(run: Run) -> list[Step]:
         Step("capacity (Fig. 9)", lambda _: _grid(setting, sizes, seeds, sizes.capacity_workloads, True), "grid"),
         Step("capacity rows", lambda _: cp_rows(res["grid"]), "capacity"),
         Step("goodput (Fig. 8)", lambda _: _goodput(setting, sizes, seed, cap()), "goodput"),
-        Step("hybrid (Table 2)", lambda _: _grid(setting, sizes, seeds, ("hybrid",), False), "hybrid_grid"),
+        Step("hybrid (Table 2)", lambda _: _grid(setting, sizes, seeds, ("hybrid",), False, HYBRID_VARIANTS),
+             "hybrid_grid"),
         Step("hybrid rows", lambda _: cp_rows(res["hybrid_grid"]), "hybrid"),
         Step("Table 1", lambda _: ex.table1(setting, sizes, seed), "table1"),
         Step("step times vs Table 1", lambda _: step_times(), "step_times"),
@@ -71,6 +75,8 @@ def _steps(run: Run) -> list[Step]:
         Step("chunked vs bulk transfer",
              lambda _: ex.transfer_modes(_rate_of(cap(), "mini-reasoning"), setting, sizes, seed), "transfer"),
         Step("scheduler time", lambda _: _overhead(setting, sizes, seed, cap()), "overhead"),
+        Step("gap: planned vs simulated step time", lambda _: step_gap(setting, sizes, seeds, res["grid"]),
+             "step_gap"),
         Step("gap: per-step overhead off", lambda _: _gap_overhead(setting, sizes, seeds, res["grid"]),
              "gap_overhead"),
     ]
@@ -94,9 +100,12 @@ def _rate_of(cap: dict, workload: str) -> float:
     return row["capacity_rps"] if row and row["capacity_rps"] else 1.0
 
 
-def _grid(setting: st.Setting, sizes: ex.Sizes, seeds: list[int], workloads, variants: bool) -> list[dict]:
+def _grid(setting: st.Setting, sizes: ex.Sizes, seeds: list[int], workloads, variants: bool,
+          extra: dict | None = None) -> list[dict]:
+    """Every system on each workload; servelab's variants where ``variants`` and the workload is
+    one of ``sizes.variant_workloads``, else only ``extra``'s variants."""
     return [cp.workload_capacities(wl, "14B", setting, sizes, seeds,
-                                   st.DYNASERVE_VARIANTS if variants and wl in sizes.variant_workloads else None,
+                                   st.DYNASERVE_VARIANTS if variants and wl in sizes.variant_workloads else extra,
                                    coloc_variants=variants and wl in sizes.variant_workloads) for wl in workloads]
 
 
@@ -178,11 +187,20 @@ def _gap_overhead(setting, sizes, seeds, grid: list[dict]) -> list[dict]:
             continue
         coloc, _ = cp.tuned_coloc(wl, "14B", off, sizes, seeds)
         dyna = cp.grid_capacity("dynaserve", wl, "14B", coloc["rates"], off, sizes, seeds)
-        for overhead, c, d in (("measured", g["coloc"], g["dynaserve"]), ("off", coloc, dyna)):
-            rows.append({"workload": wl, "cpu_overhead": overhead,
-                         **{rule: {"coloc": c[rule]["interval"], "dynaserve": d[rule]["interval"],
-                                   "coloc_chunk": c["tuned_chunk"][rule],
-                                   "ratio": cp.ratio_interval(d, c, rule)} for rule in ("median", "p99")}})
+        measured = [("paper", g["dynaserve"])]
+        off_rows = [("paper", dyna)]
+        defaults = g["variants"].get("servelab defaults")
+        if defaults is not None:  # the paper's deployment has no capacity here: the variant that has one
+            measured.append(("servelab defaults", defaults))
+            off_rows.append(("servelab defaults", cp.grid_capacity(
+                "dynaserve", wl, "14B", coloc["rates"], off, sizes, seeds,
+                dyna=st.DYNASERVE_VARIANTS["servelab defaults"][0], label="servelab defaults")))
+        for overhead, c, ds in (("measured", g["coloc"], measured), ("off", coloc, off_rows)):
+            for config, d in ds:
+                rows.append({"workload": wl, "cpu_overhead": overhead, "dynaserve_config": config,
+                             **{rule: {"coloc": c[rule]["interval"], "dynaserve": d[rule]["interval"],
+                                       "coloc_chunk": c["tuned_chunk"][rule],
+                                       "ratio": cp.ratio_interval(d, c, rule)} for rule in ("median", "p99")}})
     return rows
 
 

@@ -210,6 +210,7 @@ def run(system: str, specs: list[RequestSpec], model_key: str, setting: Setting,
             row.update(_dynaserve_detail(sim, timed, res))
     if system == "dynaserve":
         row["router_report"] = res.router_report
+        row["mixed_steps"] = [r["mixed_steps"] for r in res.policy_reports.values() if "mixed_steps" in r]
     return row
 
 
