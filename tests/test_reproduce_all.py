@@ -76,3 +76,16 @@ def test_readme_links_the_papers_from_wherever_it_is_written(tmp_path):
         assert (deep / link).resolve() == (PAPERS_DIR / Path(link).name).resolve()
     if PAPERS_DIR.is_dir():
         assert all((deep / link).is_file() for link in links)
+
+
+def test_readme_only_keeps_readme_md_what_readme_json_gives(tmp_path):
+    """`reproduce all --readme-only` put the papers' link into README.md but not README.json, so
+    the committed pair disagreed (tests/test_reports_regenerate.py failed after a rebuild)."""
+    import json
+
+    from servelab.reproduce.all import readme_text, rebuild_readme
+
+    payload = {"command": "c", "reduced_dir": "r", "runs": {}, "reduced_claims": {}}  # as written before the link
+    (tmp_path / "README.json").write_text(json.dumps(payload))
+    readme = rebuild_readme(tmp_path)
+    assert readme_text(tmp_path, json.loads((tmp_path / "README.json").read_text())) == readme.read_text()

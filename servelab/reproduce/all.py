@@ -187,7 +187,5 @@ def rebuild_readme(readme_dir: Path) -> Path:
         raise UserError(f"{source}: missing; run servelab reproduce all first")
     payload = json.loads(source.read_text())
     full_dir = Path(payload["full_dir"]) if payload.get("full_dir") else readme_dir
-    payload["papers_link"] = os.path.relpath(PAPERS_DIR, readme_dir.resolve())
-    path = readme_dir / "README.md"
-    path.write_text(readme_text(full_dir, payload))
-    return path
+    # README.json gets the papers' link too: README.md must stay what README.json + the reports give
+    return write_readme(readme_dir, payload, full_dir)
