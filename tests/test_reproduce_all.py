@@ -89,3 +89,20 @@ def test_readme_only_keeps_readme_md_what_readme_json_gives(tmp_path):
     (tmp_path / "README.json").write_text(json.dumps(payload))
     readme = rebuild_readme(tmp_path)
     assert readme_text(tmp_path, json.loads((tmp_path / "README.json").read_text())) == readme.read_text()
+
+
+def test_only_keeps_the_other_designs_runs_from_the_readme_it_rewrites(tmp_path, monkeypatch):
+    """`reproduce all --only A` then `--only B` into one folder left only B's run (and CPU time)
+    in README.json and README.md: every other design's row lost its reduced-run CPU time."""
+    import servelab.reproduce.all as all_mod
+
+    names = [e.name for e in all_mod.designs()]
+    first, second = names[0], names[1]
+    monkeypatch.setattr(all_mod, "run_one", lambda entry, out, **_kw: {"error": None, "cpu_s": 11.0 + len(entry.name)})
+    for only in ((first,), (second,)):
+        all_mod.reproduce_all(out_dir=tmp_path, full_dir=tmp_path, full=False, seed=0, command="c", only=only)
+    runs = json.loads((tmp_path / "README.json").read_text())["runs"]
+    assert set(runs) == {first, second}
+    assert runs[first]["cpu_s"] == 11.0 + len(first)
+    all_mod.reproduce_all(out_dir=tmp_path, full_dir=tmp_path, full=False, seed=0, command="c", only=(first,))
+    assert set(json.loads((tmp_path / "README.json").read_text())["runs"]) == {first, second}

@@ -151,12 +151,18 @@ def reproduce_all(*, out_dir: Path, full_dir: Path | None, full: bool, seed: int
         if full:
             runs[f"{entry.name}:full"] = run_one(entry, full_dir, reduced=False, seed=seed, say=say)
         runs[entry.name] = run_one(entry, reduced_dir, reduced=True, seed=seed, say=say)
+    earlier = _earlier_payload(readme_dir) if only else {}
+    for name, run in earlier.get("runs", {}).items():
+        if name.split(":")[0] not in only:
+            runs.setdefault(name, run)  # a design left out by --only keeps its last run's row (CPU time)
     reduced_claims = {}
     for entry in designs():
         md = reduced_dir / f"{entry.name}.md"
         if md.is_file() and not runs.get(entry.name, {}).get("error"):
             reduced_claims[entry.name] = [{k: v for k, v in asdict(c).items() if k != "premises"}
                                           for c in claims_of(md.read_text())]
+        elif only and entry.name not in only and entry.name in earlier.get("reduced_claims", {}):
+            reduced_claims[entry.name] = earlier["reduced_claims"][entry.name]
     payload = {"command": command, "reduced_dir": str(reduced_dir), "runs": runs, "reduced_claims": reduced_claims}
     full_dir = full_dir if full_dir is not None else readme_dir
     link = os.path.relpath(full_dir.resolve(), readme_dir.resolve())
@@ -165,6 +171,16 @@ def reproduce_all(*, out_dir: Path, full_dir: Path | None, full: bool, seed: int
         payload["full_dir"] = str(full_dir)
     write_readme(readme_dir, payload, full_dir)
     return runs
+
+
+def _earlier_payload(readme_dir: Path) -> dict:
+    """The README.json already in ``readme_dir`` (``{}`` if none or unreadable): ``--only`` runs
+    some designs and must not drop the others' runs and claims from the README it rewrites."""
+    try:
+        payload = json.loads((readme_dir / "README.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return payload if isinstance(payload, dict) else {}
 
 
 def write_readme(readme_dir: Path, payload: dict, full_dir: Path) -> Path:
