@@ -62,3 +62,21 @@ def test_exact_planner_keeps_mixed_steps_within_the_slo_with_zero_estimate_error
 def test_planner_must_be_table_or_exact():
     with pytest.raises(ValueError, match="planner"):
         DynaServePolicyConfig(planner="oracle")
+
+
+def _cap(workload, delta, low, mean):
+    return {"workload": workload, "delta_s": delta, "ratio_vs_coloc": {"mean": mean, "low": low},
+            "coloc": {"tuned_chunk": {"median": 512}}}
+
+
+def test_the_verdict_names_the_per_step_costs_at_which_the_papers_ratio_is_reached():
+    points = [{"where": "our tuned coloc. capacity", "scale": 1.0, "delta_s": 0.0, "chunk": 512, "mixed_ms_p99": 89.0,
+               "passes": 3, "passes_global": 2}]
+    none = pc._verdict({"capacity": [_cap("hybrid", 0.0, 0.75, 0.88), _cap("azure-code", 0.0, 1.10, 1.3)],
+                        "points": points})
+    assert "reached by the interval at none" in none and "11 ms under the SLO" in none
+    assert "disagree on 1 of 1" in none
+    some = pc._verdict({"capacity": [_cap("hybrid", 0.014, 1.7, 2.0), _cap("azure-code", 0.03, 1.2, 1.4)],
+                        "points": points})
+    assert "hybrid +14 ms" in some.split("reached by the interval at")[1]
+    assert "azure-code +30 ms" in some.split("reached by the interval at")[1]
