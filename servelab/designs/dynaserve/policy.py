@@ -7,6 +7,11 @@ prefill token budget that keeps the step under the TBT target, then adds prefill
 first come first served (partially prefilled requests first) up to that budget, each at
 most ``max_chunk`` tokens. Measured step times refine the table online.
 
+``planner="exact"`` (a gap test, simulator only) replaces the table's estimate by the
+instance's own cost model: each chunk is the largest whose step, timed exactly as the
+simulator will time it, stays within the target. With it, steps planned to the SLO land
+within it by construction, so what remains of the misses is the rule's, not the estimate's.
+
 With ``slo_aware=False`` the budget is a fixed ``fixed_budget`` whatever the decodes (a
 static chunk size, vLLM's default of 2048): the ablation of the paper's Figure 11.
 
@@ -40,9 +45,12 @@ class DynaServePolicyConfig(PreemptionConfig):
     min_prefill: int = 16
     fallback_budget: int = 256  # before the table has values (engine: until steps are measured)
     online_update: bool = True
+    planner: str = "table"  # "table" (Algorithm 2's profile table) or "exact" (the cost model; gap test)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.planner not in ("table", "exact"):
+            raise ValueError(f"planner must be 'table' or 'exact', got {self.planner!r}")
         if not self.tbt_slo_s > 0:
             raise ValueError(f"tbt_slo_s must be > 0, got {self.tbt_slo_s}")
         if not 0 <= self.headroom < 1:
@@ -74,6 +82,9 @@ class DynaServePolicy(ContinuousBatchingPolicy):
         # "steps planned to the SLO land just over it" (planned = the table's estimate of the step)
         self._mixed_planned: list[float] = []
         self._mixed_actual: list[float] = []
+        # planner="exact": the estimate of each planned step, by its composition (the next step may be
+        # planned before the last one is reported)
+        self._exact_planned: dict[tuple, float] = {}
 
     def table_for(self, state: InstanceState) -> ProfileTable:
         """Built at first use: profiled from the instance's cost model, or empty (engine)."""
@@ -94,8 +105,10 @@ class DynaServePolicy(ContinuousBatchingPolicy):
         if self.config.slo_aware and table is not None and table.ready and shape.num_decodes and shape.prefill_tokens:
             # the table has not changed since this step was planned (it changes only below)
             n = shape.num_decodes
-            self._mixed_planned.append(table.latency_s(float(sum(shape.prefill_tokens)),
-                                                       shape.decode_context_sum / n, float(n)))
+            planned = self._exact_planned.pop(_signature(shape), None) if self._exact_planned else None
+            if planned is None:
+                planned = table.latency_s(float(sum(shape.prefill_tokens)), shape.decode_context_sum / n, float(n))
+            self._mixed_planned.append(planned)
             self._mixed_actual.append(result.duration_s)
         if self.config.online_update and self.profile_table is not None:
             self.profile_table.observe(shape, result.duration_s)
@@ -104,6 +117,8 @@ class DynaServePolicy(ContinuousBatchingPolicy):
         cfg = self.config
         if not cfg.slo_aware:
             return cfg.fixed_budget
+        if self._exact(state) is not None:  # each chunk is sized by its exact step time instead
+            return state.max_batch_tokens
         table = self.table_for(state)
         if not table.ready:
             budget = cfg.fallback_budget
@@ -144,13 +159,68 @@ class DynaServePolicy(ContinuousBatchingPolicy):
             self._budget_sum += budget
             self._budget_steps += 1
             b.token_budget = b.num_tokens + max(budget, 0)
-            self._add_prefill(b, prefill, {r.request_id for r in running}, self.table_for(state))
+            cost = self._exact(state)
+            if cost is not None:
+                decodes = (num_decodes, context + num_decodes, _context_max(running, waiting, scheduled, b, group))
+                self._add_exact(b, prefill, {r.request_id for r in running}, cost, decodes)
+            else:
+                self._add_prefill(b, prefill, {r.request_id for r in running}, self.table_for(state))
         if not b.ids and not group_ids and waiting and not b.preempt:
             run_held_kv(state, waiting, b, chunked=True)  # KV holders behind a head that cannot fit
         if not b.ids and not group_ids and state.swapped and not b.preempt:
             return self._swap_in_one(state, b)
         plan = b.build()
         return plan if not plan.is_empty else EMPTY_PLAN
+
+    def _exact(self, state: InstanceState):
+        """The instance's cost model when planning exactly (``planner="exact"``), else None."""
+        if self.config.planner != "exact" or not self.config.slo_aware:
+            return None
+        cost = getattr(state, "cost_model", None)
+        if cost is None:
+            raise ValueError("planner='exact' needs the instance's cost model (simulator only)")
+        return cost
+
+    def _add_exact(self, b: PlanBuilder, prefill: list[Request], running_ids: set[int], cost,
+                   decodes: tuple[int, int, int]) -> None:
+        """FCFS chunks, each the largest whose step (the decodes, the chunks so far and it, each
+        chunk attending to its context) the cost model times within the target."""
+        target, cap = self.config.target_s, self.config.max_chunk
+        chunks: list[int] = []
+        ctxs: list[int] = []
+
+        def t(n: int, ctx: int) -> float:
+            return cost.step_time_s(StepShape(tuple(chunks) + (n,), tuple(ctxs) + (ctx + n,), *decodes))
+
+        for req in prefill:
+            ctx = req.num_computed_tokens
+            pending = req.num_pending_tokens
+            if req.handoff_at_tokens is not None:  # the builder cuts a chunk at the hand-off point
+                pending = min(pending, req.handoff_at_tokens - ctx)
+            hi = min(pending, b.tokens_left, cap if cap is not None else b.tokens_left)
+            if hi < 1:
+                break
+            n = hi
+            if t(hi, ctx) > target:
+                lo = 0 if decodes[0] or chunks else min(self.config.min_prefill, hi)
+                while lo < hi:  # the largest n in [lo, hi) within the target
+                    mid = (lo + hi + 1) // 2
+                    lo, hi = (mid, hi) if t(mid, ctx) <= target else (lo, mid - 1)
+                n = lo
+            if n < 1:
+                break
+            if b.try_add(req, n, new_request=req.request_id not in running_ids):
+                chunks.append(n)
+                ctxs.append(ctx + n)
+            elif req.request_id not in running_ids:
+                break  # FCFS
+            if n < pending:
+                break  # the step is full
+        if chunks and decodes[0]:
+            shape = StepShape(tuple(chunks), tuple(ctxs), *decodes)
+            if len(self._exact_planned) > 64:  # plans never run (rejected, replanned) do not pile up
+                self._exact_planned.clear()
+            self._exact_planned[_signature(shape)] = cost.step_time_s(shape)
 
     def _add_prefill(self, b: PlanBuilder, prefill: list[Request], running_ids: set[int], table: ProfileTable) -> None:
         """FCFS chunks up to the budget. A chunk late in a long prompt also attends to the
@@ -182,6 +252,20 @@ class DynaServePolicy(ContinuousBatchingPolicy):
                 "profile_observations": table.num_observed if table is not None else 0,
                 "mixed_steps": step_error_summary(self._mixed_planned, self._mixed_actual, self.config.tbt_slo_s,
                                                   self.config.target_s)}
+
+
+def _signature(shape: StepShape) -> tuple:
+    return shape.prefill_tokens, shape.prefill_context, shape.num_decodes, shape.decode_context_sum
+
+
+def _context_max(running: list[Request], waiting: list[Request], scheduled: set[int], b: PlanBuilder,
+                 group) -> int:
+    """The largest decode context of the step being planned (as the instance will time it)."""
+    m = max((r.num_computed_tokens + 1 for r in running if r.request_id in scheduled), default=0)
+    m = max(m, max((r.num_computed_tokens + 1 for r in waiting if r.request_id in b.ids and is_decode(r)), default=0))
+    if getattr(b, "group_ids", ()):
+        m = max(m, group.context_max_next())
+    return m
 
 
 def step_error_summary(planned: list[float], actual: list[float], slo_s: float, target_s: float) -> dict:

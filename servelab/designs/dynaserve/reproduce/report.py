@@ -26,8 +26,8 @@ def render(results: dict) -> str:
         "# DynaServe reproduction (simulated)",
         "",
         f"Written by `{CMD}{reduced}` (seeds {', '.join(str(s) for s in results['seeds'])}; {fmt(cpu, 0)} s CPU)"
-        + (" at the **reduced** sizes (fewer requests per run, coarser anchors, one model; the full run did not fit "
-           "this session's time)" if results["reduced"] else "") + ". Every number below is "
+        + (" at the **reduced** sizes (fewer requests per run, coarser anchors, one model; the full-size run, about "
+           "5,000 CPU-s by the reduced run's step times, did not fit this session's time on a shared 2-core machine)" if results["reduced"] else "") + ". Every number below is "
         "**simulated**: the profile-driven cost model of the A100-80GB (Vidur's measured A100 operator tables and "
         "vLLM's measured per-step CPU overhead, docs/costmodel.md), "
         "Qwen-2.5-14B/32B/72B at TP 1/2/4, two instances per system (2, 4 or 8 GPUs) on servers of 4 GPUs "

@@ -10,9 +10,11 @@ from servelab.designs.dynaserve.reproduce.report_tables import fmt
 
 def gap_sections(results: dict) -> str:
     from servelab.designs.dynaserve.reproduce.report_capacity import coloc_gap, deployment_gap
+    from servelab.designs.dynaserve.reproduce.paper_coloc import text as paper_coloc_text
     from servelab.designs.dynaserve.reproduce.step_gap import text as step_gap_text
 
-    return "\n".join([deployment_gap(results), step_gap_text(results), coloc_gap(results), _vs_disagg(results),
+    return "\n".join([deployment_gap(results), step_gap_text(results), coloc_gap(results),
+                      paper_coloc_text(results), _vs_disagg(results),
                       _table1(results), _fig11(results),
                       _transfer(results), _overhead(results), _split(results)])
 

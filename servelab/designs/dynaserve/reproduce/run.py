@@ -23,6 +23,7 @@ import numpy as np
 from servelab.designs.dynaserve.reproduce import capacity as cp
 from servelab.designs.dynaserve.reproduce import experiments as ex
 from servelab.designs.dynaserve.reproduce import setting as st
+from servelab.designs.dynaserve.reproduce.paper_coloc import paper_coloc
 from servelab.designs.dynaserve.reproduce.step_gap import step_gap
 from servelab.designs.dynaserve.reproduce.timing import percentiles_us, queue_benchmark
 from servelab.metrics.plain_json import plain
@@ -79,6 +80,8 @@ def _steps(run: Run) -> list[Step]:
              "step_gap"),
         Step("gap: per-step overhead off", lambda _: _gap_overhead(setting, sizes, seeds, res["grid"]),
              "gap_overhead"),
+        Step("gap: the paper's colocation (hybrid)", lambda _: paper_coloc(setting, sizes, seeds, res["hybrid_grid"]),
+             "paper_coloc"),
     ]
 
 

@@ -100,12 +100,27 @@ class Setting:
     cpu_overhead: str | None = None  # the cost model's per-step overhead (None: measured; "off": the gap test)
     coloc_router: str = "round_robin"  # the paper's Sec. 2.4
     dynaserve: dict = field(default_factory=lambda: dict(PAPER_DYNASERVE))  # preset parameters (variants)
+    # the colocation gap test's slower engine: every step x step_scale + step_delta_s (coloc_gap.py)
+    step_scale: float = 1.0
+    step_delta_s: float = 0.0
 
     @property
     def cost(self):
         from servelab.costmodel.options import CostOptions
 
         return CostOptions(cpu_overhead=self.cpu_overhead)
+
+    def cost_for(self, model_key: str):
+        """What the simulator gets: the options, or the adjusted model of this model's instance."""
+        if self.step_scale == 1.0 and self.step_delta_s == 0.0:
+            return self.cost
+        from servelab.catalog.instance import InstanceSpec
+        from servelab.costmodel.build import build_cost_model
+        from servelab.designs.dynaserve.reproduce.adjusted_cost import AdjustedCost
+
+        model, tp = MODELS[model_key]
+        return AdjustedCost(build_cost_model(InstanceSpec(GPU, model, tp=tp), self.cost), scale=self.step_scale,
+                            delta_s=self.step_delta_s)
 
     def topology(self) -> TopologyConfig:
         return TopologyConfig(gpus_per_server=self.gpus_per_server,
@@ -178,11 +193,12 @@ def workload(name: str, rate: float, n: int, seed: int, setting: Setting, *,
 
 
 def run(system: str, specs: list[RequestSpec], model_key: str, setting: Setting, *, chunk: int = 2048,
-        detail: bool = False, saturated: bool = False, **dyna: Any) -> dict:
+        detail: bool = False, saturated: bool = False, steps: bool = False, **dyna: Any) -> dict:
     """One simulation; returns the TBT outcome and throughputs (and with ``detail``
     utilisation, over the saturated window with ``saturated``, decisions, scheduler times
-    and transfers)."""
-    sim = Simulation(specs, cluster(system, model_key, setting, chunk=chunk, **dyna), cost_model=setting.cost)
+    and transfers; with ``steps`` every step recorded on its own, as ``row["steps"]``)."""
+    sim = Simulation(specs, cluster(system, model_key, setting, chunk=chunk, **dyna),
+                     cost_model=setting.cost_for(model_key), fast_forward=not steps)
     timed = None
     if system == "dynaserve":
         timed = TimedRouter(sim.driver.router)
@@ -202,6 +218,8 @@ def run(system: str, specs: list[RequestSpec], model_key: str, setting: Setting,
                                                                  delay_rule=rule) for rule in dm.DELAY_RULES}}
     row["saturated_rps"] = dm.saturated_throughput(table)
     row["bottleneck_rps"] = dm.bottleneck_throughput(len(specs), res.busy_s)
+    if steps:
+        row["steps"] = res.collector.steps
     if detail:
         window = dm.saturated_window(table) if saturated else None
         row["instances"] = dm.instance_utilization(res.collector, sim.peak_flops, outcome.duration_s, window)
