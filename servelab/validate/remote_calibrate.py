@@ -49,7 +49,7 @@ class RemoteCalibration:
 def sample_groups(runs: list) -> list[tuple]:
     """One key per sample: the probe's shape and the sample's place in it (not the repeat), so
     the held-out error leaves out every repeat of a shape together."""
-    return [(r.probe.kind, r.probe.prompt_len, r.probe.batch, k) for r in runs for k in range(len(r.samples))]
+    return [(r.probe.kind, r.probe.prompt_len, r.probe.batch, _is_ttft(shape)) for r in runs for shape, _ in r.samples]
 
 
 def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.0, repeats: int = 2,
@@ -133,8 +133,10 @@ def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.
 REQUEST_OVERHEAD_KEY = "request_overhead_s"  # in the fit's meta: what validate adds to TTFT and e2e
 
 
-def _is_ttft(run, k: int) -> bool:
-    return run.probe.kind == "prefill" and k == 0
+def _is_ttft(shape) -> bool:
+    """A prefill probe's TTFT sample (the only samples with prefill tokens): told by its shape,
+    not its place, since a TTFT read late is left out and the decode sample comes first."""
+    return bool(shape.prefill_tokens)
 
 
 def request_overhead(runs: list) -> float:
@@ -151,8 +153,8 @@ def request_overhead(runs: list) -> float:
 
     rows, times = [], []
     for r in runs:
-        for k, (shape, t) in enumerate(r.samples):
-            rows.append(list(step_features(shape)) + [1.0 if _is_ttft(r, k) else 0.0])
+        for shape, t in r.samples:
+            rows.append(list(step_features(shape)) + [1.0 if _is_ttft(shape) else 0.0])
             times.append(t)
     x = np.array(rows, dtype=float)
     if len(times) < x.shape[1] or not x[:, -1].any() or x[:, -1].all():
@@ -162,8 +164,7 @@ def request_overhead(runs: list) -> float:
 
 def adjusted_samples(runs: list, overhead: float) -> list:
     """The step samples with ``overhead`` taken off each TTFT (kept >= 10% of the TTFT)."""
-    return [(shape, max(t - overhead, 0.1 * t) if _is_ttft(r, k) else t)
-            for r in runs for k, (shape, t) in enumerate(r.samples)]
+    return [(shape, max(t - overhead, 0.1 * t) if _is_ttft(shape) else t) for r in runs for shape, t in r.samples]
 
 
 def repeat_noise(runs: list) -> dict | None:
@@ -176,8 +177,8 @@ def repeat_noise(runs: list) -> dict | None:
     groups: dict[tuple, list[float]] = {}
     for r in runs:
         p = r.probe
-        for k, (_, t) in enumerate(r.samples):
-            groups.setdefault((p.kind, p.prompt_len, p.batch, k), []).append(t)
+        for shape, t in r.samples:
+            groups.setdefault((p.kind, p.prompt_len, p.batch, _is_ttft(shape)), []).append(t)
     devs = []
     for times in groups.values():
         if len(times) >= 2:

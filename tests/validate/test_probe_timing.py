@@ -81,3 +81,21 @@ def test_replays_at_different_loads_are_not_a_measure_of_the_noise():
     assert inside_noise(metrics) == {"ttft": True, "tpot": True, "e2e": True}
     metrics["load"] = [low, high]  # the noise then includes the load's move: nothing is judged against it
     assert inside_noise(metrics) == {"ttft": None, "tpot": None, "e2e": None}
+
+
+def test_a_prefill_probe_without_its_ttft_has_no_overhead_taken_off_its_decode_sample():
+    """When the TTFT is left out (read late) the decode sample comes first: it is not a TTFT, its
+    repeat group is the decode's, and the request overhead is not subtracted from it."""
+    from servelab.validate.remote_calibrate import adjusted_samples, repeat_noise, sample_groups
+
+    late = _req([0.5, 0.5 + 1e-5, 0.52, 0.54, 0.56, 0.58, 0.60, 0.62])
+    ok = _req([0.5, 0.52, 0.54, 0.56, 0.58, 0.60, 0.62, 0.64])
+    runs = [ProbeRun(Probe("prefill", 512, 1, 8, r), [q], samples_of(Probe("prefill", 512, 1, 8), [q])[0])
+            for r, q in enumerate((late, ok))]
+    decode_late = runs[0].samples[0]
+    assert decode_late[0].num_decodes == 1
+    assert adjusted_samples(runs, 0.05)[0][1] == pytest.approx(decode_late[1])  # a decode keeps its time
+    assert adjusted_samples(runs, 0.05)[1][1] == pytest.approx(0.45)  # the TTFT loses the overhead
+    groups = sample_groups(runs)
+    assert groups[0] == groups[2] != groups[1]  # the two decode samples are repeats of each other
+    assert repeat_noise(runs)["n"] == 2
