@@ -1,7 +1,7 @@
 """The simulator fitted to, and checked against, vLLM-CPU and ``servelab serve`` from the
 outside; writes docs/fidelity_vllm.md.
 
-    python scripts/fidelity_vllm.py                     # both servers (resumes; ~30-40 min on 2 loaded cores)
+    python scripts/fidelity_vllm.py                     # both servers (resumes; ~40-50 min on 2 loaded cores)
     python scripts/fidelity_vllm.py --servers servelab  # only servelab serve
     python scripts/fidelity_vllm.py --report-only       # re-render from results/fidelity_vllm/
 
@@ -153,6 +153,36 @@ def _load_lines(cal: dict) -> list[str]:
     return [text + "."]
 
 
+def _check_lines(folder: Path) -> list[str]:
+    """``probe_checks`` on this run's raw probe timings: what part of the held-out error is the
+    machine's noise and what part the line's misfit."""
+    from servelab.validate.probe_checks import checks, load_runs
+
+    path = folder / "cost_model.probes.json"
+    if not path.is_file():
+        return []
+    c = checks(load_runs(path))
+    kinds = sorted({k for label in ("raw", "normalised") for k in c[label]["per_kind"]})
+    lines = ["", f"Checks on this calibration's raw timings (`servelab.validate.probe_checks`; {c['probes']} probes, "
+             f"{c['bursts']} with tokens read in bursts (left out), {c['failed']} with a failed request). Held-out: "
+             "each sample predicted by a fit without its shape's repeats (and, optimistic, without only itself). "
+             "Line vs shape medians: how far the fitted line is from each probe shape's median over its repeats; "
+             "median noise: the repeats' spread around that median over the square root of their number, what "
+             "the line would miss by if it were right.", "",
+             "| samples | n | in-sample | held-out (p90) | held-out, one sample left out | "
+             + " | ".join(f"held-out {k}" for k in kinds) + " | repeats differ | line vs shape medians | "
+             "median noise |", "|---|---:|---:|---:|---:|" + "---:|" * len(kinds) + "---:|---:|---:|"]
+    for label in ("raw", "normalised"):
+        x = c[label]
+        lines.append(f"| {'as timed' if label == 'raw' else 'divided by the reference'} | {x['samples']} | "
+                     f"{_pct(x['in_sample'])} | {_pct(x['held_out_by_shape'])} ({_pct(x['held_out_by_shape_p90'])}) | "
+                     f"{_pct(x['held_out_by_sample'])} | "
+                     + " | ".join(_pct((x["per_kind"].get(k) or {}).get("median")) for k in kinds)
+                     + f" | {_pct(x['repeat_noise'])} | {_pct(x['line_vs_shape_medians'])} | "
+                     f"{_pct(x['shape_median_noise'])} |")
+    return lines
+
+
 def render(out: Path, servers: list[str], setup: Setup, workloads, command: str) -> str:
     lines = ["# Simulator fidelity against running servers, fitted from outside (measured)", "",
              f"Written by `{command}`; rerun it rather than editing this file. Every number is measured on this "
@@ -166,8 +196,9 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
              "without prefix caching, servelab `--policy vllm --enable-chunked-prefill`. The servers and clients ran under "
              "`nice -n 10` (this shared machine's rule), so other sessions' work takes the CPU first.",
              "- Calibration: `servelab calibrate --base-url URL --time-budget S` (single prompts of 32-2,048 tokens "
-             "for prefill; 1-32 concurrent streams at contexts 128 and 512 for decode; 2 repeats; medians of the "
-             "streamed gaps). A reference probe (one stream, 11 decode gaps) runs between every two probes and each "
+             "for prefill; 1-32 concurrent streams at contexts 128 and 512 for decode; 2 repeats; a decode step is "
+             "the mean gap over a window of token arrivals, and windows the client read in bursts, or a TTFT read in "
+             "the same burst as the next token, give no sample). A reference probe (one stream, 11 decode gaps) runs between every two probes and each "
              "probe's samples are divided by its neighbouring references' ratio to their median (the load level of "
              "that moment); the raw samples are kept and fitted too, for comparison. Held-out error: each sample "
              "predicted by a fit without any repeat of its probe shape.",
@@ -197,7 +228,7 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                   f"{_pct((cal.get('repeat_noise') or probe_noise(folder) or {}).get('median'))} "
                   "(median): the part of the held-out error that is the machine's noise. Request overhead (TTFT "
                   f"no step explains, kept out of the step costs and added to every simulated TTFT and e2e): "
-                  f"{1e3 * cal.get('request_overhead_s', 0.0):.1f} ms.",
+                  f"{1e3 * cal.get('request_overhead_s', 0.0):.1f} ms.", *_load_lines(cal),
                   "- Limits read: " + ", ".join(f"{k} {v} ({cal['limits']['sources'][k]})"
                                                for k, v in cal["limits"]["values"].items()), "",
                   "Per request: the median (p90) over requests of |sim - replay 1| / replay 1, and the noise, the "
@@ -247,6 +278,7 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                       "tells the machine's drift since the calibration from the model's shape:", "",
                       "| workload | server now / fit | scaled sim TTFT error median | TPOT | e2e | p50 TTFT error | "
                       "p50 TPOT error |", "|---|---:|---:|---:|---:|---:|---:|", *scaled_rows]
+        lines += _check_lines(folder)
         lines += ["", "CDFs (measured replays and the simulator): "
                   + ", ".join(f"[{n}](fidelity_vllm/{server}-{n}.png)" for n, *_ in workloads
                               if (folder / n / "cdf.png").is_file()), ""]
@@ -288,6 +320,20 @@ def summary(out: Path, servers: list[str], workloads) -> list[str]:
                             f"{', '.join(_pct(m['scaled_distribution'][0][metric]['50']) for m in rows)}"
                             if all(m.get("drift") for m in rows) else "") + ".")
     for server in servers:
+        path = out / server / "cost_model.probes.json"
+        if path.is_file():
+            from servelab.validate.probe_checks import checks, load_runs
+
+            c = checks(load_runs(path))
+            raw, norm = c["raw"], c["normalised"]
+            label = "vLLM-CPU" if server == "vllm" else "servelab serve"
+            lines.append(f"- {label} fit, held-out median (shape's repeats left out): {_pct(raw['held_out_by_shape'])} "
+                         f"on the samples as timed, {_pct(norm['held_out_by_shape'])} divided by the reference probe's "
+                         f"load level; the line misses each shape's median by {_pct(raw['line_vs_shape_medians'])} "
+                         f"and {_pct(norm['line_vs_shape_medians'])}, against those medians' own noise of "
+                         f"{_pct(raw['shape_median_noise'])} and {_pct(norm['shape_median_noise'])}; the same shape's "
+                         f"repeats differ by {_pct(raw['repeat_noise'])} and {_pct(norm['repeat_noise'])}.")
+    for server in servers:
         moved = []
         for name, *_ in workloads:
             now, before = out / server / name / "requests.csv", out / server / "earlier" / name / "requests.csv"
@@ -312,7 +358,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "fidelity_vllm")
     ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "fidelity_vllm.md")
     ap.add_argument("--servers", default="vllm,servelab")
-    ap.add_argument("--time-budget", type=float, default=240.0, help="Seconds for each calibration's probes.")
+    ap.add_argument("--time-budget", type=float, default=360.0, help="Seconds for each calibration's probes.")
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
