@@ -13,15 +13,18 @@ same length decode together is one decode step of ``B`` rows. So:
   is left), at context ``C`` + the token's index. ``max_tokens`` covers the prefill steps
   the batch needs (``B x C / max_num_batched_tokens``) plus 10 such gaps.
 
-Each probe gives one sample (the median of its gaps: a loaded machine's outliers do not move
-it). On a machine shared with other work the server's steps slow down and speed up with the
-load, by 2-5x from one probe to the next (measured on this 2-core machine: the same probe shape
-timed at 20.7 and 98 ms minutes apart, the server's threads running 76% and 29% of the probe's
-wall time); a **reference probe** (``REFERENCE``, one short decode) run between every two probes
-times that level: each probe's samples are divided by its neighbouring references' (geometric
-mean) ratio to their median (``normalise``), so the fit sees the shape of the step costs at the
-calibration's median load rather than the load of the moment each probe ran. Prompts are token ids (random per request, so no prefix cache can hit), which the
-OpenAI completions API accepts; a server that counts them differently says so in
+Each decode window gives one sample: the mean gap over the window (``window_step``; a client
+starved by a loaded machine reads queued tokens in bursts, so single gaps, and their median,
+can be 0). On a machine shared with other work the server's steps slow down and speed up with the
+load (measured against vLLM-CPU on this 2-core machine at load 8-23: the same probe shape timed
+at 20.7 and 98 ms minutes apart; 8 decode rows at context 128 timed 24-86 ms over six repeats
+in 15 minutes, 0.42x-1.51x of their median); a **reference probe** (``REFERENCE``, one short decode) run between every two
+probes times that level: each probe's samples are divided by its neighbouring references'
+(geometric mean) ratio to their median (``normalise``), so the fit sees the shape of the step
+costs at the calibration's median load rather than the load of the moment each probe ran
+(one such calibration at load 8-23: held-out error 36.6% as timed, 27.0% divided). Prompts
+are token ids (random per request, so no prefix cache can hit), which the OpenAI completions
+API accepts; a server that counts them differently says so in
 ``usage.prompt_tokens``, and the sample uses the server's count.
 """
 
