@@ -308,6 +308,10 @@ def summary(out: Path, servers: list[str], workloads) -> list[str]:
             ok10 = sum(e is not None and e < 0.10 for e in errs)
             inside = sum(bool(m["inside_noise"][metric]) for m in rows)
             judged = sum(m["inside_noise"][metric] is not None for m in rows)
+            # the fit scaled to the drift probes run just before the replays: the simulator at the replays' load
+            scaled_inside = sum(m["inside_noise"][metric] is not None and m.get("drift")
+                                and m["scaled_vs_replay"][0][metric]["median"] <= m["noise"][0][metric]["median"]
+                                for m in rows)
             dist = [distributions(out / server / name)[metric]["sim"] for name, *_ in workloads
                     if (out / server / name / "requests.csv").is_file()]
             lines.append(f"- {label}, {metric.upper()}: median error under 15% on {ok15} of {len(rows)} workloads, "
@@ -317,7 +321,8 @@ def summary(out: Path, servers: list[str], workloads) -> list[str]:
                          f"p50 of the distribution off by {', '.join(_pct(e) for e in dist)}"
                          + (f"; with the fit scaled to the drift probes: per-request median "
                             f"{', '.join(_pct(m['scaled_vs_replay'][0][metric]['median']) for m in rows)}, p50 "
-                            f"{', '.join(_pct(m['scaled_distribution'][0][metric]['50']) for m in rows)}"
+                            f"{', '.join(_pct(m['scaled_distribution'][0][metric]['50']) for m in rows)}, inside the "
+                            f"noise on {scaled_inside} of the {judged}"
                             if all(m.get("drift") for m in rows) else "") + ".")
     for server in servers:
         path = out / server / "cost_model.probes.json"
