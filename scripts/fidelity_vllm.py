@@ -51,10 +51,18 @@ def servelab(*args: str) -> list[str]:
     return [sys.executable, "-m", "servelab.cli.main", *args]
 
 
+def _complete(path: Path) -> bool:
+    """A validation ran, and every request of its replays got an answer (a server that died
+    mid-replay, as vLLM did once when the shared machine ran out of memory, is run again)."""
+    if not path.is_file():
+        return False
+    return not any(json.loads(path.read_text())["metrics"]["failed"])
+
+
 def one_server(setup: Setup, server: str, out: Path, budget_s: float, workloads) -> None:
     folder = out / server
     cost = folder / "cost_model.json"
-    pending = [w for w in workloads if not (folder / w[0] / "validate.json").is_file()]
+    pending = [w for w in workloads if not _complete(folder / w[0] / "validate.json")]
     if cost.is_file() and not pending:
         return
     url = setup.url(server)
