@@ -149,15 +149,13 @@ def _load_lines(cal: dict) -> list[str]:
     load = cal.get("load") or {}
     if not load:
         return []
-    avg, ref, raw = load.get("load_avg_1min"), load.get("reference"), load.get("raw_held_out")
-    noise = load.get("raw_repeat_noise") or {}
+    avg, ref = load.get("load_avg_1min"), load.get("reference")
     text = "- Load during the calibration: 1-minute average " + (
         f"{avg['mean']:.1f} (min {avg['min']:.1f}, max {avg['max']:.1f})" if avg else "-")
     if ref:
         text += (f"; the reference probe took {ref['median_s'] * 1e3:.1f} ms (median) and {ref['min_ratio']:.2f}x-"
-                 f"{ref['max_ratio']:.2f}x of that around the probes. Without dividing by it (the samples as "
-                 f"timed): repeats differed by {_pct(noise.get('median'))} (median), held-out median "
-                 f"{_pct((raw or {}).get('median_rel_error'))}, p90 {_pct((raw or {}).get('p90_rel_error'))}")
+                 f"{ref['max_ratio']:.2f}x of that around the probes. The fit is to the samples divided by it; "
+                 "the same checks on the samples as timed are in the table below")
     return [text + "."]
 
 

@@ -115,7 +115,8 @@ def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.
     load["raw_repeat_noise"] = repeat_noise(raw_runs)
     if level is not None:  # the same held-out test on the samples as timed, for comparison
         raw = adjusted_samples(raw_runs, request_overhead(raw_runs))
-        load["raw_held_out"] = _err(held_out_error(raw, "split-kv", bool(model.token_factors),
+        raw_model, _ = fit_linear_cost_model(raw, attention_kernel="split-kv")  # its own choice of token factors
+        load["raw_held_out"] = _err(held_out_error(raw, "split-kv", bool(raw_model.token_factors),
                                                    groups=sample_groups(raw_runs)))
     out.parent.mkdir(parents=True, exist_ok=True)
     model.save(out)
