@@ -175,14 +175,15 @@ def _check_lines(folder: Path) -> list[str]:
              "Line vs shape medians: how far the fitted line is from each probe shape's median over its repeats; "
              "median noise: the repeats' spread around that median over the square root of their number, what "
              "the line would miss by if it were right.", "",
-             "| samples | n | in-sample | held-out (p90) | held-out, one sample left out | "
+             "| samples | n | in-sample | held-out (p90) | held-out, one sample left out | held-out, line fitted "
+             "to shape medians | "
              + " | ".join(f"held-out {k}" for k in kinds) + " | repeats differ | line vs shape medians | "
-             "median noise |", "|---|---:|---:|---:|---:|" + "---:|" * len(kinds) + "---:|---:|---:|"]
+             "median noise |", "|---|---:|---:|---:|---:|---:|" + "---:|" * len(kinds) + "---:|---:|---:|"]
     for label in ("raw", "normalised"):
         x = c[label]
         lines.append(f"| {'as timed' if label == 'raw' else 'divided by the reference'} | {x['samples']} | "
                      f"{_pct(x['in_sample'])} | {_pct(x['held_out_by_shape'])} ({_pct(x['held_out_by_shape_p90'])}) | "
-                     f"{_pct(x['held_out_by_sample'])} | "
+                     f"{_pct(x['held_out_by_sample'])} | {_pct(x.get('held_out_median_fit'))} | "
                      + " | ".join(_pct((x["per_kind"].get(k) or {}).get("median")) for k in kinds)
                      + f" | {_pct(x['repeat_noise'])} | {_pct(x['line_vs_shape_medians'])} | "
                      f"{_pct(x['shape_median_noise'])} |")

@@ -10,6 +10,8 @@ noise from the model's misfit, computed from a calibration's raw timings (``<fit
   samples' own spread around that median. If the line were right, it would miss the medians
   by about the medians' own noise (the spread over the square root of the repeats); a line
   that misses them by much more lacks a term;
+- **robust fit**: the held-out error when the line is fitted to each shape's median over its
+  repeats instead of to every sample (an outlier of a loaded moment then moves it less);
 - **bursts**: probes whose tokens the client read in bursts (no sample, or no TTFT).
 """
 
@@ -71,6 +73,7 @@ def checks(runs: list) -> dict:
             "held_out_by_shape": None if by_shape is None else by_shape.median_rel_error,
             "held_out_by_shape_p90": None if by_shape is None else by_shape.p90_rel_error,
             "held_out_by_sample": None if by_sample is None else by_sample.median_rel_error,
+            "held_out_median_fit": _median_fit_held_out(samples, groups, factors),
             "per_kind": per_kind, "repeat_noise": (repeat_noise(use) or {}).get("median"),
             "line_vs_shape_medians": float(np.median(line)) if line else None,
             "shape_median_noise": (float(np.median(spread)) / math.sqrt(float(np.median(reps)))) if spread else None,
@@ -90,3 +93,25 @@ def _group_errors(samples, groups, factors: bool, keep: list[int]) -> list[float
         coef, table = _fit_arrays(features[~out], features[~out, 1], measured[~out], "split-kv", factors)
         errs.append(abs(float(_predict(features[i:i + 1], coef, table)[0]) / measured[i] - 1))
     return errs
+
+
+def _median_fit_held_out(samples, groups, factors: bool) -> float | None:
+    """Median held-out error (each shape left out) of a line fitted to the other shapes'
+    medians over their repeats, against every sample of the left-out shape."""
+    from servelab.costmodel.linear import _fit_arrays, _predict, step_features
+
+    keys = list(dict.fromkeys(groups))
+    if len(keys) < 3:
+        return None
+    features = np.array([step_features(s) for s, _ in samples], dtype=float)
+    measured = np.array([t for _, t in samples], dtype=float)
+    index = np.array([keys.index(g) for g in groups])
+    first = np.array([features[index == k][0] for k in range(len(keys))])
+    medians = np.array([np.median(measured[index == k]) for k in range(len(keys))])
+    errs = []
+    for k in range(len(keys)):
+        rest = np.arange(len(keys)) != k
+        coef, table = _fit_arrays(first[rest], first[rest, 1], medians[rest], "split-kv", factors)
+        out = index == k
+        errs += list(np.abs(_predict(features[out], coef, table) / measured[out] - 1))
+    return float(np.median(errs))

@@ -99,3 +99,29 @@ def test_a_prefill_probe_without_its_ttft_has_no_overhead_taken_off_its_decode_s
     groups = sample_groups(runs)
     assert groups[0] == groups[2] != groups[1]  # the two decode samples are repeats of each other
     assert repeat_noise(runs)["n"] == 2
+
+
+def test_probe_checks_tell_a_loaded_moment_from_a_missing_term():
+    """Steps on a line; one repeat of every shape timed while the machine ran at half speed, its
+    reference probes too. As timed the repeats differ; divided by the reference they agree and
+    the line fits every shape's median."""
+    from servelab.validate.probe_checks import checks
+
+    def line(shape):
+        return 0.010 + 0.001 * shape.num_tokens + 2e-6 * shape.decode_context_sum
+
+    runs = []
+    for repeat, slow in ((0, 1.0), (1, 2.0)):
+        for p in (32, 128, 512, 1024):
+            shape = StepShape((p,), (p,))
+            runs.append(ProbeRun(Probe("prefill", p, 1, 8, repeat), [], [(shape, slow * line(shape))], "",
+                                 (0.02 * slow, 0.02 * slow)))
+        for b in (1, 4, 16):
+            shape = StepShape(num_decodes=b, decode_context_sum=b * 128, decode_context_max=128)
+            runs.append(ProbeRun(Probe("decode", 128, b, 12, repeat), [], [(shape, slow * line(shape))], "",
+                                 (0.02 * slow, 0.02 * slow)))
+    c = checks(runs)
+    assert c["raw"]["repeat_noise"] == pytest.approx(1 / 3)  # 1x and 2x: each 1/3 from their median 1.5x
+    assert c["normalised"]["repeat_noise"] == pytest.approx(0.0, abs=1e-9)
+    assert c["normalised"]["line_vs_shape_medians"] < 0.01 and c["normalised"]["held_out_by_shape"] < 0.01
+    assert c["raw"]["held_out_by_shape"] > 0.2
