@@ -143,6 +143,13 @@ def _goal(x) -> str:
     return "< 10%" if x < 0.10 else ("< 15%" if x < 0.15 else "no")
 
 
+def _utc(path: Path) -> str:
+    """When a step's output was written (its file's time): the parts of a resumed run differ."""
+    import datetime
+
+    return datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
 def _load_lines(cal: dict) -> list[str]:
     """The calibration's load: the 1-minute average through the probes, the reference probe's
     range, and the fit on the samples as timed (without the reference's normalisation)."""
@@ -228,7 +235,7 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
             continue
         cal = json.loads(cal_path.read_text())
         held = cal.get("held_out") or {}
-        lines += [f"- Fit: {cal['num_probes']} probes in {cal['elapsed_s']:.0f} s ({cal['num_skipped']} skipped "
+        lines += [f"- Fit (done at {_utc(cal_path)} UTC): {cal['num_probes']} probes in {cal['elapsed_s']:.0f} s ({cal['num_skipped']} skipped "
                   f"by the time budget), in-sample median {_pct(cal['fit']['median_rel_error'])}, **held-out "
                   f"median {_pct(held.get('median_rel_error'))}**, p90 {_pct(held.get('p90_rel_error'))}; the same "
                   f"probe's repeats differed from their median by "
@@ -238,6 +245,8 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                   f"{1e3 * cal.get('request_overhead_s', 0.0):.1f} ms.", *_load_lines(cal),
                   "- Limits read: " + ", ".join(f"{k} {v} ({cal['limits']['sources'][k]})"
                                                for k, v in cal["limits"]["values"].items()), "",
+                  "A run that stops (a server killed, the machine out of memory) resumes where it stopped with a fresh "
+                  "server; `done at` says when each part was measured. "
                   "Per request: the median (p90) over requests of |sim - replay 1| / replay 1, and the noise, the "
                   "median of |replay 2 - replay 1| / replay 1. Distribution: |p50 sim - p50 replay 1| / p50 replay 1 "
                   "(and replay 2 for the noise), which does not depend on which request the server took first."
@@ -246,15 +255,15 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                      if (folder / "earlier").is_dir() else ""), "",
                   "| workload | TTFT error median / p90 | TTFT noise | TPOT error median / p90 | TPOT noise | "
                   "e2e error / noise | p50 TTFT error / noise | p50 TPOT error / noise | goal (TTFT, TPOT) | "
-                  "load avg (1 min) during replay 1, 2: mean (min-max) | replay s |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+                  "load avg (1 min) during replay 1, 2: mean (min-max) | replay s | done at (UTC) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|"]
         runs = [(name, folder / name) for name, *_ in workloads]
         runs += [(f"{name} (earlier run, same fit)", folder / "earlier" / name) for name, *_ in workloads
                  if (folder / "earlier" / name / "validate.json").is_file()]  # a whole validation run repeated
         for name, where in runs:
             path = where / "validate.json"
             if not path.is_file():
-                lines.append(f"| {name} | not run | | | | | | | | |")
+                lines.append(f"| {name} | not run | | | | | | | | | | |")
                 continue
             m = json.loads(path.read_text())["metrics"]
             s, n = m["sim_vs_replay"][0], (m["noise"] or [None])[0]
@@ -269,7 +278,7 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                          f"{_pct(d['ttft']['sim'])} / {_pct(d['ttft']['noise'])} | "
                          f"{_pct(d['tpot']['sim'])} / {_pct(d['tpot']['noise'])} | {_goal(s['ttft']['median'])}, "
                          f"{_goal(s['tpot']['median'])} | {loads} | "
-                         f"{', '.join(f'{d:.0f}' for d in m['durations_s'])} |")
+                         f"{', '.join(f'{d:.0f}' for d in m['durations_s'])} | {_utc(path)} |")
         scaled_rows = []
         for name, *_ in workloads:
             path = folder / name / "validate.json"
