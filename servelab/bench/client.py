@@ -9,6 +9,7 @@ the number of content chunks. Timing uses ``time.perf_counter`` on the client.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -70,6 +71,22 @@ def _content(chunk: dict) -> str | None:
     return None
 
 
+async def sse_lines(response: httpx.Response):
+    """The stream's lines split only where server-sent events end a line (``\\n``, ``\\r\\n``,
+    ``\\r``). httpx's ``aiter_lines`` also splits at the other characters ``str.splitlines`` knows
+    (U+2028, U+0085, U+001C ...), which a JSON encoder leaves unescaped in generated text: a
+    random-weight model's tokens include them, and the broken ``data:`` line failed the request
+    (1 of 32 streams of a calibration probe against vLLM)."""
+    buffer = ""
+    async for text in response.aiter_text():
+        buffer += text
+        *lines, buffer = re.split(r"\r\n|\n|\r(?=.)", buffer, flags=re.S)
+        for line in lines:
+            yield line
+    if buffer:
+        yield buffer.rstrip("\r")
+
+
 async def send(client: httpx.AsyncClient, url: str, body: dict, req: PlannedRequest,
                headers: dict | None = None) -> RequestResult:
     out = RequestResult(req.index, prompt_len=req.prompt_len)
@@ -82,7 +99,7 @@ async def send(client: httpx.AsyncClient, url: str, body: dict, req: PlannedRequ
                 text = (await response.aread()).decode("utf-8", "replace")
                 out.error = f"HTTP {response.status_code}: {text[:300]}"
                 return out
-            async for line in response.aiter_lines():
+            async for line in sse_lines(response):
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()

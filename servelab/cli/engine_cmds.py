@@ -271,6 +271,9 @@ def calibrate_cmd(
                                            "OpenAI-compatible server (vLLM, servelab serve, ...) through its API."),
     time_budget: float = typer.Option(300.0, "--time-budget", help="With --base-url: seconds the probes may take."),
     repeats: int = typer.Option(2, help="With --base-url: times each probe runs."),
+    load_reference: bool = typer.Option(True, "--load-reference/--no-load-reference",
+                                        help="With --base-url: time a short reference probe between probes and "
+                                             "divide each probe's samples by the load level it shows."),
     tokenizer: Optional[Path] = typer.Option(None, help="With --base-url: the server's tokenizer (checkpoint "
                                              "folder), for its vocabulary size (probe prompts are random ids)."),
     api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY"),
@@ -295,7 +298,7 @@ def calibrate_cmd(
         calibrate_remote_cmd(base_url, model, out, block_size=block_size, time_budget=time_budget, repeats=repeats,
                              tokenizer=tokenizer, api_key=api_key, max_num_seqs=max_num_seqs,
                              max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
-                             json_out=json_out)
+                             json_out=json_out, load_reference=load_reference)
         return
     block_size = 16 if block_size is None else block_size
     with user_errors():

@@ -33,7 +33,7 @@ def _limits(base_url: Optional[str], api_key: Optional[str], **flags):
 
 def calibrate_remote_cmd(base_url: Optional[str], model: Optional[Path], out: Path, *, block_size, time_budget,
                          repeats, tokenizer, api_key, max_num_seqs, max_num_batched_tokens, max_model_len,
-                         json_out: bool) -> None:
+                         json_out: bool, load_reference: bool = True) -> None:
     from servelab.costmodel.linear import HELD_OUT_WARN_MEDIAN
 
     with user_errors():
@@ -46,11 +46,11 @@ def calibrate_remote_cmd(base_url: Optional[str], model: Optional[Path], out: Pa
 
         echo = (lambda text: typer.echo(text, err=True)) if json_out else typer.echo
         cal = calibrate_remote(base_url, out, limits=limits, budget_s=time_budget, repeats=repeats,
-                               vocab=_vocab(tokenizer), api_key=api_key, echo=echo)
+                               vocab=_vocab(tokenizer), api_key=api_key, echo=echo, reference=load_reference)
     held = cal.held_out
     if held is not None and held.median_rel_error > HELD_OUT_WARN_MEDIAN:
-        typer.secho(f"warning: held-out median error {held.median_rel_error:.1%} (leave-one-out over "
-                    f"{held.num_samples} probe samples) is over {HELD_OUT_WARN_MEDIAN:.0%}: "
+        typer.secho(f"warning: held-out median error {held.median_rel_error:.1%} ({held.num_samples} probe samples, "
+                    f"each predicted by a fit without its shape's repeats) is over {HELD_OUT_WARN_MEDIAN:.0%}: "
                     + (f"the same probe's repeats differed by {cal.noise['median']:.1%} (median), so " if cal.noise
                        else "")
                     + "the server's steps were too noisy (a loaded machine?) or are not linear in these features; "
@@ -62,7 +62,7 @@ def calibrate_remote_cmd(base_url: Optional[str], model: Optional[Path], out: Pa
                        "p90_rel_error": cal.fit.p90_rel_error},
                "held_out": None if held is None else {"median_rel_error": held.median_rel_error,
                                                       "p90_rel_error": held.p90_rel_error},
-               "repeat_noise": cal.noise, "request_overhead_s": cal.overhead_s,
+               "repeat_noise": cal.noise, "request_overhead_s": cal.overhead_s, "load": cal.load,
                "coefficients": cal.model.to_json()["coefficients"], "limits": cal.limits.to_json()}
     if json_out:
         emit_json(payload)
@@ -70,6 +70,11 @@ def calibrate_remote_cmd(base_url: Optional[str], model: Optional[Path], out: Pa
     typer.echo(f"fit over {cal.fit.num_samples} probe samples ({len(cal.runs)} probes, {cal.elapsed_s:.0f} s): "
                f"{cal.fit}" + (f"; held out (leave-one-out): {held}" if held is not None else "")
                + (f"; repeats of a probe differ by {cal.noise['median']:.1%} (median)" if cal.noise else ""))
+    ref = cal.load.get("reference")
+    if ref:
+        typer.echo(f"load: reference probe {ref['median_s'] * 1e3:.1f} ms (median), {ref['min_ratio']:.2f}x-"
+                   f"{ref['max_ratio']:.2f}x around the probes; the raw samples' repeats differ by "
+                   f"{(cal.load.get('raw_repeat_noise') or {}).get('median', float('nan')):.1%} (median)")
     typer.echo(f"request overhead (TTFT no step explains: HTTP, tokenising, pick-up): {cal.overhead_s * 1e3:.1f} ms, "
                f"kept out of the step costs; validate adds it to each simulated TTFT and e2e")
     for name, value in payload["coefficients"].items():

@@ -313,28 +313,35 @@ HELD_OUT_WARN_MEDIAN = 0.15  # ``servelab calibrate`` warns above this held-out 
 
 
 def held_out_error(samples: list[tuple[StepShape, float]], attention_kernel: str = "auto",
-                   token_factors: bool = True) -> FitError | None:
+                   token_factors: bool = True, groups: list | None = None) -> FitError | None:
     """Leave-one-out error of the fit: each sample predicted by the coefficients fitted to all
     the others. The in-sample error flatters a fit with as many free coefficients as there
     are kinds of step; this is the number that says whether the model predicts steps it has
-    not seen (None when too few samples remain to refit)."""
-    rows = [(step_features(shape), t) for shape, t in samples if step_features(shape)[0]]
-    if len(rows) < 3:
+    not seen (None when too few samples remain to refit). ``groups`` (one key per sample):
+    leave a whole group out at a time, so the repeats of a held-out step's shape are not in
+    its fit either (with them in, the held-out error is that of a shape the fit has seen)."""
+    kept = [(step_features(shape), t, g) for (shape, t), g in zip(samples, groups or range(len(samples)))
+            if step_features(shape)[0]]
+    if len(kept) < 3 or len({g for *_, g in kept}) < 3:
         return None
-    features = np.array([f for f, _ in rows], dtype=float)
-    measured = np.array([t for _, t in rows], dtype=float)
-    errors = _loo_errors(features, measured, attention_kernel, token_factors)
+    features = np.array([f for f, _, _ in kept], dtype=float)
+    measured = np.array([t for _, t, _ in kept], dtype=float)
+    errors = _loo_errors(features, measured, attention_kernel, token_factors, [g for *_, g in kept])
     return FitError(int(errors.size), float(np.median(errors)), float(np.percentile(errors, 90)), float(errors.max()))
 
 
-def _loo_errors(features: np.ndarray, measured: np.ndarray, attention_kernel: str, factors: bool) -> np.ndarray:
-    """|predicted / measured - 1| of each step predicted by a fit to all the others."""
+def _loo_errors(features: np.ndarray, measured: np.ndarray, attention_kernel: str, factors: bool,
+                groups: list | None = None) -> np.ndarray:
+    """|predicted / measured - 1| of each step predicted by a fit to all the others (all but
+    its group's, with ``groups``)."""
     tokens = features[:, 1]
+    ids: dict = {}
+    keys = np.arange(len(measured)) if groups is None else np.array([ids.setdefault(g, len(ids)) for g in groups])
     predicted = np.empty_like(measured)
-    for i in range(len(measured)):
-        keep = np.arange(len(measured)) != i
-        coef, table = _fit_arrays(features[keep], tokens[keep], measured[keep], attention_kernel, factors)
-        predicted[i] = _predict(features[i:i + 1], coef, table)[0]
+    for key in dict.fromkeys(keys.tolist()):
+        out = keys == key
+        coef, table = _fit_arrays(features[~out], tokens[~out], measured[~out], attention_kernel, factors)
+        predicted[out] = _predict(features[out], coef, table)
     return np.abs(np.maximum(predicted, 1e-12) / measured - 1.0)
 
 

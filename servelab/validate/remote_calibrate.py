@@ -8,6 +8,10 @@ probes' decode rows all have one context, so the padded term could not be told a
 held-out error is leave-one-out over the probe samples; above ``HELD_OUT_WARN_MEDIAN`` the
 command warns. The raw timings (every request's send time and token arrival times), the
 samples, the server's limits and the plan go to ``<out stem>.probes.json`` beside the fit.
+The held-out error leaves out every repeat of a probe shape together (``sample_groups``):
+left out one sample at a time, the repeat of the same shape stays in the fit and the error
+is that of a shape the fit has already seen. The samples the fit sees are normalised to the
+load level of the reference probe (``probes.normalise``); the raw ones stay in the file.
 
 What the probes cannot see: mixed steps (a prefill chunk with decodes) are predicted by the
 sum of the line's terms, never timed as such; the HTTP hop and the server's tokenising are
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.core.errors import UserError
+from servelab.validate.load import LoadSampler
 
 
 @dataclass
@@ -38,11 +43,19 @@ class RemoteCalibration:
     limits: object  # ServerLimits
     probes_path: Path
     elapsed_s: float
+    load: dict  # load_avg_1min (LoadSampler summary), reference (normalise's level), raw_repeat_noise
+
+
+def sample_groups(runs: list) -> list[tuple]:
+    """One key per sample: the probe's shape and the sample's place in it (not the repeat), so
+    the held-out error leaves out every repeat of a shape together."""
+    return [(r.probe.kind, r.probe.prompt_len, r.probe.batch, _is_ttft(shape)) for r in runs for shape, _ in r.samples]
 
 
 def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.0, repeats: int = 2,
                      seed: int = 0, vocab: int = 500, api_key: str | None = None, echo=print,
-                     prefill_lens=None, decode_batches=None, decode_contexts=None) -> RemoteCalibration:
+                     prefill_lens=None, decode_batches=None, decode_contexts=None,
+                     reference: bool = True) -> RemoteCalibration:
     import time
 
     from servelab.costmodel.linear import fit_linear_cost_model, held_out_error
@@ -66,9 +79,20 @@ def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.
         echo(f"  [{k}/{n}] {probe.label}: {text}")
 
     t0 = time.perf_counter()
-    runs, skipped = asyncio.run(pr.run_plan(base_url, limits.model, plan, budget_s, vocab=vocab, seed=seed,
-                                            headers=headers, progress=progress))
+    ref = pr.Probe(*pr.REFERENCE) if reference else None
+    if ref is not None:
+        echo(f"  reference probe before the first and after every probe (the load level): {ref.label[:-5]}, "
+             f"{ref.max_tokens} tokens")
+    with LoadSampler() as sampler:
+        raw_runs, skipped = asyncio.run(pr.run_plan(base_url, limits.model, plan, budget_s, vocab=vocab, seed=seed,
+                                                    headers=headers, progress=progress, reference=ref))
     elapsed = time.perf_counter() - t0
+    load = {"load_avg_1min": sampler.summary()}
+    runs, level = pr.normalise(raw_runs)
+    if level is not None:
+        load["reference"] = level
+        echo(f"  reference probe: median {level['median_s'] * 1e3:.1f} ms, from {level['min_ratio']:.2f}x to "
+             f"{level['max_ratio']:.2f}x of it around the probes; samples divided by that ratio")
     samples = [s for r in runs for s in r.samples]
     if skipped:
         echo(f"warning: time budget spent after {len(runs)} of {len(plan)} probes; {len(skipped)} skipped "
@@ -83,9 +107,17 @@ def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.
                       f"requests, client clock)", "model": limits.model, "server": base_url,
             "limits": json.dumps(limits.values), "date": datetime.date.today().isoformat(),
             "attention_kernel": "split-kv", REQUEST_OVERHEAD_KEY: f"{overhead:.6g}"}
+    if load["load_avg_1min"]:
+        meta["load_avg_1min"] = f"{load['load_avg_1min']['mean']:.3g}"  # validate reports it next to its own
     model, fit = fit_linear_cost_model(samples, meta=meta, attention_kernel="split-kv")
-    held = held_out_error(samples, "split-kv", bool(model.token_factors))
+    held = held_out_error(samples, "split-kv", bool(model.token_factors), groups=sample_groups(runs))
     noise = repeat_noise(runs)
+    load["raw_repeat_noise"] = repeat_noise(raw_runs)
+    if level is not None:  # the same held-out test on the samples as timed, for comparison
+        raw = adjusted_samples(raw_runs, request_overhead(raw_runs))
+        raw_model, _ = fit_linear_cost_model(raw, attention_kernel="split-kv")  # its own choice of token factors
+        load["raw_held_out"] = _err(held_out_error(raw, "split-kv", bool(raw_model.token_factors),
+                                                   groups=sample_groups(raw_runs)))
     out.parent.mkdir(parents=True, exist_ok=True)
     model.save(out)
     probes_path = out.with_name(out.stem + ".probes.json")
@@ -93,15 +125,19 @@ def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.
         "base_url": base_url, "limits": limits.to_json(), "budget_s": budget_s, "elapsed_s": elapsed,
         "plan": [p.__dict__ for p in plan], "skipped": [p.__dict__ for p in skipped],
         "fit": _err(fit), "held_out": _err(held), "repeat_noise": noise,
-        "request_overhead_s": overhead, "runs": [r.to_json() for r in runs]}, indent=1))
-    return RemoteCalibration(model, fit, held, noise, overhead, samples, runs, skipped, limits, probes_path, elapsed)
+        "request_overhead_s": overhead, "load": load, "runs": [r.to_json() for r in raw_runs],
+        "normalised_samples": [[t for _, t in r.samples] for r in runs]}, indent=1))
+    return RemoteCalibration(model, fit, held, noise, overhead, samples, runs, skipped, limits, probes_path, elapsed,
+                             load)
 
 
 REQUEST_OVERHEAD_KEY = "request_overhead_s"  # in the fit's meta: what validate adds to TTFT and e2e
 
 
-def _is_ttft(run, k: int) -> bool:
-    return run.probe.kind == "prefill" and k == 0
+def _is_ttft(shape) -> bool:
+    """A prefill probe's TTFT sample (the only samples with prefill tokens): told by its shape,
+    not its place, since a TTFT read late is left out and the decode sample comes first."""
+    return bool(shape.prefill_tokens)
 
 
 def request_overhead(runs: list) -> float:
@@ -118,8 +154,8 @@ def request_overhead(runs: list) -> float:
 
     rows, times = [], []
     for r in runs:
-        for k, (shape, t) in enumerate(r.samples):
-            rows.append(list(step_features(shape)) + [1.0 if _is_ttft(r, k) else 0.0])
+        for shape, t in r.samples:
+            rows.append(list(step_features(shape)) + [1.0 if _is_ttft(shape) else 0.0])
             times.append(t)
     x = np.array(rows, dtype=float)
     if len(times) < x.shape[1] or not x[:, -1].any() or x[:, -1].all():
@@ -129,8 +165,7 @@ def request_overhead(runs: list) -> float:
 
 def adjusted_samples(runs: list, overhead: float) -> list:
     """The step samples with ``overhead`` taken off each TTFT (kept >= 10% of the TTFT)."""
-    return [(shape, max(t - overhead, 0.1 * t) if _is_ttft(r, k) else t)
-            for r in runs for k, (shape, t) in enumerate(r.samples)]
+    return [(shape, max(t - overhead, 0.1 * t) if _is_ttft(shape) else t) for r in runs for shape, t in r.samples]
 
 
 def repeat_noise(runs: list) -> dict | None:
@@ -143,8 +178,8 @@ def repeat_noise(runs: list) -> dict | None:
     groups: dict[tuple, list[float]] = {}
     for r in runs:
         p = r.probe
-        for k, (_, t) in enumerate(r.samples):
-            groups.setdefault((p.kind, p.prompt_len, p.batch, k), []).append(t)
+        for shape, t in r.samples:
+            groups.setdefault((p.kind, p.prompt_len, p.batch, _is_ttft(shape)), []).append(t)
     devs = []
     for times in groups.values():
         if len(times) >= 2:

@@ -65,8 +65,12 @@ def markdown(v: RemoteValidation) -> str:
              f"{1e3 * m.get('request_overhead_s', 0.0):.1f} ms",
              f"- replays: {len(v.replays)}, durations {', '.join(f'{d:.1f} s' for d in v.durations_s)}, failed "
              f"requests {m['failed']}; simulator unfinished {m['sim_unfinished']}",
-             "- 1-min load average before/after each replay: "
-             + ", ".join(f"{a:.1f}/{b:.1f}" for a, b in v.load_avg), "",
+             "- 1-min load average (sampled every second) during each replay: "
+             + ", ".join(_load_text(x) for x in m.get("load") or []) + "; during the calibration: "
+             + ("-" if m.get("calibration_load") is None else f"{m['calibration_load']:.1f}")
+             + (" (the replays ran at the same load: the noise is comparable)" if m.get("same_load") else
+                " (the replays ran at different loads: their difference is not the noise of one condition, and "
+                "no error is judged against it)" if m.get("same_load") is False else ""), "",
              "| metric | sim error vs replay 1: median / p90 | sim bias (median) | replay 2 vs replay 1 (noise): "
              "median / p90 | inside noise |", "|---|---:|---:|---:|---|"]
     for k in METRICS:
@@ -101,6 +105,10 @@ def markdown(v: RemoteValidation) -> str:
 
 def _signed(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def _load_text(x: dict | None) -> str:
+    return "-" if not x else f"mean {x['mean']:.1f} ({x['min']:.1f}-{x['max']:.1f})"
 
 
 def write_remote(folder: Path, v: RemoteValidation) -> dict[str, Path]:

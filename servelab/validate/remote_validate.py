@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from servelab.core.errors import UserError
+from servelab.validate.load import LoadSampler, same_load
 from servelab.validate.workloads import ValidationWorkload
 
 METRICS = ("ttft", "tpot", "e2e")
@@ -87,15 +88,6 @@ def _times(r) -> dict:
     if not r.success:
         return {"ttft": None, "tpot": None, "e2e": None, "prompt_len": r.prompt_len, "error": r.error}
     return {"ttft": r.ttft_s, "tpot": r.tpot_s, "e2e": r.latency_s, "prompt_len": r.prompt_len, "error": ""}
-
-
-def _load1() -> float:
-    try:
-        import os
-
-        return os.getloadavg()[0]
-    except OSError:
-        return float("nan")
 
 
 def replay(options: RemoteOptions, model: str, planned: list) -> tuple[list[dict], float]:
@@ -226,12 +218,12 @@ def run_remote_validation(options: RemoteOptions, limits, echo=print) -> RemoteV
              if drift["ratio"] else "  drift probes: no sample")
     replays, durations, loads = [], [], []
     for k in range(options.replays):
-        before = _load1()
         t0 = time.perf_counter()
-        rows, duration = replay(options, limits.model, planned)
+        with LoadSampler() as sampler:
+            rows, duration = replay(options, limits.model, planned)
         replays.append(rows)
         durations.append(duration)
-        loads.append((before, _load1()))
+        loads.append(sampler.summary())
         failed = sum(1 for r in rows if r["ttft"] is None)
         echo(f"  replay {k + 1}/{options.replays}: {len(rows)} requests in {time.perf_counter() - t0:.1f} s"
              + (f", {failed} failed ({next(r['error'] for r in rows if r['ttft'] is None)[:200]})" if failed else ""))
@@ -247,22 +239,36 @@ def run_remote_validation(options: RemoteOptions, limits, echo=print) -> RemoteV
                "num_requests": len(planned), "durations_s": durations,
                "failed": [sum(1 for r in rows if r["ttft"] is None) for rows in replays],
                "sim_unfinished": sum(1 for r in sim if r["ttft"] is None),
-               "load_avg_1min": loads, "limits": limits.to_json(), "workload": options.workload.label,
+               "load_avg_1min": [(x["start"], x["end"]) if x else (None, None) for x in loads],
+               "load": loads, "calibration_load": calibration_load(cost), "limits": limits.to_json(), "workload": options.workload.label,
                "policy": sim_policy(options.policy, limits.values["max_num_batched_tokens"]),
                "request_overhead_s": request_overhead_of(cost)}
+    metrics["same_load"] = same_load(loads[0], loads[1]) if len(loads) >= 2 else None
     metrics["inside_noise"] = inside_noise(metrics)
     if drift is not None and drift["ratio"]:
         sim_scaled = simulate(options, limits, planned, prompt_lens, scaled(cost, drift["ratio"]))
         metrics["drift"] = drift
         metrics["scaled_vs_replay"] = [error_stats(sim_scaled, rows) for rows in replays]
         metrics["scaled_distribution"] = [distribution_errors(sim_scaled, rows) for rows in replays]
-    return RemoteValidation(options, limits, planned, replays, sim, metrics, durations, loads)
+    return RemoteValidation(options, limits, planned, replays, sim, metrics, durations,
+                            metrics["load_avg_1min"])
+
+
+def calibration_load(cost) -> float | None:
+    """The 1-minute load average while the fit's probes ran (``calibrate --base-url`` records it)."""
+    try:
+        return float(cost.meta["load_avg_1min"])
+    except (KeyError, ValueError):
+        return None
 
 
 def inside_noise(metrics: dict) -> dict[str, bool | None]:
     """Per metric: is the simulator's median error (against replay 1) at most the median
-    replay-to-replay error (None without a second replay)."""
-    if not metrics["noise"]:
+    replay-to-replay error. None without a second replay, and None when the two replays did
+    not run at the same load (``load.same_load``): the noise they measure then includes the
+    load's move, and an error inside it says nothing."""
+    loads = metrics.get("load") or []
+    if not metrics["noise"] or (len(loads) >= 2 and same_load(loads[0], loads[1]) is False):
         return dict.fromkeys(METRICS)
     sim, noise = metrics["sim_vs_replay"][0], metrics["noise"][0]
     return {m: (None if sim[m]["median"] is None or noise[m]["median"] is None
