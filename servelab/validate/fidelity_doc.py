@@ -12,6 +12,7 @@ cost model's error by decode batch size (the CPU's matmul time is not linear in 
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import platform
 import time
@@ -178,6 +179,7 @@ def run_grid(model: Path, cost_model: Path, systems, workloads, *, clock: str, s
                 v = run_validation(options, loaded)
                 v.metrics["drift"] = {"start": drift, "end": _drift_probe(loaded, cost, clock),
                                       "calibration_tries": tries}
+                release_clusters(v)
                 done.append((system, w, v))
             except Exception as err:  # noqa: BLE001 - a system that cannot run is reported, not hidden
                 failed.append((system, w, f"{type(err).__name__}: {' '.join(str(err).split())[:160]}"))
@@ -185,6 +187,16 @@ def run_grid(model: Path, cost_model: Path, systems, workloads, *, clock: str, s
 
 
 CALIBRATION_TRIES = 3
+
+
+def release_clusters(v: Validation) -> None:
+    """Drop what only a trace needs (the engine cluster with its KV caches, the simulator's
+    driver): the report keeps 57 validations, and with their caches a run held 4.6 GB and was
+    killed by the shared machine's OOM killer."""
+    for side in (v.real, v.sim):
+        side.cluster = None
+        side.result = None
+    gc.collect()
 
 
 def stable_calibration(loaded: Any, cost: Path, clock: str) -> tuple[float | None, int]:
