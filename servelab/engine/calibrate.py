@@ -4,9 +4,16 @@ Each grid point is one step shape (a prefill chunk with or without cached contex
 of decodes at a context length, prefill + decodes mixed, or a dense padded batch). The
 step runs through ``ModelRunner`` exactly as the executor would run it, over a paged cache
 filled with random K/V at scattered blocks (a step's cost does not depend on KV values, and
-skipping the real prefills keeps calibration short). Each point is warmed up once, then the
-median of ``repeats`` wall times is the sample. ``fit_linear_cost_model`` fits the
-coefficients; swap time per block is timed separately (the fit skips steps with no rows).
+skipping the real prefills keeps calibration short). Each point is warmed up once, then timed
+once per round for ``repeats`` rounds, every round in its own shuffled order, and the median
+over the rounds is the sample (``time_interleaved``). Why rounds: on a shared machine load
+comes in bursts of a second or more; timing a point's repeats back to back let one burst
+inflate every repeat of the few points it hit, and with them the fit's small-token factors
+(back-to-back compact calibrations on the shared VM predicted a 1-row decode between 5.6 and
+10.6 ms and a 3-row decode cheaper than a 1-row one: docs/fidelity.md). Interleaved, a burst
+costs each point it hits one round of ``repeats``, which the median drops.
+``fit_linear_cost_model`` fits the coefficients; swap time per block is timed separately
+(the fit skips steps with no rows).
 
 The saved JSON is what ``servelab simulate --cost-model FILE.json`` loads, so the simulator
 then predicts this machine. ``meta`` records the machine, model, dtype and grid.
@@ -17,11 +24,13 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import random
 import statistics
 import time
 from pathlib import Path
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from servelab.core.errors import UserError
 from servelab.core.plan import PaddedBatch, StepShape
@@ -96,10 +105,38 @@ def grid_points(grid: CalibrationGrid) -> list[_Point]:
     return points
 
 
+def time_interleaved(steps: Sequence[Callable[[], None]], repeats: int, *, seed: int = 0,
+                     clock: Callable[[], float] = time.perf_counter,
+                     progress: Callable[[int, int], None] | None = None) -> list[float]:
+    """Median seconds of each step over ``repeats`` rounds after one warm-up run of each; every
+    round times every step once, in a seeded shuffled order (so a burst of load from other
+    processes lands on one round of several steps, not on every repeat of one)."""
+    for step in steps:
+        step()
+    rng = random.Random(seed)
+    times: list[list[float]] = [[] for _ in steps]
+    order = list(range(len(steps)))
+    for r in range(repeats):
+        rng.shuffle(order)
+        for k, i in enumerate(order):
+            t0 = clock()
+            steps[i]()
+            times[i].append(clock() - t0)
+            if progress is not None:
+                progress(r * len(steps) + k + 1, repeats * len(steps))
+    return [statistics.median(t) for t in times]
+
+
 def time_point(runner, point: _Point, repeats: int, rng_order: Sequence[int],
                clock: Callable[[], float] = time.perf_counter) -> float:
     """Median seconds of the step over ``repeats`` runs after one warm-up (by ``clock``: wall
     time, or ``time.process_time`` to time in CPU seconds on a shared machine)."""
+    return time_interleaved([step_of(runner, point, rng_order)], repeats, clock=clock)[0]
+
+
+def step_of(runner, point: _Point, rng_order: Sequence[int]) -> Callable[[], None]:
+    """A callable that runs the point's step once through ``runner`` (its blocks taken from
+    ``rng_order``, so every point reads scattered blocks, as after churn)."""
     from servelab.engine.runner import SeqChunk
 
     block_size = runner.kv_cache.block_size
@@ -117,13 +154,7 @@ def time_point(runner, point: _Point, repeats: int, rng_order: Sequence[int],
         else:
             runner.run_padded(chunks, pad.num_rows, pad.row_tokens, pad.context_tokens)
 
-    step()
-    times = []
-    for _ in range(repeats):
-        t0 = clock()
-        step()
-        times.append(clock() - t0)
-    return statistics.median(times)
+    return step
 
 
 def _blocks_needed(points: list[_Point], block_size: int) -> int:
@@ -176,6 +207,30 @@ def machine_meta() -> dict[str, str]:
 MAX_BLOCK_SIZE = 4096  # tokens per KV block; vLLM uses 16, and the grid's contexts are a few thousand
 
 
+def time_steps(loaded, points: Sequence[_Point], repeats: int, *, block_size: int = 16, seed: int = 0,
+               clock: Callable[[], float] = time.perf_counter, decode_kernel: str = "split-kv",
+               progress: Callable[[int, int], None] | None = None, num_host_blocks: int = 0) -> tuple[list[float], Any]:
+    """Seconds of each point's step (``time_interleaved``) over a fresh paged cache of random
+    K/V at scattered blocks; returns (times, the cache)."""
+    import torch
+
+    from servelab.engine.kv_cache import PagedKVCache
+    from servelab.engine.runner import ModelRunner
+
+    c = loaded.config
+    dtype = loaded.model.embed_tokens.weight.dtype
+    num_blocks = _blocks_needed(list(points), block_size) + 1
+    cache = PagedKVCache(c.num_layers, num_blocks, block_size, c.num_kv_heads, c.head_dim, dtype=dtype,
+                         device=loaded.model.embed_tokens.weight.device, num_host_blocks=num_host_blocks)
+    gen = torch.Generator().manual_seed(seed)
+    cache.kv.copy_(torch.randn(cache.kv.shape, generator=gen).to(dtype))
+    order = torch.randperm(num_blocks, generator=gen).tolist()  # scattered blocks, as after churn
+    runner = ModelRunner(loaded.model, cache, decode_kernel=decode_kernel)
+    times = time_interleaved([step_of(runner, p, order) for p in points], repeats, seed=seed, clock=clock,
+                             progress=progress)
+    return times, cache
+
+
 def calibrate(loaded, grid: CalibrationGrid = CalibrationGrid(), *, block_size: int = 16, seed: int = 0,
               progress: Callable[[int, int], None] | None = None, clock: Callable[[], float] = time.perf_counter,
               decode_kernel: str = "split-kv", attention_kernel: str | None = None,
@@ -187,30 +242,17 @@ def calibrate(loaded, grid: CalibrationGrid = CalibrationGrid(), *, block_size: 
     term fits near 0), with ``padded`` rows x longest (the bubble term carries it). The fit's
     attention term follows ``attention_kernel`` when given (``auto`` keeps both terms, to
     compare), else the kernel that ran (``costmodel.linear``)."""
-    import torch
-
     if not 1 <= block_size <= MAX_BLOCK_SIZE:
         raise UserError(f"block_size must be in [1, {MAX_BLOCK_SIZE}] tokens, got {block_size}")
 
-    from servelab.engine.kv_cache import PagedKVCache, bytes_per_block
-    from servelab.engine.runner import ModelRunner
+    from servelab.engine.kv_cache import bytes_per_block
 
     c = loaded.config
     dtype = loaded.model.embed_tokens.weight.dtype
     points = grid_points(grid)
-    num_blocks = _blocks_needed(points, block_size) + 1
-    cache = PagedKVCache(c.num_layers, num_blocks, block_size, c.num_kv_heads, c.head_dim, dtype=dtype,
-                         device=loaded.model.embed_tokens.weight.device,
-                         num_host_blocks=grid.swap_blocks)
-    gen = torch.Generator().manual_seed(seed)
-    cache.kv.copy_(torch.randn(cache.kv.shape, generator=gen).to(dtype))
-    order = torch.randperm(num_blocks, generator=gen).tolist()  # scattered blocks, as after churn
-    runner = ModelRunner(loaded.model, cache, decode_kernel=decode_kernel)
-    samples = []
-    for k, point in enumerate(points):
-        samples.append((point.shape, time_point(runner, point, grid.repeats, order, clock)))
-        if progress is not None:
-            progress(k + 1, len(points))
+    times, cache = time_steps(loaded, points, grid.repeats, block_size=block_size, seed=seed, clock=clock,
+                              decode_kernel=decode_kernel, progress=progress, num_host_blocks=grid.swap_blocks)
+    samples = [(p.shape, t) for p, t in zip(points, times)]
     kv_per_token = bytes_per_block(c.num_layers, 1, c.num_kv_heads, c.head_dim, dtype)
     meta = {**machine_meta(), "model": str(getattr(loaded, "path", "?")), "dtype": str(dtype).removeprefix("torch."),
             "num_params": str(sum(p.numel() for p in loaded.model.parameters())), "block_size": str(block_size),

@@ -12,6 +12,7 @@ cost model's error by decode batch size (the CPU's matmul time is not linear in 
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import platform
 import time
@@ -26,6 +27,8 @@ from servelab.validate.report import fmt_s, markdown_table, metrics_line, pct, p
 from servelab.validate.workloads import FIDELITY_WORKLOADS
 
 GOALS = {"ttft": 0.10, "tpot": 0.10, "step": 0.05}
+SYSTEM_STEP_GOAL = 0.10  # issue 23: every system's median step error under 10%
+DRIFT_CALM = 0.05  # a run whose probes stayed within 5% of its calibration
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,24 +159,127 @@ def _misses(cells: dict) -> list[str]:
 def run_grid(model: Path, cost_model: Path, systems, workloads, *, clock: str, seed: int,
              progress: Callable[[str], None] | None, loaded: Any, calibrate_each: bool = False) -> tuple[list, list]:
     """One validation per (system, workload); with ``calibrate_each`` a compact calibration
-    right before each system's runs (saved beside ``cost_model`` as ``*.run.json``, overwritten)."""
+    right before each system's runs (saved beside ``cost_model`` as ``*.run.json``, overwritten),
+    checked against the drift probe (``stable_calibration``). Every run is bracketed by drift
+    probes (``metrics["drift"]``)."""
     done, failed = [], []
     for system in systems:
+        tries = 0
         for w in workloads:
             if progress:
                 progress(f"{system.label} on {w.name}")
             try:
                 cost = cost_model.with_name(f"{cost_model.stem}.run.json") if calibrate_each else cost_model
+                drift = None
                 if calibrate_each and w is workloads[0]:
-                    from servelab.validate.calibration import COMPACT_GRID, calibrate_to
-
-                    calibrate_to(loaded, cost, clock, grid=COMPACT_GRID)
+                    drift, tries = stable_calibration(loaded, cost, clock)
                 options = ValidateOptions(model, cost, w, policy=system.policy, router=system.router,
                                           num_instances=system.num_instances, seed=seed, clock=clock)
-                done.append((system, w, run_validation(options, loaded)))
+                drift = _drift_probe(loaded, cost, clock) if drift is None else drift
+                v = run_validation(options, loaded)
+                v.metrics["drift"] = {"start": drift, "end": _drift_probe(loaded, cost, clock),
+                                      "calibration_tries": tries}
+                release_clusters(v)
+                done.append((system, w, v))
             except Exception as err:  # noqa: BLE001 - a system that cannot run is reported, not hidden
                 failed.append((system, w, f"{type(err).__name__}: {' '.join(str(err).split())[:160]}"))
     return done, failed
+
+
+CALIBRATION_TRIES = 3
+
+
+def release_clusters(v: Validation) -> None:
+    """Drop what only a trace needs (the engine cluster with its KV caches, the simulator's
+    driver): the report keeps 57 validations, and with their caches a run held 4.6 GB and was
+    killed by the shared machine's OOM killer."""
+    for side in (v.real, v.sim):
+        side.cluster = None
+        side.result = None
+    gc.collect()
+
+
+def stable_calibration(loaded: Any, cost: Path, clock: str) -> tuple[float | None, int]:
+    """A compact calibration whose own prediction the machine still follows right after it:
+    the drift probe within ``DRIFT_CALM``, else another calibration, up to
+    ``CALIBRATION_TRIES``, keeping the one the probe agreed with best. Why: a calibration timed
+    during a burst of load from other processes (or a lull) is off by its whole level for every
+    run compared with it (measured: the same calibration put vllm x1 and multibin x1 both 32%
+    off); that measures the machine's load, not the cost model. Returns (the kept calibration's
+    drift, calibrations made)."""
+    from servelab.validate.calibration import COMPACT_GRID, calibrate_to
+
+    best: tuple[float, bytes] | None = None
+    tries = 0
+    for tries in range(1, CALIBRATION_TRIES + 1):
+        calibrate_to(loaded, cost, clock, grid=COMPACT_GRID)
+        drift = _drift_probe(loaded, cost, clock)
+        if drift is None:
+            return None, tries
+        if best is None or abs(drift) < abs(best[0]):
+            best = (drift, cost.read_bytes())
+        if abs(drift) < DRIFT_CALM:
+            break
+    cost.write_bytes(best[1])
+    return best[0], tries
+
+
+def _drift_probe(loaded: Any, cost: Path, clock: str) -> float | None:
+    """``level_drift`` of the machine against the calibration a run is compared with."""
+    if loaded is None:
+        return None
+    from servelab.costmodel.linear import LinearCostModel
+    from servelab.validate.calibration import level_drift
+
+    return level_drift(loaded, LinearCostModel.load(cost), clock)
+
+
+def _max_drift(v: Validation) -> float | None:
+    d = v.metrics.get("drift") or {}
+    values = [abs(x) for x in (d.get("start"), d.get("end")) if x is not None]
+    return max(values) if values else None
+
+
+def per_system_text(done: list) -> list[str]:
+    """The goal as the issue states it: each system's median step error over its workloads < 10%."""
+    by_system: dict[str, list[float]] = {}
+    for system, _, v in done:
+        if v.metrics["step"]["median"] is not None:
+            by_system.setdefault(system.label, []).append(v.metrics["step"]["median"])
+    medians = {k: float(np.median(x)) for k, x in by_system.items()}
+    over = [f"{k} {pct(m)}" for k, m in medians.items() if m >= SYSTEM_STEP_GOAL]
+    cells = ", ".join(f"{k} {pct(m)}" for k, m in medians.items())
+    return [f"Per-system median step error (median over its workloads; goal < {pct(SYSTEM_STEP_GOAL)} for every "
+            f"system): {cells}. **{len(medians) - len(over)} of {len(medians)} systems meet it**"
+            + (f"; over: {', '.join(over)}." if over else "."), ""]
+
+
+def drift_probe_text(done: list) -> list[str]:
+    """How far the machine moved from each run's calibration, and how the step error follows it."""
+    pairs = [(_max_drift(v), v.metrics["step"]["median"]) for _, _, v in done]
+    pairs = [(d, e) for d, e in pairs if d is not None and e is not None]
+    if not pairs:
+        return []
+    d, e = np.array(pairs).T
+    calm, moved = e[d < DRIFT_CALM], e[d >= DRIFT_CALM]
+    worst = sorted(done, key=lambda x: -(_max_drift(x[2]) or 0))[:3]
+    tries = {s.label: (v.metrics.get("drift") or {}).get("calibration_tries") or 0 for s, _, v in done}
+    tries_text = (f"{sum(t == 1 for t in tries.values())} of {len(tries)} systems kept their first; "
+                  + (", ".join(f"{k} needed {t}" for k, t in tries.items() if t > 1) or "none needed more") + "."
+                  if any(tries.values()) else "one calibration for every run (no `--calibrate-each`).")
+    return [f"6. **Calibration drift, measured per run.** Right before and right after each run, three probe "
+            f"steps (servelab.validate.calibration.DRIFT_PROBES: a 1-row and a 4-row decode, a 64-token prefill; "
+            f"three interleaved rounds) were re-timed and set against the calibration the run is compared with "
+            f"(the `drift` column of fidelity.csv: measured / predicted - 1). Largest of the two per run: median "
+            f"{pct(float(np.median(d)))}, p90 {pct(float(np.percentile(d, 90)))}, max {pct(float(d.max()))}. Runs "
+            f"whose machine stayed within {pct(DRIFT_CALM)} of their calibration ({len(calm)} runs): median step "
+            f"error {pct(float(np.median(calm)) if len(calm) else None)}; runs where it moved more ({len(moved)}): "
+            f"{pct(float(np.median(moved)) if len(moved) else None)}. Most drift: "
+            + "; ".join(f"{s.label} on {w.name} {pct(v.metrics['drift']['start'])} -> "
+                        f"{pct(v.metrics['drift']['end'])} (step error {pct(v.metrics['step']['median'])})"
+                        for s, w, v in worst)
+            + f". Calibrations per system: {tries_text} A step-shape model cannot follow this part of the "
+              "error: it is the shared machine, not the shapes.", ""]
 
 
 def write_fidelity_doc(path: Path, *, model: Path, cost_model: Path, calibration: dict, command: str,
@@ -195,6 +301,9 @@ def write_fidelity_doc(path: Path, *, model: Path, cost_model: Path, calibration
                          **{f"{k}_{s}": v.metrics[k][s] for k in ("ttft", "tpot", "e2e", "step")
                             for s in ("median", "p90")},
                          "noise_floor": v.metrics["noise_floor"]["median"], "sim_overlap": v.metrics["sim_overlap"],
+                         "drift_start": (v.metrics.get("drift") or {}).get("start"),
+                         "drift_end": (v.metrics.get("drift") or {}).get("end"),
+                         "calibration_tries": (v.metrics.get("drift") or {}).get("calibration_tries"),
                          "real_status": v.metrics["real_status"], "sim_status": v.metrics["sim_status"]})
     write_csv(assets / "fidelity.csv", csv_rows)
     plots = []
@@ -228,8 +337,9 @@ def _doc_text(command, model, cost_model, calibration, clock, workloads, header,
         f"work) with the bench-30m checkpoint on CPU, one torch thread. Each row runs one workload on the real "
         f"engine cluster (servelab.engine.cluster.EngineCluster, real tokens, outputs run to their length) and "
         f"in the simulator with the LinearCostModel calibrated on this machine "
-        + ("right before each system's three runs (a compact grid, servelab.validate.calibration.COMPACT_GRID; "
-           "the first "
+        + ("right before each system's three runs (a compact grid, servelab.validate.calibration.COMPACT_GRID, "
+           f"timed in three interleaved rounds, and redone up to {CALIBRATION_TRIES} times until the drift probe "
+           f"of item 6 below, right after it, agrees with it within {pct(DRIFT_CALM)}: `stable_calibration`; the first "
            if calibrate_each else "") +
         f"calibration `{cost_model}` fit {calibration.get('num_samples')} grid steps: median "
         f"{pct(calibration.get('median_rel_error'))}, p90 {pct(calibration.get('p90_rel_error'))}), the same "
@@ -252,6 +362,7 @@ def _doc_text(command, model, cost_model, calibration, clock, workloads, header,
         *[f"- **{w.name}**: `{w.label}`" for w in workloads], "",
         f"## Results ({met} of {len(rows)} runs meet every goal)", "",
         markdown_table(header, rows) if rows else "(no run completed)", "",
+        *per_system_text(done),
         "Per-run numbers: [fidelity/fidelity.csv](fidelity/fidelity.csv).", ""]
     if failed:
         lines += ["### Systems that did not run", "",
@@ -272,7 +383,7 @@ def _doc_text(command, model, cost_model, calibration, clock, workloads, header,
               "3. **Cluster runs: KV transfers.** The simulator times a hand-off or move by its link model; the "
               "engine copies blocks between in-process caches and measures the copy (wall time). Transfer "
               "seconds summed per run, engine against simulator:", "",
-              _transfer_table(done), "", *drift]
+              _transfer_table(done), "", *drift, *drift_probe_text(done)]
     for p in plots:
         lines += [f"![{p.stem}]({p.relative_to(base)})", ""]
     lines += [f"Run cost: {cpu_s:.0f} CPU-s, {wall_s:.0f} s wall (the engine runs dominate).", ""]

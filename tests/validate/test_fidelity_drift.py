@@ -1,0 +1,60 @@
+"""docs/fidelity.md's drift probe and per-system goal line (issue 23): the drift is measured /
+predicted - 1 of the probe steps, and the doc's lines are computed from the runs' numbers."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import servelab.engine.calibrate as calibrate_mod
+from servelab.costmodel.linear import LinearCostModel
+from servelab.validate.calibration import DRIFT_PROBES, level_drift
+from servelab.validate.fidelity_doc import System, drift_probe_text, per_system_text
+
+COST = LinearCostModel(c_step=5e-3, c_token=2e-4, c_decode_ctx=1e-7, c_prefill_attn=1e-9, c_row=1e-5)
+
+
+def test_level_drift_is_measured_over_predicted_of_the_probe_steps(monkeypatch):
+    def fake_time_steps(loaded, points, repeats, **kwargs):
+        assert repeats == 3 and len(points) == len(DRIFT_PROBES)
+        return [COST.step_time_s(p.shape) * f for p, f in zip(points, (1.30, 1.20, 0.90))], None
+
+    monkeypatch.setattr(calibrate_mod, "time_steps", fake_time_steps)
+    assert level_drift(None, COST, "cpu") == pytest.approx(0.20)  # the median of +30%, +20%, -10%
+
+
+def _run(step: float, start: float, end: float):
+    return SimpleNamespace(metrics={"step": {"median": step}, "drift": {"start": start, "end": end}})
+
+
+def test_the_doc_lines_follow_the_runs():
+    done = [(System("vllm"), SimpleNamespace(name="a"), _run(0.04, 0.01, -0.02)),
+            (System("vllm"), SimpleNamespace(name="b"), _run(0.06, 0.02, 0.03)),
+            (System("multibin"), SimpleNamespace(name="a"), _run(0.20, 0.01, 0.25)),
+            (System("multibin"), SimpleNamespace(name="b"), _run(0.30, -0.30, 0.02))]
+    goal = " ".join(per_system_text(done))
+    assert "vllm x1 5.0%" in goal and "multibin x1 25.0%" in goal
+    assert "1 of 2 systems meet it" in goal and "over: multibin x1 25.0%" in goal
+    drift = " ".join(drift_probe_text(done))
+    assert "(2 runs): median step error 5.0%" in drift  # the two calm runs
+    assert "(2): 25.0%" in drift  # the two that moved
+    assert "multibin x1 on b -30.0% -> 2.0% (step error 30.0%)" in drift
+
+
+@pytest.mark.parametrize("drifts,kept,tries", [((0.20, -0.08, 0.12), -0.08, 3), ((0.20, 0.03, 0.5), 0.03, 2),
+                                               ((0.01,), 0.01, 1)])
+def test_a_calibration_the_machine_left_at_once_is_redone(monkeypatch, tmp_path, drifts, kept, tries):
+    """The calibration kept is the one the drift probe right after it agreed with best; it stops at
+    the first within DRIFT_CALM, and the file left on disk is the kept one."""
+    import servelab.validate.calibration as calibration_mod
+    import servelab.validate.fidelity_doc as doc
+
+    made = []
+    monkeypatch.setattr(calibration_mod, "calibrate_to",
+                        lambda loaded, path, clock, grid: (made.append(len(made)), path.write_text(str(len(made)))))
+    probes = iter(drifts)
+    monkeypatch.setattr(doc, "_drift_probe", lambda loaded, cost, clock: next(probes))
+    cost = tmp_path / "c.json"
+    assert doc.stable_calibration(object(), cost, "cpu") == (kept, tries)
+    assert len(made) == tries and cost.read_text() == str(drifts.index(kept) + 1)
