@@ -72,6 +72,10 @@ class AlignedServeRouter(PoolBuffers, Router):
             t0 = slot.incoming.pop(rid, None)
             if t0 is not None:
                 self.stats.release_s.append(now_s - t0)
+            since = self._waiting_since.pop(rid, None)
+            if since is not None:  # first landing: the pool wait; later ones: rejoining after eviction
+                (self.stats.rejoin_wait_s if rid in self._evicted else self.stats.pool_wait_s).append(now_s - since)
+                self._evicted.discard(rid)
             if not slot.incoming and slot.wait_since is not None:
                 self.stats.kv_wait_s.append(now_s - slot.wait_since)
                 slot.wait_since = None
@@ -135,7 +139,7 @@ class AlignedServeRouter(PoolBuffers, Router):
     # ---- Algorithm 2 ----
     def _schedule(self, slot: Slot, now_s: float, cluster: ClusterState) -> list:
         inst = cluster.instance(slot.iid)
-        actions = self._evict(slot, inst, cluster)
+        actions = self._evict(slot, inst, cluster, now_s)
         if actions:
             return actions
         actions += self._dynamic(slot, inst, cluster)
@@ -201,7 +205,7 @@ class AlignedServeRouter(PoolBuffers, Router):
         queue.extendleft(reversed(kept))
         return actions
 
-    def _evict(self, slot: Slot, inst: InstanceState, cluster: ClusterState) -> list:
+    def _evict(self, slot: Slot, inst: InstanceState, cluster: ClusterState, now_s: float) -> list:
         """Case 3: while the next ``evict_lookahead`` steps' growth would not fit, evict the
         longest running request (of the old batch during a switch) to the requests buffer."""
         bs = inst.blocks.block_size
@@ -225,6 +229,8 @@ class AlignedServeRouter(PoolBuffers, Router):
             rid = victim.request_id
             slot.evicting.add(rid)
             self.stats.num_evictions += 1
+            self._waiting_since[rid] = now_s
+            self._evicted.add(rid)
             if buf is not None and buf_free >= blocks + 1 and self._prefetching(slot, cluster):
                 buf_free -= blocks
                 self._owner[rid] = slot.iid
