@@ -173,6 +173,8 @@ class AlignedServeRouter(PoolBuffers, Router):
         paper = self.config.join == "paper"
         headroom = -(-(num_seqs * self.config.growth_tokens) // bs) + 1
         kept: list[Request] = []  # not ready yet (in transit): those behind them may go first
+        if inst.swapped:  # the instance admits no KV while its own swapped requests wait to come back
+            return actions
         while queue:
             req = queue[0]
             rid = req.request_id
@@ -184,7 +186,10 @@ class AlignedServeRouter(PoolBuffers, Router):
                 continue
             need = -(-(req.num_computed_tokens + 1) // bs)
             empty = num_seqs == 0
-            if not empty and (need + headroom > free or num_seqs >= inst.max_num_seqs):
+            # the decode instance admits incoming KV only above its watermark once a block is used
+            # (``can_reserve``); released below it, the KV would wait there for memory, unseen here
+            floor = inst.blocks.watermark_blocks if inst.blocks.num_used_gpu_blocks or actions else 0
+            if not empty and (need + max(headroom, floor) > free or num_seqs >= inst.max_num_seqs):
                 break
             small = slot.small
             if paper and not small and slot.credit <= 0:
