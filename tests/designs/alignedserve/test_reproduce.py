@@ -20,7 +20,8 @@ def test_reproduction_writes_every_claim(tmp_path):
                   "Density First Search", "Gap experiments", "simulated", "Headline grid", "depth at cut p50",
                   "| padded |", "| per-seq |", "| split-kv |", "over AlignedServe, FCFS pool",
                   "Claims under each decode kernel", "ours, split-kv | ours, per-seq | ours, padded",
-                  "Batch-switch share (ours", "min(1, R/B)", "P99 TPOT from 2nd token", "AlignedServe, no KV wait"):
+                  "Batch-switch share (ours", "min(1, R/B)", "P99 TPOT from 2nd token", "AlignedServe, no KV wait",
+                  "Fig. 15 (the paper's mean TTFT"):
         assert claim in text, claim
     assert all(r["conserved"] for r in res["fig7"] + res["fig8"])
     assert json.loads((tmp_path / "alignedserve" / "results.json").read_text())["dfs"]["searches"] == 20
