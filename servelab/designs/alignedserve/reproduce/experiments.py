@@ -236,7 +236,8 @@ def gap_fig15(sizes: Sizes, seed: int, model: str = "OPT-6.7B", shares=(0.5, 0.9
     time 0, several times that). Hypothesis: at time 0 the wait is the offline queue, which
     sits in AlignedServe's pool. Test: the same lengths arriving as a Poisson process at a
     share of DistServe's offline request rate (its capacity, measured here): if the wait stays
-    long below capacity, the queue is not its reason."""
+    long below capacity, the queue is not its reason; AlignedServe with its 10 s starvation bound
+    beside it tests the next hypothesis, that requests of sparse prefix ranges wait for a batch."""
     import numpy as np
     from dataclasses import replace
 
@@ -249,7 +250,7 @@ def gap_fig15(sizes: Sizes, seed: int, model: str = "OPT-6.7B", shares=(0.5, 0.9
             gaps = np.random.default_rng(seed).exponential(1.0 / (share * capacity), len(specs))
             timed = [replace(s, arrival_time_s=float(t)) for s, t in zip(specs, np.cumsum(gaps))]
             for label, spec in (("AlignedServe, no starvation bound", "alignedserve:max_wait_s=0"),
-                                ("DistServe", "distserve")):
+                                ("AlignedServe", "alignedserve"), ("DistServe", "distserve")):
                 r = st.run(timed, spec, model, sizes.num_gpus)
                 rows.append(_slim(r, label=label, workload=app, load=share, rate=share * capacity))
     return rows

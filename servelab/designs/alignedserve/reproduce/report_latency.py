@@ -49,6 +49,9 @@ def tpot_gap_lines(res: dict) -> list[str]:
         for w, m in mine.items())
     kv = "; ".join(f"{w}: {mine[w]['tpot_p99_ms']:.1f} -> {e['tpot_p99_ms']:.1f} ms (DistServe "
                    f"{dist[w]['tpot_p99_ms']:.1f})" for w, e in extra.items() if w in mine and w in dist)
+    held = [w for w, m in mine.items() if m["top1_first_gap_share"] >= 0.5 and m["tpot_from_first_p99_ms"] >= 2 * m["tpot_p99_ms"]]
+    verdict += (f". The hypothesis holds on {len(held)} of {len(mine)} workloads" + (f" (not on {', '.join(w for w in mine if w not in held)})"
+                if len(held) < len(mine) else "") + " (top 1% at least half wait, P99 TPOT at least halved without it)")
     out += ["", f"Reading (from the numbers above): {verdict}. Baseline / AlignedServe P99 TPOT over Figs. 7-10: "
             f"{_f(min(old), '{:.3g}x')} - {_f(max(old), '{:.3g}x')} from the first token, "
             f"{_f(min(new), '{:.3g}x')} - {_f(max(new), '{:.3g}x')} from the second. What is left once the wait is "
@@ -75,12 +78,27 @@ def fig15_gap_lines(res: dict) -> list[str]:
         out.append(f"| {r['workload']} | {r['load']:.0%} | {r['rate']:.1f} | {r['label']} | {r['ttft_mean_s']:.2f} | "
                    f"{r['second_token_mean_s']:.2f} / {_f(r['first_gap_p99_s'])} | {r['decode_tok_s']:.0f} | "
                    f"{r['tpot_p99_ms']:.1f} |")
-    mine = [r for r in rows if r["label"].startswith("AlignedServe")]
+    def ttft(r):  # the paper's TTFT: our TTFT plus the first-to-second-token wait
+        return r["ttft_mean_s"] + r["second_token_mean_s"]
+
     t0 = {r["workload"]: r for r in res.get("fig11", []) if r["label"] == "AlignedServe, no starvation bound"}
-    out += ["", "Reading (from the numbers above): AlignedServe's TTFT as the paper counts it (TTFT + "
-            "first->second wait), " + "; ".join(
-                f"{r['workload']} at {r['load']:.0%}: {r['ttft_mean_s'] + r['second_token_mean_s']:.2f} s"
-                for r in mine) + (" against, at time 0, " + "; ".join(
-                    f"{w} {r['ttft_mean_s'] + r['second_token_mean_s']:.2f} s" for w, r in t0.items()) if t0 else "")
-            + ". The paper states no load for Fig. 15."]
+    parts = []
+    for w in dict.fromkeys(r["workload"] for r in rows):
+        nob = sorted((r for r in rows if r["workload"] == w and r["label"] == "AlignedServe, no starvation bound"),
+                     key=lambda r: r["load"])
+        bound = {r["load"]: r for r in rows if r["workload"] == w and r["label"] == "AlignedServe"}
+        paper = PAPER_TTFT_S.get(w)
+        low = nob[0]
+        verdict = ("the offline queue explains the gap" if paper and ttft(low) <= paper else
+                   "the wait stays above the paper's below capacity: the queue is not the whole reason")
+        parts.append(f"{w}: " + (f"at time 0 {ttft(t0[w]):.2f} s, " if w in t0 else "") + ", ".join(
+            f"at {r['load']:.0%} load {ttft(r):.2f} s (with the 10 s bound {ttft(bound[r['load']]):.2f} s)"
+            for r in nob if r["load"] in bound) + f", the paper {_f(paper)} s: {verdict}")
+    out += ["", "Reading (AlignedServe's TTFT as the paper counts it, TTFT + first->second wait, without the "
+            "starvation bound as in Fig. 15): " + "; ".join(parts) + ". Where the bound shortens the wait below "
+            "capacity, requests of sparse prefix ranges waiting for a batch are its reason. The paper states no "
+            "load for Fig. 15."]
     return out
+
+
+PAPER_TTFT_S = {"ShareGPT-like": 1.49, "LongBench-like (arXiv)": 2.54}  # Fig. 15's means
