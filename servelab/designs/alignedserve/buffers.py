@@ -54,6 +54,8 @@ class PoolBuffers:
         self._slots: dict[int, Slot] = {}
         self._pooled: dict[int, Request] = {}  # in the pool and in the tree
         self._since: dict[int, float] = {}  # request id -> time it entered the pool
+        self._waiting_since: dict[int, float] = {}  # not yet on a decode GPU: since prefill / eviction
+        self._evicted: set[int] = set()  # evicted and not back on a decode GPU yet
         self._tag: dict[int, int] = {}  # request id -> batch id
         self._owner: dict[int, int] = {}  # request id -> decode instance whose buffers hold it
         self._next_batch_id = 0
@@ -86,6 +88,8 @@ class PoolBuffers:
         self.tree.insert(rid, request.num_computed_tokens, -(-request.num_computed_tokens // bs), now_s)
         self._pooled[rid] = request
         self._since.setdefault(rid, now_s)
+        if rid not in self._tag:  # from prefill (never batched): its pool wait starts
+            self._waiting_since.setdefault(rid, now_s)
         if cluster.pool is not None:
             self.stats.sample_pool(now_s, cluster.pool.used_bytes)
 

@@ -72,6 +72,10 @@ class AlignedServeRouter(PoolBuffers, Router):
             t0 = slot.incoming.pop(rid, None)
             if t0 is not None:
                 self.stats.release_s.append(now_s - t0)
+            since = self._waiting_since.pop(rid, None)
+            if since is not None:  # first landing: the pool wait; later ones: rejoining after eviction
+                (self.stats.rejoin_wait_s if rid in self._evicted else self.stats.pool_wait_s).append(now_s - since)
+                self._evicted.discard(rid)
             if not slot.incoming and slot.wait_since is not None:
                 self.stats.kv_wait_s.append(now_s - slot.wait_since)
                 slot.wait_since = None
@@ -135,7 +139,7 @@ class AlignedServeRouter(PoolBuffers, Router):
     # ---- Algorithm 2 ----
     def _schedule(self, slot: Slot, now_s: float, cluster: ClusterState) -> list:
         inst = cluster.instance(slot.iid)
-        actions = self._evict(slot, inst, cluster)
+        actions = self._evict(slot, inst, cluster, now_s)
         if actions:
             return actions
         actions += self._dynamic(slot, inst, cluster)
@@ -169,6 +173,8 @@ class AlignedServeRouter(PoolBuffers, Router):
         paper = self.config.join == "paper"
         headroom = -(-(num_seqs * self.config.growth_tokens) // bs) + 1
         kept: list[Request] = []  # not ready yet (in transit): those behind them may go first
+        if inst.swapped:  # the instance admits no KV while its own swapped requests wait to come back
+            return actions
         while queue:
             req = queue[0]
             rid = req.request_id
@@ -180,7 +186,10 @@ class AlignedServeRouter(PoolBuffers, Router):
                 continue
             need = -(-(req.num_computed_tokens + 1) // bs)
             empty = num_seqs == 0
-            if not empty and (need + headroom > free or num_seqs >= inst.max_num_seqs):
+            # the decode instance admits incoming KV only above its watermark once a block is used
+            # (``can_reserve``); released below it, the KV would wait there for memory, unseen here
+            floor = inst.blocks.watermark_blocks if inst.blocks.num_used_gpu_blocks or actions else 0
+            if not empty and (need + max(headroom, floor) > free or num_seqs >= inst.max_num_seqs):
                 break
             small = slot.small
             if paper and not small and slot.credit <= 0:
@@ -201,7 +210,7 @@ class AlignedServeRouter(PoolBuffers, Router):
         queue.extendleft(reversed(kept))
         return actions
 
-    def _evict(self, slot: Slot, inst: InstanceState, cluster: ClusterState) -> list:
+    def _evict(self, slot: Slot, inst: InstanceState, cluster: ClusterState, now_s: float) -> list:
         """Case 3: while the next ``evict_lookahead`` steps' growth would not fit, evict the
         longest running request (of the old batch during a switch) to the requests buffer."""
         bs = inst.blocks.block_size
@@ -225,6 +234,8 @@ class AlignedServeRouter(PoolBuffers, Router):
             rid = victim.request_id
             slot.evicting.add(rid)
             self.stats.num_evictions += 1
+            self._waiting_since[rid] = now_s
+            self._evicted.add(rid)
             if buf is not None and buf_free >= blocks + 1 and self._prefetching(slot, cluster):
                 buf_free -= blocks
                 self._owner[rid] = slot.iid

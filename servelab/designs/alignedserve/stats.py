@@ -35,6 +35,8 @@ class AlignedStats:
     num_joins_completions: int = 0  # ... replacing completed requests one for one (the paper's case 1/2)
     num_joins_small: int = 0  # ... because the running batch was under its minimum size
     kv_wait_s: list[float] = field(default_factory=list)  # a decode instance paused for joining KV
+    pool_wait_s: list[float] = field(default_factory=list)  # KV into the pool after prefill -> on a decode GPU
+    rejoin_wait_s: list[float] = field(default_factory=list)  # evicted from a decode GPU -> back on one
     num_prefetch_skipped: int = 0  # the buffer GPU had no room: released from the pool over PCIe
     pool_samples: list[tuple[float, float]] = field(default_factory=list)  # (time, bytes)
     release_s: list[float] = field(default_factory=list)  # schedule decision -> KV on the decode GPU
@@ -87,5 +89,16 @@ class AlignedStats:
             "kv_wait_total_s": float(np.sum(self.kv_wait_s)) if self.kv_wait_s else 0.0,
             "kv_wait_p50_p95_ms": [1e3 * pct(self.kv_wait_s, q) for q in (50, 95)],
             "num_prefetch_skipped": self.num_prefetch_skipped,
+            # the wait before decoding (TTFT's in the paper, Fig. 15), and an evicted request's wait to rejoin
+            "pool_wait_s": _dist(self.pool_wait_s),
+            "rejoin_wait_s": _dist(self.rejoin_wait_s),
             "pool_peak_gb": max((b for _, b in self.pool_samples), default=0.0) / 2**30,
         }
+
+
+def _dist(xs: list[float]) -> dict:
+    a = np.asarray(xs, dtype=float)
+    if not len(a):
+        return {"count": 0, "mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0}
+    return {"count": int(len(a)), "mean": float(a.mean()), "p50": float(np.percentile(a, 50)),
+            "p99": float(np.percentile(a, 99)), "max": float(a.max())}

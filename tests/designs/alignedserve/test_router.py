@@ -96,7 +96,7 @@ def test_starvation_releases_are_tagged_batches_of_their_own():
     assert len(set(router._tag.values())) == len(stats.batch_sizes)  # one id per batch cut, starved ones too
 
 
-def _held(num_running, credit, small, join="paper"):
+def _held(num_running, credit, small, join="paper", free=5000, watermark=100):
     from collections import deque
     from types import SimpleNamespace
 
@@ -105,8 +105,9 @@ def _held(num_running, credit, small, join="paper"):
     from servelab.designs.alignedserve.config import AlignedServeConfig
     from servelab.designs.alignedserve.router import AlignedServeRouter
 
-    blocks = SimpleNamespace(block_size=16, num_free_gpu_blocks=5000, num_gpu_blocks=10000)
-    inst = SimpleNamespace(blocks=blocks, num_running=num_running, waiting=(), max_num_seqs=256)
+    blocks = SimpleNamespace(block_size=16, num_free_gpu_blocks=free, num_gpu_blocks=10000,
+                             num_used_gpu_blocks=10000 - free, watermark_blocks=watermark)
+    inst = SimpleNamespace(blocks=blocks, num_running=num_running, waiting=(), max_num_seqs=256, swapped=())
     slot = Slot(iid=1, buffer_iid=0, credit=credit, small=small)
     slot.candidate = deque(Request(RequestSpec(i, 0.0, 100, 10)) for i in range(20))
     slot.ready = {r.request_id for r in slot.candidate}
@@ -178,8 +179,9 @@ def test_a_request_in_transit_does_not_hold_up_ready_ones_behind_it():
     from servelab.designs.alignedserve.buffers import Slot
     from servelab.designs.alignedserve.router import AlignedServeRouter
 
-    blocks = SimpleNamespace(block_size=16, num_free_gpu_blocks=1000, num_gpu_blocks=1000)
-    inst = SimpleNamespace(blocks=blocks, num_running=0, waiting=(), max_num_seqs=256)
+    blocks = SimpleNamespace(block_size=16, num_free_gpu_blocks=1000, num_gpu_blocks=1000, num_used_gpu_blocks=0,
+                             watermark_blocks=10)
+    inst = SimpleNamespace(blocks=blocks, num_running=0, waiting=(), max_num_seqs=256, swapped=())
     evicted, ready = (Request(RequestSpec(i, 0.0, 100, 10)) for i in range(2))
     slot = Slot(iid=1, buffer_iid=0)
     slot.requests = deque([evicted, ready])
@@ -202,3 +204,42 @@ def test_the_designs_statistics_reach_every_runs_summary():
     assert 0.0 <= depth["share_over_threshold"] <= 1.0 and 0.0 < report["switch_share"] <= 1.0
     assert report["rows_per_iteration_mean"] > 1 and report["num_kv_waits"] > 0
     assert report["num_joins"] == 150 and "num_starved_batches" in report
+    waits = report["pool_wait_s"]  # prefill -> pool -> on a decode GPU, once per request
+    assert waits["count"] == 150 and 0 < waits["p50"] <= waits["p99"] <= waits["max"]
+    assert report["rejoin_wait_s"]["count"] <= report["num_evictions"]
+
+
+def test_a_release_leaves_the_decode_instances_watermark_free():
+    """Regression: the router released KV when need + growth headroom fit the free blocks,
+    but a decode instance admits incoming KV only above its watermark (``can_reserve``); in
+    between, the transfer waited at the decode GPU for memory, unseen by the router (Mooncake
+    conv, OPT-6.7B: 95 transfers waited 68 s median, up to 212 s, inside the pool wait)."""
+    # 10 running: the router's growth headroom is 10 x 32 tokens = 21 blocks, the watermark 60
+    moves, _ = _held(num_running=10, credit=0, small=True, free=40, watermark=60)
+    assert len(moves) == 0  # fits the router's headroom, not the instance's watermark
+    moves, _ = _held(num_running=10, credit=0, small=True, free=200, watermark=60)
+    assert len(moves) >= 1
+
+
+def test_no_released_kv_waits_at_a_decode_gpu_for_memory(monkeypatch):
+    from servelab.cluster import transfers
+
+    blocked = []
+    try_reserve = transfers.KVTransfers._try_reserve
+
+    def spy(self, t):
+        ok = try_reserve(self, t)
+        if not ok and t.destination >= 0 and self.cluster.drivers[t.destination].runtime.role == "decode":
+            blocked.append(t.request.request_id)
+        return ok
+
+    monkeypatch.setattr(transfers.KVTransfers, "_try_reserve", spy)
+    from servelab.designs.alignedserve.reproduce import setting
+
+    rng = np.random.default_rng(0)  # long prompts: a few fill a decode GPU (OPT-6.7B, ~0.5 MB a token)
+    specs = [RequestSpec(i, 0.0, int(rng.integers(4000, 15000)), int(rng.integers(2, 200))) for i in range(60)]
+    sim = Simulation(specs, setting.cluster("alignedserve", "OPT-6.7B", 2))  # 16K context, as the reproduction
+    res, router = sim.run(), sim.router  # before the fix: 76 transfers waited
+    assert res.conserved and all(r.status is RequestStatus.FINISHED for r in res.requests)
+    assert router.stats.summary()["pool_wait_s"]["count"] == 60
+    assert blocked == []

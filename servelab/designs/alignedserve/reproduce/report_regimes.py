@@ -56,6 +56,7 @@ def regime_lines(res: dict) -> list[str]:
         f = c["first90"]
         out.append(f"| {c['workload']} | {c['kernel']} | " + " | ".join(
             f[lab].format("{:.2f}") if lab in f else "n/a" for lab in ("DistServe", "AlignedServe, FCFS pool")) + " |")
+    out += ["", _tail_reading(cells)]
     out += ["", "The premise beside each result (means over seeds): pool depth at each batch cut as the pool's "
             "KV blocks over the block threshold (Density First Search narrows only above 1.0), the share of cuts "
             "above it, the batch-switch share, rows per decode iteration, the median batch span, requests "
@@ -97,3 +98,18 @@ def _reading(cells: list[dict]) -> str:
                 "loss" if iv.excludes(1.0) else "no difference the seeds can resolve")
             parts.append(f"{c['workload']}, {c['kernel']}: {word} {iv.mean:.2f}x ({verdict})")
     return "Reading: " + "; ".join(parts) + "."
+
+
+def _tail_reading(cells: list[dict]) -> str:
+    """The tail test's verdict per cell, over DistServe: a loss (interval below 1) the first 90% lifts to
+    1.0 or above is the tail's; one that rises by more than 0.05 is partly the tail's."""
+    parts = []
+    for c in cells:
+        full, f90 = c["ratios"].get("DistServe"), c["first90"].get("DistServe")
+        if full is None or f90 is None or full.mean >= 1.0 or not full.excludes(1.0):  # losses the seeds resolve
+            continue
+        gain = f90.mean - full.mean
+        verdict = ("the tail explains it" if f90.mean >= 1.0 else "the tail explains part of it" if gain > 0.05
+                   else "the tail is not its reason")
+        parts.append(f"{c['workload']}, {c['kernel']}: {full.mean:.2f}x -> {f90.mean:.2f}x ({verdict})")
+    return ("Reading (losses over DistServe, whole run -> first 90%): " + "; ".join(parts) + ".") if parts else ""

@@ -47,6 +47,8 @@ def _steps(run: Run) -> list[Step]:
         Step("gap: pool depth", lambda _: ex.gap_pool_depth(sizes, seed), "gap_pool"),
         Step("gap: batch gating", lambda _: ex.gap_gating(sizes, seed), "gap_gating"),
         Step("gap: batch-switch share", lambda _: kernels.switch_gap(sizes, seed), "gap_switch"),
+        Step("gap: P99 TPOT, pool wait vs decoding", lambda _: ex.gap_tpot(sizes, seed), "gap_tpot"),
+        Step("gap: Fig. 15 below capacity", lambda _: ex.gap_fig15(sizes, seed), "gap_fig15"),
     ]
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from servelab.cluster.config import ClusterConfig
 from servelab.cluster.presets import cluster_for
 from servelab.core.request import RequestSpec
+from servelab.designs.alignedserve.reproduce import latency
 from servelab.simulator.run import Simulation
 
 GPU = "H100-80GB"
@@ -97,7 +98,8 @@ APPLICATIONS = ("ShareGPT-like", "LongBench-like (arXiv)", "Azure code", "Azure 
 
 def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *, cost_model=None,
         max_decode_seqs: int | None = None) -> dict:
-    """One simulation -> decoding throughput, TPOT, TTFT, decode-iteration times, router stats."""
+    """One simulation -> decoding throughput, TPOT (from the second token, ``latency.split``), TTFT,
+    the first-to-second-token wait, decode-iteration times, router stats."""
     t0 = time.process_time()
     # P/D runs step one iteration at a time, so each recorded decode row is one iteration
     # (a fast-forwarded run's row would blur decode iterations with recomputed prefills)
@@ -105,8 +107,6 @@ def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *
     sim = Simulation(specs, cluster(system_spec, model, num_gpus, max_decode_seqs=max_decode_seqs), cost_model=cost_model, fast_forward=not pd)
     res = sim.run()
     done = [r for r in res.requests if r.status.value == "finished"]
-    tpot = [(r.token_times_s[-1] - r.token_times_s[0]) / (len(r.token_times_s) - 1) for r in done
-            if len(r.token_times_s) > 1]
     ttft = [r.token_times_s[0] - r.arrival_time_s for r in done if r.token_times_s]
     second = [r.token_times_s[1] - r.token_times_s[0] for r in done if len(r.token_times_s) > 1]
     out = {
@@ -115,8 +115,7 @@ def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *
         "decode_tok_s": res.num_output_tokens / res.makespan_s if res.makespan_s > 0 else 0.0,
         "makespan_s": res.makespan_s,
         "tok_s_first90": _first90(done),
-        "tpot_p50_ms": 1e3 * float(np.percentile(tpot, 50)) if tpot else float("nan"),
-        "tpot_p99_ms": 1e3 * float(np.percentile(tpot, 99)) if tpot else float("nan"),
+        **latency.split([np.asarray(r.token_times_s, dtype=float) for r in done]),  # TPOT from the 2nd token
         "ttft_mean_s": float(np.mean(ttft)) if ttft else float("nan"),
         "ttft_max_s": float(np.max(ttft)) if ttft else float("nan"),
         "second_token_mean_s": float(np.mean(second)) if second else float("nan"),
