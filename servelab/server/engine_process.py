@@ -259,7 +259,10 @@ class ProcessEngineService:
         try:
             self._send(("submit", rid, prompt_ids, params, priority, slo, stream.received_s))
         except (BrokenPipeError, OSError):
-            self.streams.pop(rid, None)
+            pass
+        # the reader sets _closed before it ends the open streams: a stream registered after that
+        # is ended here (whoever pops it from ``streams`` sends its one final event)
+        if self._closed.is_set() and self.streams.pop(rid, None) is not None:
             stream.push(Delta("", (), error=self.failed or "engine process not reachable"))
         return stream
 

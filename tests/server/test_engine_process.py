@@ -6,6 +6,7 @@ fail at start-up with one line."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -16,6 +17,7 @@ import pytest
 
 from servelab.core.errors import UserError
 from servelab.engine.cluster import EngineConfig
+from servelab.engine.sampling import SamplingParams
 from servelab.server.run import ServerConfig, ServerThread
 
 from .test_load_and_lifecycle import _stream_lines, scrape
@@ -135,6 +137,13 @@ def test_a_killed_engine_process_ends_open_requests_and_health_says_so(process_s
     assert health.status_code == 503 and "exit code -9" in health.json()["error"]["message"]
     again = httpx.post(url, json=BODY, timeout=30)
     assert again.status_code == 503 and server.service.idle()
+
+    async def submit_after_death():  # past the alive check (a race): still one final event, at once
+        stream = server.service.submit((1, 2, 3), SamplingParams(max_tokens=2))
+        return await asyncio.wait_for(stream.queue.get(), 5)
+
+    late = asyncio.run(submit_after_death())
+    assert late.is_final and "exit code -9" in late.error and server.service.idle()
 
 
 def test_bad_engine_options_fail_at_start_with_one_line(checkpoint, loaded):
