@@ -12,7 +12,8 @@ Messages, parent -> child: ``("submit", id, prompt_ids, params, priority, slo, r
 ``("ready", info)`` or ``("error", message)`` once at start; then ``("deltas", [(id, Delta)])``,
 one message per engine step (every stream's new tokens of that step, finals included),
 ``("metrics", n, text)``, ``("failed", why)`` if the scheduler loop died of a bug, and
-``("closed",)`` after a shutdown.
+``("closed",)`` after a shutdown. ``/metrics`` is rendered by the child (its registry has every
+engine-side series), so its ``process_*`` series describe the engine process.
 
 Invariants (as in-process): every submitted request gets exactly one final event; a client
 that goes away aborts its request across the pipe; if the child dies (crash, kill, OOM), the
