@@ -33,11 +33,13 @@ from servelab.bench.vs_vllm_report import render  # noqa: E402
 NOTES = """## Reading
 
 - **Wall time against CPU time.** vLLM runs in three processes (API server, engine core, and a
-  worker whose OpenMP thread it pins to one core, keeping the other core for the front end);
-  `servelab serve` is one process (HTTP on the event loop, the engine on a thread). With the
-  same torch thread count, vLLM can therefore use both cores, and on a machine shared with
-  other busy processes its several runnable processes also get a larger share of the CPU. The
-  CPU-seconds ratio (the servers' process trees, measured from /proc around each run) is the
+  worker whose OpenMP thread it pins to one core, keeping the other core for the front end).
+  `servelab serve` now runs two (issue 27): the HTTP front end (tokeniser, JSON, SSE) and the
+  engine in its own process (scheduler, model, detokeniser), one message per step between them
+  (`--engine-thread` restores the single process of the earlier report, where HTTP work took
+  the GIL from the forward pass). With the same torch thread count both servers can therefore
+  use both cores, and on a machine shared with other busy processes each runnable process also
+  gets its share of the CPU. The CPU-seconds ratio (the servers' process trees, measured from /proc around each run) is the
   comparison of the engines' work that the load of the machine does not move; the duration
   ratio is what a client sees on this machine at this load.
 - **dtype.** This machine's CPU has AVX512-BF16, where bf16 matmuls ran 2-3x faster than fp32
@@ -49,7 +51,7 @@ NOTES = """## Reading
   (each row's own blocks, 128-token splits merged by log-sum-exp, no [rows x longest] tensor),
   the projections multiply with oneDNN-packed weights on CPU, and the decode micro-benchmarks
   are in [decode_kernels.md](decode_kernels.md) (`python scripts/decode_kernels.py`).
-- **GPU.** No GPU was lent to this task, so the CUDA path (bf16 by default when torch sees a GPU)
+- **GPU (issue 27 item 4: unmeasured).** No GPU was lent to this task, so the CUDA path (bf16 by default when torch sees a GPU)
   was written and its device and dtype choice tested on CPU, but nothing here is a GPU measurement.
 """
 
@@ -151,8 +153,17 @@ def main() -> int:
     repeats_text += ("; vLLM's client on the 32-request loads, first repeat; the `runs` column says how many "
                      f"ran ({len(records)} of {len(plan)} planned runs are in this report)")
     command = "python scripts/vs_vllm.py" + (f" --dtype {args.dtype}" if args.dtype != "bfloat16" else "")
+    ctx = context(setup, repeats_text)
+    if len(loads) < len(all_loads):  # a subset: say which loads this report covers and which it does not
+        command += f" --loads {','.join(ld.name for ld in loads)}"
+        if args.repeats:
+            command += f" --repeats {args.repeats}"
+        left = [ld.name for ld in all_loads if ld not in loads]
+        ctx["loads_run"] = (f"Loads in this report: {len(loads)} of the issue's {len(all_loads)} "
+                            f"({', '.join(ld.name for ld in loads)}); not run this time: {', '.join(left)}.")
+        ctx["scope"] = f" that ran ({len(loads)} of {len(all_loads)})"
     args.doc.parent.mkdir(parents=True, exist_ok=True)
-    args.doc.write_text(render(records, loads, setup.fingerprint(), context(setup, repeats_text), command))
+    args.doc.write_text(render(records, loads, setup.fingerprint(), ctx, command))
     print(f"wrote {args.doc}")
     return 0
 

@@ -149,13 +149,14 @@ def render(records: list[Record], loads: tuple[Load, ...], setup: dict, context:
         "",
         "## Per load (servelab's client; medians over repeats)",
         "",
+        *([context["loads_run"], ""] if context.get("loads_run") else []),
         *_load_rows(loads, med),
         "",
     ]
     if ratios:
         worst = max(ratios, key=ratios.get)
         lines += [f"Duration ratio servelab / vLLM: {_f(min(ratios.values()), 2)}x to {_f(max(ratios.values()), 2)}x "
-                  f"(worst: {worst}). Targets: within 1.5x on every load "
+                  f"(worst: {worst}). Targets: within 1.5x on every load{context.get('scope', '')} "
                   f"({'met' if max(ratios.values()) <= 1.5 else 'not met'}), then 1.2x "
                   f"({'met' if max(ratios.values()) <= 1.2 else 'not met'})."]
         if cpu_ratios:

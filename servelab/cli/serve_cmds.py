@@ -53,6 +53,9 @@ def serve(
     shutdown_timeout: float = typer.Option(5.0, help="Seconds requests in flight get to finish on shutdown."),
     seed: int = typer.Option(0, help="Sampler seed for requests without their own."),
     log_level: str = typer.Option("info", help="uvicorn log level (info prints one line per request)."),
+    engine_process: bool = typer.Option(True, "--engine-process/--engine-thread",
+                                        help="Run the engine in its own process (default; as vLLM's engine core) "
+                                             "or on a thread of the HTTP process. --backend ray: a thread."),
 ) -> None:
     """OpenAI-compatible server (/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics).
 
@@ -83,7 +86,7 @@ def serve(
                               host=host, port=port, api_key=api_key, served_model_name=served_model_name,
                               dtype=dtype, chat_template=chat_template, request_log=request_log,
                               shutdown_timeout_s=shutdown_timeout, log_level=log_level, backend=backend,
-                              ray_config=ray_config)
+                              ray_config=ray_config, engine_process=engine_process and backend == "inprocess")
         typer.echo(f"serving {config.model_name} on http://{host}:{port} (policy {policy}, {instances} instance(s))",
                    err=True)
         run_server(config, loaded)

@@ -92,7 +92,7 @@ def build_app(service: EngineService, translator: Translator, *, api_key: str | 
     @app.get("/metrics", response_class=PlainTextResponse,
              responses={200: {"description": "Prometheus text exposition format"}})
     async def metrics() -> Response:
-        return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        return Response(await asyncio.to_thread(service.metrics.render), media_type=CONTENT_TYPE_LATEST)
 
     _document_400(app)
     return app

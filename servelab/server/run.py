@@ -1,5 +1,8 @@
 """Build and run a server: checkpoint -> EngineCluster -> EngineService -> app -> uvicorn.
 
+With ``engine_process`` (``servelab serve``'s default) the EngineCluster and EngineService run in
+a child process and the app talks to it through ``engine_process.ProcessEngineService``.
+
 ``run_server`` is what ``servelab serve`` calls: uvicorn handles SIGINT/SIGTERM with a
 graceful shutdown (stop accepting, let requests in flight finish for ``shutdown_timeout_s``,
 cancel the rest, whose handlers abort their requests with "server shutting down"), then the
@@ -39,6 +42,7 @@ class ServerConfig:
     log_level: str = "warning"
     backend: str = "inprocess"  # or "ray": each instance in a Ray actor
     ray_config: Any = None  # engine.ray_backend.RayConfig when backend is "ray"
+    engine_process: bool = False  # the engine in a child process (engine_process.py); False: a thread here
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -69,6 +73,8 @@ def build_server(config: ServerConfig, loaded=None):
     from servelab.server.service import EngineService
     from servelab.server.translate import Translator
 
+    if config.engine_process:
+        return _build_process_server(config, loaded)
     model = loaded if loaded is not None else config.model
     try:
         engine = EngineCluster(model, config.policy, config.engine, num_instances=config.num_instances,
@@ -83,6 +89,31 @@ def build_server(config: ServerConfig, loaded=None):
     return app, service
 
 
+def _build_process_server(config: ServerConfig, loaded):
+    """The HTTP front end here, the engine in a child process: the parent keeps the tokenizer."""
+    import torch
+
+    from servelab.engine.loader import load_checkpoint
+    from servelab.server.app import build_app
+    from servelab.server.chat import load_chat_template
+    from servelab.server.engine_process import ProcessEngineService
+    from servelab.server.translate import Translator
+
+    if config.backend != "inprocess":
+        raise UserError(f"the engine process runs the inprocess backend only, not {config.backend!r}")
+    if loaded is None:
+        loaded = load_checkpoint(config.model, dtype=config.dtype)
+    template = load_chat_template(loaded.path, config.chat_template)  # a bad template fails before the child starts
+    service = ProcessEngineService(config, loaded, threads=torch.get_num_threads())
+    try:
+        translator = Translator(loaded, service, config.model_name, template)
+        app = build_app(service, translator, api_key=config.api_key, shutdown_grace_s=config.shutdown_timeout_s)
+    except BaseException:
+        service.shutdown(0)
+        raise
+    return app, service
+
+
 def _uvicorn_server(app, config: ServerConfig, service):
     import uvicorn
 
@@ -94,8 +125,8 @@ def _uvicorn_server(app, config: ServerConfig, service):
 
 
 def run_server(config: ServerConfig, loaded=None) -> None:
+    _check_port(config.host, config.port)  # before the engine (process) starts
     app, service = build_server(config, loaded)
-    _check_port(config.host, config.port)
     _uvicorn_server(app, config, service).run()
 
 

@@ -28,11 +28,12 @@ def _vllm_client_installed() -> bool:
 
 @pytest.mark.skipif(not _vllm_client_installed(),
                     reason=f"no vLLM venv at {VENV} (create it with scripts/setup_vllm_venv.sh)")
-def test_vllm_bench_serve_runs_against_servelab(bench_checkpoint, tmp_path):
+@pytest.mark.parametrize("engine_process", [False, True], ids=["engine-thread", "engine-process"])
+def test_vllm_bench_serve_runs_against_servelab(bench_checkpoint, tmp_path, engine_process):
     from servelab.engine.cluster import EngineConfig
     from servelab.server.run import ServerConfig, ServerThread
 
-    config = ServerConfig(model=bench_checkpoint, port=0, served_model_name="model",
+    config = ServerConfig(model=bench_checkpoint, port=0, served_model_name="model", engine_process=engine_process,
                           engine=EngineConfig(kv_budget_bytes=8 << 20, block_size=16, max_num_seqs=8))
     with ServerThread(config) as server:
         argv = [str(VENV / "bin" / "python"), "-c", VLLM_BENCH, "--backend", "openai", "--base-url", server.base_url,

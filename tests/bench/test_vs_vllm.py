@@ -88,3 +88,15 @@ def test_report_ratios_and_client_agreement():
     text = render(records, loads, SETUP.fingerprint(), {"machine": "test"}, "python scripts/vs_vllm.py")
     assert "**2.00x**" in text and "1 of 2 (load, server) pairs agree" in text
     assert "python scripts/vs_vllm.py" in text
+
+
+def test_report_of_a_subset_names_the_loads_it_covers():
+    loads = tuple(ld for ld in default_loads() if ld.name == "short-32-burst")
+    records = [_record(0, "short-32-burst", "servelab", s, d) for s, d in (("servelab", 30.0), ("vllm", 25.0))]
+    context = {"machine": "test", "loads_run": "Loads in this report: 1 of the issue's 8 (short-32-burst); not run "
+               "this time: short-128-burst.", "scope": " that ran (1 of 8)"}
+    text = render(records, loads, SETUP.fingerprint(), context, "python scripts/vs_vllm.py --loads short-32-burst")
+    assert "Loads in this report: 1 of the issue's 8" in text
+    assert "Targets: within 1.5x on every load that ran (1 of 8) (met)" in text
+    plain = render(records, loads, SETUP.fingerprint(), {"machine": "test"}, "python scripts/vs_vllm.py")
+    assert "Loads in this report" not in plain and "on every load (met)" in plain
