@@ -9,8 +9,9 @@ U(512,1536), outputs U(100,300) tokens; 977 x 1,024 = 1M requests), ``vllm`` on 
 A100-80GB instances serving Llama-2-7B behind a least-loaded router. One instance runs
 ``--one-repeats`` such workloads (seeds 0..) back to back, so its CPU time is not a few
 milliseconds. ``--compare-with DIR`` (a source tree of another revision, e.g. from
-``git archive``) runs the points below 1,024 instances there too: the same fingerprints mean
-the same simulated results, and its CPU time is the "before". ``--quick``: 1, 8, 32 instances,
+``git archive``) runs the points below 1,024 instances there too, each right after the same
+point here (the machine's load changes over minutes): the same fingerprints mean the same
+simulated results, and its CPU time is the "before". ``--quick``: 1, 8, 32 instances,
 200 requests each, for development. The report is written by this command only.
 """
 
@@ -253,17 +254,18 @@ def main() -> None:
         return
     instances = [1, 8, 32] if args.quick else [int(x) for x in args.instances.split(",")]
     requests = 200 if args.quick else args.requests
-    rows = [run_point(n, requests, args.one_repeats if n == 1 else 1) for n in instances]
     before: dict[int, dict] = {}
     args.compare_rev = "?"
     if args.compare_with is not None:
         args.compare_rev = revision(args.compare_with)
         if args.compare_rev == "?" and (args.compare_with / "REVISION").exists():
             args.compare_rev = (args.compare_with / "REVISION").read_text().strip()
-        for r in rows:
-            if r["instances"] < 1024:
-                before[r["instances"]] = run_compare(args.compare_with, r["instances"], requests,
-                                                     r["rate_per_instance"], r["repeats"])
+    rows = []
+    for n in instances:
+        rows.append(run_point(n, requests, args.one_repeats if n == 1 else 1))
+        if args.compare_with is not None and n < 1024:  # right after, so both see the same load on the machine
+            r = rows[-1]
+            before[n] = run_compare(args.compare_with, n, requests, r["rate_per_instance"], r["repeats"])
     write(rows, before, args)
 
 
