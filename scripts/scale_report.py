@@ -9,8 +9,9 @@ U(512,1536), outputs U(100,300) tokens; 977 x 1,024 = 1M requests), ``vllm`` on 
 A100-80GB instances serving Llama-2-7B behind a least-loaded router. One instance runs
 ``--one-repeats`` such workloads (seeds 0..) back to back, so its CPU time is not a few
 milliseconds. ``--compare-with DIR`` (a source tree of another revision, e.g. from
-``git archive``) runs the points below 1,024 instances there too: the same fingerprints mean
-the same simulated results, and its CPU time is the "before". ``--quick``: 1, 8, 32 instances,
+``git archive``) runs the points below 1,024 instances there too, each right after the same
+point here (the machine's load changes over minutes): the same fingerprints mean the same
+simulated results, and its CPU time is the "before". ``--quick``: 1, 8, 32 instances,
 200 requests each, for development. The report is written by this command only.
 """
 
@@ -139,17 +140,24 @@ def run_point(n: int, requests: int, repeats: int) -> dict:
     cmd = [sys.executable, "-m", "servelab.cli.main", "perf", "scale", "--instances", str(n), "--requests",
            str(requests), "--repeats", str(repeats)]
     print("running", " ".join(cmd[2:]), flush=True)
+    load0 = os.getloadavg()[0]
     out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    return {**json.loads(out), "load": [load0, os.getloadavg()[0]]}
+
+
+def _load(r: dict) -> str:
+    load = r.get("load")
+    return f"{load[0]:.1f}-{load[1]:.1f}" if load else "-"
 
 
 def run_compare(tree: Path, n: int, requests: int, rate: float, repeats: int) -> dict:
     print(f"running the same point in {tree}: {n} instances", flush=True)
     env = {**os.environ, "PYTHONPATH": str(tree),  # data (profiles) from this tree's default place
            "SERVELAB_DATA_DIR": os.environ.get("SERVELAB_DATA_DIR", str(ROOT.parent / "shared" / "data"))}
+    load0 = os.getloadavg()[0]
     out = subprocess.run([sys.executable, "-c", COMPARE, str(n), str(requests), str(rate), str(repeats)], cwd=tree,
                          env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    return {**json.loads(out), "load": [load0, os.getloadavg()[0]]}
 
 
 def revision(tree: Path) -> str:
@@ -168,7 +176,10 @@ def write(rows: list[dict], before: dict[int, dict], args) -> None:
              + (" --quick" if args.quick else "") + "`; do not edit by hand.", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, Python {platform.python_version()}, "
              f"load average {os.getloadavg()[0]:.1f} when written (the cores were shared with other work: CPU "
-             "seconds, not wall time; each point ran once, in its own process).", "",
+             "seconds, not wall time; each point ran once, in its own process; its row gives the 1-minute load "
+             "average when it started and ended). CPU seconds do not count the other work, but the caches and "
+             "memory bandwidth are shared with it, and the larger points are the ones that depend on them "
+             "(docs/benchmarks/scale_diagnosis.md).", "",
              "## What ran (simulated)", "",
              f"Equal load per instance: Poisson arrivals at {rows[0]['rate_per_instance']:g} req/s per instance, "
              f"{rows[0]['requests_per_instance']:,} requests per instance (prompts U(512,1536), outputs "
@@ -180,20 +191,20 @@ def write(rows: list[dict], before: dict[int, dict], args) -> None:
              "`servelab perf scale --instances N` runs one point and prints its JSON.", "",
              "## Cost per simulated token and peak memory (measured on this machine)", "",
              "| instances | requests | output tokens | CPU-s | simulated output tok per CPU-s | vs one instance "
-             "| peak RSS (GB) | RSS per request (KB) | makespan (s, simulated) | fingerprint |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| peak RSS (GB) | RSS per request (KB) | makespan (s, simulated) | fingerprint | load avg (start-end) |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         per_req = (r["peak_rss_gb"] - r["rss_gb_before_run"]) * 2**20 / max(r["requests"] / r["repeats"], 1)
         lines.append(f"| {r['instances']:,} | {r['requests']:,} | {r['output_tokens']:,} | {r['cpu_s']:.1f} | "
                      f"{r['tokens_per_cpu_s']:,.0f} | {r['tokens_per_cpu_s'] / one:.2f} | {r['peak_rss_gb']:.2f} | "
-                     f"{per_req:.1f} | {max(r['makespan_s']):,.1f} | `{r['fingerprints'][0]}` |")
+                     f"{per_req:.1f} | {max(r['makespan_s']):,.1f} | `{r['fingerprints'][0]}` | {_load(r)} |")
     lines += ["", "*RSS per request*: the peak minus the RSS before the run (workload built), over the requests of "
               "one workload. *fingerprint*: a digest of every request's status, output tokens and finish time "
               "(seed 0)."]
     if before:
         lines += ["", f"## Before this issue: the same points at revision {args.compare_rev} (measured)", "",
                   "| instances | CPU-s before | tok per CPU-s before | vs one instance before | CPU-s now | "
-                  "speed-up | same results |", "|---:|---:|---:|---:|---:|---:|---|"]
+                  "speed-up | same results | load avg before (start-end) |", "|---:|---:|---:|---:|---:|---:|---|---|"]
         one_before = before[rows[0]["instances"]]["tokens_per_cpu_s"] if rows[0]["instances"] in before else None
         for r in rows:
             b = before.get(r["instances"])
@@ -202,7 +213,7 @@ def write(rows: list[dict], before: dict[int, dict], args) -> None:
             same = "yes" if b["fingerprints"] == r["fingerprints"] else "**no**"
             ratio = f"{b['tokens_per_cpu_s'] / one_before:.2f}" if one_before else "-"
             lines.append(f"| {r['instances']:,} | {b['cpu_s']:.1f} | {b['tokens_per_cpu_s']:,.0f} | {ratio} | "
-                         f"{r['cpu_s']:.1f} | {b['cpu_s'] / r['cpu_s']:.2f}x | {same} |")
+                         f"{r['cpu_s']:.1f} | {b['cpu_s'] / r['cpu_s']:.2f}x | {same} | {_load(b)} |")
         lines += ["", "*same results*: every fingerprint of the point (each seed) equal to this revision's."]
     lines += ["", "## Targets (issue 29)", ""]
     for r in rows[1:]:
@@ -243,17 +254,18 @@ def main() -> None:
         return
     instances = [1, 8, 32] if args.quick else [int(x) for x in args.instances.split(",")]
     requests = 200 if args.quick else args.requests
-    rows = [run_point(n, requests, args.one_repeats if n == 1 else 1) for n in instances]
     before: dict[int, dict] = {}
     args.compare_rev = "?"
     if args.compare_with is not None:
         args.compare_rev = revision(args.compare_with)
         if args.compare_rev == "?" and (args.compare_with / "REVISION").exists():
             args.compare_rev = (args.compare_with / "REVISION").read_text().strip()
-        for r in rows:
-            if r["instances"] < 1024:
-                before[r["instances"]] = run_compare(args.compare_with, r["instances"], requests,
-                                                     r["rate_per_instance"], r["repeats"])
+    rows = []
+    for n in instances:
+        rows.append(run_point(n, requests, args.one_repeats if n == 1 else 1))
+        if args.compare_with is not None and n < 1024:  # right after, so both see the same load on the machine
+            r = rows[-1]
+            before[n] = run_compare(args.compare_with, n, requests, r["rate_per_instance"], r["repeats"])
     write(rows, before, args)
 
 

@@ -44,7 +44,8 @@ class DecodeGroup:
         self._base: dict[int, tuple[int, int, int, int]] = {}  # rid -> (epoch0, computed0, generated0, seq)
         self.epoch = 0
         self.times: list[float] = []  # times[k]: end of group step k
-        self._by_res: list[dict[int, Request]] = [{} for _ in range(self.bs)]
+        # rid -> its live GPU block table, by key class (computed0 - epoch0) mod block size
+        self._by_res: list[dict[int, list[int]]] = [{} for _ in range(self.bs)]
         self._key_sum = 0
         self._max_heap: list[tuple[int, int, int]] = []  # (-key, seq, rid), lazily cleaned
         self._exit_heap: list[tuple[int, int, int]] = []  # (exit epoch, seq, rid), lazily cleaned
@@ -107,7 +108,7 @@ class DecodeGroup:
         key = computed - self.epoch
         self._base[rid] = (self.epoch, computed, req.num_generated_tokens, seq)
         self.members[rid] = req
-        self._by_res[key % self.bs][rid] = req
+        self._by_res[key % self.bs][rid] = self.blocks.gpu_table(rid)
         self._key_sum += key
         heapq.heappush(self._max_heap, (-key, seq, rid))
         left = req.max_output_tokens - req.num_generated_tokens
@@ -153,9 +154,7 @@ class DecodeGroup:
         """KV slots of every member for the group step at the current epoch (once)."""
         if self._reserved_epoch == self.epoch:
             return
-        append = self.blocks.append_block
-        for rid in self._by_res[(-self.epoch) % self.bs]:
-            append(rid)
+        self.blocks.extend_tables(self._by_res[(-self.epoch) % self.bs], 1)
         self._reserved_epoch = self.epoch
         self._dirty = True  # the block manager's slot counts of members lag until a sync
 
@@ -167,15 +166,13 @@ class DecodeGroup:
         if end <= first:
             return
         bs = self.bs
-        append = self.blocks.append_blocks
+        extend = self.blocks.extend_tables
         for r, members in enumerate(self._by_res):
             if not members:
                 continue
             e0 = first + (-(r + first)) % bs  # the first epoch >= first at which class r needs a block
             if e0 < end:
-                count = (end - 1 - e0) // bs + 1
-                for rid in members:
-                    append(rid, count)
+                extend(members, (end - 1 - e0) // bs + 1)
         self._reserved_epoch = end - 1
 
     def advance(self, num_steps: int, end_times: list[float]) -> list[Request]:

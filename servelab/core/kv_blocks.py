@@ -177,6 +177,28 @@ class BlockManager:
             raise MemoryError(f"request {request_id}: needs 1 KV block, 0 free")
         self._gpu_tables[request_id].append(free.pop())
 
+    def gpu_table(self, request_id: int) -> list[int]:
+        """The request's GPU block table itself, not a copy: the decode group keeps it, so a
+        step's appends skip the lookup by request id (with tens of instances the tables are cold,
+        and that lookup was the simulator's slowest line: docs/benchmarks/scale_diagnosis.md).
+        It stays the same list while the request holds GPU blocks (it is only ever extended)."""
+        return self._gpu_tables[request_id]
+
+    def extend_tables(self, tables: dict[int, list[int]], count: int) -> None:
+        """``append_blocks(rid, count)`` for each (rid, live table) of ``tables``, in order."""
+        free = self._free_gpu
+        if count == 1:
+            for rid, table in tables.items():
+                if not free:
+                    raise MemoryError(f"request {rid}: needs 1 KV block, 0 free")
+                table.append(free.pop())
+            return
+        for rid, table in tables.items():
+            if count > len(free):
+                raise MemoryError(f"request {rid}: needs {count} KV blocks, {len(free)} free")
+            table.extend(free[-count:])
+            del free[-count:]
+
     def append_blocks(self, request_id: int, count: int) -> None:
         free = self._free_gpu
         if count > len(free):

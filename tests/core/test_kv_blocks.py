@@ -66,3 +66,34 @@ def test_config_rejects_nonsense():
         KVCacheConfig(block_size=0)
     with pytest.raises(ValueError, match="watermark"):
         KVCacheConfig(watermark=1.5)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_extend_tables_takes_the_blocks_append_blocks_would(count):
+    """The decode group appends through the live tables it keeps (``gpu_table``), skipping the
+    lookup by id (issue 29): the same block ids, in the same order, as ``append_blocks`` per request."""
+    config = KVCacheConfig(block_size=4, num_gpu_blocks=40, num_cpu_blocks=0, watermark=0.0)
+    by_id, by_table = BlockManager(config), BlockManager(config)
+    for bm in (by_id, by_table):
+        for rid in (7, 3, 9):
+            bm.allocate(rid, 5)
+    tables = {rid: by_table.gpu_table(rid) for rid in (9, 7, 3)}
+    by_table.extend_tables(tables, count)
+    for rid in (9, 7, 3):
+        by_id.append_blocks(rid, count)
+    for rid in (9, 7, 3):
+        assert by_table.block_table(rid) == by_id.block_table(rid)
+        assert by_table.gpu_table(rid) is tables[rid]  # still the live table
+    assert by_table.num_free_gpu_blocks == by_id.num_free_gpu_blocks
+    by_table.free(7)
+    by_id.free(7)
+    assert by_table.allocate(5, 4) == by_id.allocate(5, 4)  # the free lists are in the same order
+
+
+def test_extend_tables_names_the_request_that_runs_short():
+    for count, message in ((1, "request 2: needs 1 KV block, 0 free"), (2, "request 1: needs 2 KV blocks, 1 free")):
+        bm = BlockManager(KVCacheConfig(block_size=4, num_gpu_blocks=3, num_cpu_blocks=0, watermark=0.0))
+        bm.allocate(1, 4)
+        bm.allocate(2, 4)
+        with pytest.raises(MemoryError, match=message):
+            bm.extend_tables({1: bm.gpu_table(1), 2: bm.gpu_table(2)}, count)
