@@ -12,7 +12,9 @@
   (``FormPipeline``) whose running requests exchange KV with the other stages, in chunks
   sized to one stage's step time (coordinated: activations pass between chunks) or as one
   bulk job per link (uncoordinated). Microbatches are formed by the lookahead former over
-  Eq. 1 fitted to the instance's cost model, or by token-count chunking.
+  Eq. 1 fitted to the instance's cost model, planned over the whole queue (each step takes
+  its share of the queue's cost; ``lookahead_scope="step"``: one step's budget), or by
+  token-count chunking.
 - Restore: when a group's head-of-line KV demand (used + head) falls below ``restore_threshold`` of what its
   members hold without the drop (the paper: 50% of the GPUs' memory without drop), its
   members pull their missing layers from each other, chunked the same way, and the group
@@ -66,12 +68,17 @@ class KunServeConfig:
     drop: bool = True  # False: the dispatcher alone (the ablation's baseline)
     num_microbatches: int = 0  # 0: as many as the group has stages (vLLM's virtual engines)
     former: str = "lookahead"  # lookahead | tokens (token-count chunking) | rows (whole rows dealt)
+    lookahead_scope: str = "queue"  # queue: a step takes its share of the whole queue's cost | step: the budget
     coordinated: bool = True  # KV exchange and restores in stage-time chunks (False: one bulk job)
     restore: bool = True
     restore_threshold: float = 0.5  # of the members' KV without the drop
     headroom: float = 1.0  # the need R is multiplied by this
     cooldown_s: float = 1.0  # between two drop decisions
     max_group_size: int = 0  # 0: up to the model's layers
+    # when a formed group merges again (the second drop): spare = only while its steps leave
+    # compute to spare (step tokens under merge_utilization of its budget), always = whenever throttled
+    merge: str = "spare"
+    merge_utilization: float = 0.9
     autoscale_after_s: float = 30.0
     sample_s: float = 0.5  # memory timeline resolution
     token_budget: int = 512  # the instances' step budget (sizes the exchange chunks)
@@ -80,6 +87,11 @@ class KunServeConfig:
     def __post_init__(self) -> None:
         if self.former not in _FORMERS:
             raise ValueError(f"former must be one of {_FORMERS}, got {self.former!r}")
+        if self.merge not in ("spare", "always") or not 0 < self.merge_utilization <= 1:
+            raise ValueError(f"merge must be spare or always and merge_utilization in (0, 1], got {self.merge!r}, "
+                             f"{self.merge_utilization}")
+        if self.lookahead_scope not in ("queue", "step"):
+            raise ValueError(f"lookahead_scope must be queue or step, got {self.lookahead_scope!r}")
         if self.num_microbatches < 0 or self.token_budget < 1 or self.max_group_size < 0:
             raise ValueError("num_microbatches must be >= 0, token_budget >= 1, max_group_size >= 0")
         if not 0 < self.restore_threshold <= 1 or self.headroom <= 0 or self.cooldown_s < 0 or self.sample_s <= 0:
@@ -103,6 +115,7 @@ class KunServeRouter(Router):
         self._restoring: dict[int, tuple[int, ...]] = {}  # group id -> members
         self._chunk_for: dict[int, float] = {}  # group id -> exchange / restore chunk bytes
         self._pressure_since: float | None = None
+        self._util: dict[int, float] = {}  # unit id -> moving average of its steps' tokens / budget
         self._last_sample_s = -math.inf
         self.timeline: list[tuple[float, float, float, float, float]] = []  # t, used, demand, capacity, params
         self.drops: list[dict] = []  # each plan: time, need, freed, groups, plan time
@@ -127,6 +140,9 @@ class KunServeRouter(Router):
         if not self.config.drop or not getattr(cluster, "can_change_layers", False):
             return []
         view = cluster.instance(instance_id)
+        if shape is not None:
+            budget = self.config.token_budget * len(view.members)
+            self._util[instance_id] = 0.8 * self._util.get(instance_id, 0.0) + 0.2 * min(1.0, shape.num_tokens / budget)
         actions: list = []
         throttled = hol_excess_blocks(view) > 0
         if len(view.members) > 1 and not throttled:
@@ -170,13 +186,16 @@ class KunServeRouter(Router):
     def _drop(self, now_s: float, cluster: ClusterState) -> list:
         self._last_drop_s = now_s
         units = list(cluster.instances)
-        readings = [reading(v) for v in units if hol_excess_blocks(v) > 0]
+        readings = [reading(v) | {"step_utilization": self._util.get(v.instance_id, 0.0)} for v in units
+                    if hol_excess_blocks(v) > 0]
+        declined = self._no_merge(units)
+        units = [v for v in units if v.instance_id not in declined]
         need = self.config.headroom * sum(max(0, hol_excess_blocks(v)) * block_bytes(v, self._kv_per_token)
                                           for v in units)
         singles = [v for v in units if len(v.members) == 1]
         groups = [tuple(i for i, _ in v.members) for v in units]
         load = {i: -_load(v) for v in units for i, _ in v.members}  # most loaded first among equals
-        model = units[0].members[0][1].model_spec
+        model = cluster.instances[0].members[0][1].model_spec
         cap = self.config.max_group_size or model.num_layers
         t0 = time.perf_counter()
         plan = drop_plan(groups, need, self._copy_bytes, tie=load,
@@ -206,7 +225,8 @@ class KunServeRouter(Router):
         self.drops.append({"t": now_s, "need_bytes": need, "freed_bytes": freed, "plan_freed_bytes": plan.freed_bytes,
                            "satisfied": freed >= need, "groups": formed,
                            "microbatches": [self._microbatches(len(m)) for m in formed], "merges_not_carried": blocked,
-                           "plan_ms": 1e3 * plan_s, "num_units": len(units), "trigger": readings})
+                           "plan_ms": 1e3 * plan_s, "num_units": len(units) + len(declined), "trigger": readings,
+                           "merges_declined": sorted(declined)})
         if not formed:
             if self._pressure_since is None:
                 self._pressure_since = now_s
@@ -216,6 +236,17 @@ class KunServeRouter(Router):
                     self.on_autoscale(now_s, need)
                 self._pressure_since = now_s
         return actions
+
+    def _no_merge(self, units) -> set[int]:
+        """Formed groups that may not merge again (``merge="spare"``): those whose steps fill
+        their token budget (moving average at or over ``merge_utilization``). Their head waits
+        for compute as much as for memory: more KV would not run it sooner, while a larger
+        group pays more stages (bubbles, weight reads per step). They neither merge nor count
+        in the need; the trigger's reading records every unit's utilization."""
+        if self.config.merge == "always":
+            return set()
+        return {v.instance_id for v in units
+                if len(v.members) > 1 and self._util.get(v.instance_id, 0.0) >= self.config.merge_utilization}
 
     def _form(self, members: tuple[int, ...], cluster: ClusterState, model, ranges=None) -> list:
         """Set each member's layers and form the group (``ranges``: a merge's layout; None:
@@ -231,7 +262,9 @@ class KunServeRouter(Router):
                 from servelab.designs.kunserve.eq1 import fit_eq1
 
                 self._eq1 = fit_eq1(first.cost_model)
-            former = MicrobatchFormer(cfg.former, self._microbatches(len(members)), self._eq1)
+            former = MicrobatchFormer(cfg.former, self._microbatches(len(members)), self._eq1,
+                                      scope=cfg.lookahead_scope if cfg.former == "lookahead" else "step")
+        self._util.pop(members[0], None)  # the group's own steps, from its formation on
         actions: list = [SetLayers(iid, rng) for iid, rng in zip(members, ranges)]
         n = len(members)  # one virtual engine per stage, as vLLM's pipeline runs
         actions.append(FormPipeline(tuple(members), self._microbatches(n), exchange_chunk_bytes=chunk, former=former,
