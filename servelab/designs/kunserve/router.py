@@ -51,7 +51,7 @@ from servelab.core.request import Request
 from servelab.costmodel.links import LinkSpec
 from servelab.designs.kunserve.drop_plan import drop_plan, merge_layers, stage_layers
 from servelab.designs.kunserve.microbatch import MicrobatchFormer
-from servelab.designs.kunserve.monitor import GroupStats, block_bytes, hol_demand_blocks, hol_excess_blocks, reading
+from servelab.designs.kunserve.monitor import GroupStats, block_bytes, hol_demand_blocks, reading
 
 _FORMERS = ("lookahead", "tokens", "rows")
 
@@ -73,6 +73,13 @@ class KunServeConfig:
     restore: bool = True
     restore_threshold: float = 0.5  # of the members' KV without the drop
     headroom: float = 1.0  # the need R is multiplied by this
+    # throttled: head-of-line demand over this share of the KV (1.0: the head cannot be admitted;
+    # lower: an earlier trigger, a gap test of the trigger's timing)
+    trigger_share: float = 1.0
+    trigger_watermark: bool = False
+    # kv: the least KV-loaded unit (Llumnix, the paper's dispatcher) | kv+compute: a gap test, while a
+    # group exists, units whose steps fill their budget only when no unit with compute and KV to spare is left
+    dispatch: str = "kv"
     cooldown_s: float = 1.0  # between two drop decisions
     max_group_size: int = 0  # 0: up to the model's layers
     # when a formed group merges again (the second drop): spare = only while its steps leave
@@ -90,10 +97,14 @@ class KunServeConfig:
         if self.merge not in ("spare", "always") or not 0 < self.merge_utilization <= 1:
             raise ValueError(f"merge must be spare or always and merge_utilization in (0, 1], got {self.merge!r}, "
                              f"{self.merge_utilization}")
+        if self.dispatch not in ("kv", "kv+compute"):
+            raise ValueError(f"dispatch must be kv or kv+compute, got {self.dispatch!r}")
         if self.lookahead_scope not in ("queue", "step"):
             raise ValueError(f"lookahead_scope must be queue or step, got {self.lookahead_scope!r}")
         if self.num_microbatches < 0 or self.token_budget < 1 or self.max_group_size < 0:
             raise ValueError("num_microbatches must be >= 0, token_budget >= 1, max_group_size >= 0")
+        if not 0 < self.trigger_share <= 1:
+            raise ValueError(f"trigger_share must be in (0, 1], got {self.trigger_share}")
         if not 0 < self.restore_threshold <= 1 or self.headroom <= 0 or self.cooldown_s < 0 or self.sample_s <= 0:
             raise ValueError("restore_threshold in (0, 1], headroom > 0, cooldown_s >= 0, sample_s > 0")
 
@@ -126,7 +137,13 @@ class KunServeRouter(Router):
     def on_arrival(self, now_s: float, request: Request, cluster: ClusterState) -> list[Placement]:
         self._learn(cluster)
         units = [v for v in cluster.instances if v.instance_id not in self._restoring] or list(cluster.instances)
-        target = min(units, key=lambda v: (_load(v), v.instance_id))
+        if self.config.dispatch == "kv+compute" and any(len(v.members) > 1 for v in units):
+            # after a drop: units with compute and KV to spare first, then KV load
+            full = self.config.merge_utilization
+            spare = [v for v in units if self._util.get(v.instance_id, 0.0) < full and _load(v) < 1.0]
+            target = min(spare or units, key=lambda v: (_load(v), v.instance_id))
+        else:
+            target = min(units, key=lambda v: (_load(v), v.instance_id))
         return [Placement(request, target.instance_id)]
 
     # ---- monitor ----
@@ -144,7 +161,7 @@ class KunServeRouter(Router):
             budget = self.config.token_budget * len(view.members)
             self._util[instance_id] = 0.8 * self._util.get(instance_id, 0.0) + 0.2 * min(1.0, shape.num_tokens / budget)
         actions: list = []
-        throttled = hol_excess_blocks(view) > 0
+        throttled = self._excess(view) > 0
         if len(view.members) > 1 and not throttled:
             actions += self._maybe_restore(now_s, view, cluster)
         elif len(view.members) > 1 and view.instance_id in self._restoring:
@@ -187,10 +204,10 @@ class KunServeRouter(Router):
         self._last_drop_s = now_s
         units = list(cluster.instances)
         readings = [reading(v) | {"step_utilization": self._util.get(v.instance_id, 0.0)} for v in units
-                    if hol_excess_blocks(v) > 0]
+                    if self._excess(v) > 0]
         declined = self._no_merge(units)
         units = [v for v in units if v.instance_id not in declined]
-        need = self.config.headroom * sum(max(0, hol_excess_blocks(v)) * block_bytes(v, self._kv_per_token)
+        need = self.config.headroom * sum(max(0, self._excess(v)) * block_bytes(v, self._kv_per_token)
                                           for v in units)
         singles = [v for v in units if len(v.members) == 1]
         groups = [tuple(i for i, _ in v.members) for v in units]
@@ -236,6 +253,16 @@ class KunServeRouter(Router):
                     self.on_autoscale(now_s, need)
                 self._pressure_since = now_s
         return actions
+
+    def _excess(self, view) -> float:
+        """Head-of-line demand beyond ``trigger_share`` of the unit's KV (> 0: throttled). With
+        ``trigger_watermark`` a head is charged the watermark the scheduler keeps free when
+        admitting a new request (vLLM's rule), so the trigger reads the admission it stands for."""
+        b = view.blocks
+        demand = hol_demand_blocks(view)
+        if self.config.trigger_watermark and demand > b.num_used_gpu_blocks:
+            demand += b.watermark_blocks
+        return demand - self.config.trigger_share * b.num_gpu_blocks
 
     def _no_merge(self, units) -> set[int]:
         """Formed groups that may not merge again (``merge="spare"``): those whose steps fill
@@ -313,6 +340,7 @@ class KunServeRouter(Router):
         drops = [d for d in self.drops if d["groups"]]
         return {"num_drops": len(drops), "kv_freed_gb": sum(d["freed_bytes"] for d in drops) / 1e9,
                 **self.stats.report(self._now_s), "num_drop_attempts": len(self.drops),
+                "num_merges_declined": sum(1 for d in self.drops if d.get("merges_declined")),
                 "drops": drops, "autoscale_requests": self.autoscale_requests,
                 "eq1": dataclasses.asdict(self._eq1) if self._eq1 is not None else None}
 

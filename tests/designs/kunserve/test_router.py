@@ -167,5 +167,6 @@ def test_merge_rule_leaves_out_only_formed_groups_at_full_budget():
     assert router._no_merge(units) == {0}  # a single instance always takes part (the first drop)
     router.config = replace(router.config, merge="always")
     assert router._no_merge(units) == set()
-    with pytest.raises(ValueError):
-        KunServeConfig(merge="sometimes")
+    for bad in ({"merge": "sometimes"}, {"dispatch": "random"}, {"trigger_share": 0.0}, {"lookahead_scope": "all"}):
+        with pytest.raises(ValueError):
+            KunServeConfig(**bad)
