@@ -126,7 +126,8 @@ class KunServeRouter(Router):
         self._restoring: dict[int, tuple[int, ...]] = {}  # group id -> members
         self._chunk_for: dict[int, float] = {}  # group id -> exchange / restore chunk bytes
         self._pressure_since: float | None = None
-        self._util: dict[int, float] = {}  # unit id -> moving average of its steps' tokens / budget
+        self._util: dict[int, float] = {}
+        self._group_steps = [0, 0]  # groups' steps; those with more than a step's worth of prompts queued  # unit id -> moving average of its steps' tokens / budget
         self._last_sample_s = -math.inf
         self.timeline: list[tuple[float, float, float, float, float]] = []  # t, used, demand, capacity, params
         self.drops: list[dict] = []  # each plan: time, need, freed, groups, plan time
@@ -160,6 +161,10 @@ class KunServeRouter(Router):
         if shape is not None:
             budget = self.config.token_budget * len(view.members)
             self._util[instance_id] = 0.8 * self._util.get(instance_id, 0.0) + 0.2 * min(1.0, shape.num_tokens / budget)
+            if len(view.members) > 1:  # lookahead's premise: more queued prompt work than one step holds
+                self._group_steps[0] += 1
+                queued = sum(r.num_pending_tokens for r in view.waiting if r.num_pending_tokens > 1)
+                self._group_steps[1] += queued > budget - view.num_running
         actions: list = []
         throttled = self._excess(view) > 0
         if len(view.members) > 1 and not throttled:
@@ -341,6 +346,7 @@ class KunServeRouter(Router):
         return {"num_drops": len(drops), "kv_freed_gb": sum(d["freed_bytes"] for d in drops) / 1e9,
                 **self.stats.report(self._now_s), "num_drop_attempts": len(self.drops),
                 "num_merges_declined": sum(1 for d in self.drops if d.get("merges_declined")),
+                "group_steps": self._group_steps[0], "group_steps_queue_over_a_step": self._group_steps[1],
                 "drops": drops, "autoscale_requests": self.autoscale_requests,
                 "eq1": dataclasses.asdict(self._eq1) if self._eq1 is not None else None}
 

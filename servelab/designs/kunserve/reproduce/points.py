@@ -72,6 +72,9 @@ def _summary(r: dict) -> dict:
     out["merges"] = sum(1 for e in r.get("events", []) if e[1] == "merge")
     out["merges_declined"] = r.get("router", {}).get("num_merges_declined", 0)
     out["worst_arrivals_s"] = r.get("worst_arrivals_s")
+    rep = r.get("router", {})
+    out["queue_over_a_step"] = (rep["group_steps_queue_over_a_step"] / rep["group_steps"]
+                                if rep.get("group_steps") else None)
     out["fill"] = r.get("fill")
     return out
 
