@@ -104,7 +104,7 @@ REPRODUCTIONS: tuple[Entry, ...] = (
     Entry("kunserve", "KunServe", "kunserve.md", "servelab.designs.kunserve.reproduce.run",
           "KunServe: Figs. 12-16 (P99 TTFT, TPOT, SLO violation, ablation, restore, extreme bursts) and the "
           "drop-plan time against vllm, vllm-pp, infercept and llumnix, with the gap tests (simulated).",
-          {"reduced": 70, "full": 400}),
+          {"reduced": 246, "full": 780}),
 )
 
 

@@ -111,17 +111,22 @@ def lookahead(items: list[Chunk], num_microbatches: int, eq: Eq1, min_tokens: in
 
 @dataclass
 class MicrobatchFormer:
-    """``former(shape)`` for ``FormPipeline``: ``kind`` is lookahead | tokens."""
+    """``former(shape)`` for ``FormPipeline``: ``kind`` is lookahead | tokens. ``scope``
+    (lookahead only) is read by KunServe's policy: ``queue`` sizes each step as its share of
+    the whole queue's Eq. 1 cost (``lookahead_budget``), ``step`` takes the token budget."""
 
     kind: str
     num_microbatches: int
     eq: Eq1 | None = None
+    scope: str = "step"
 
     def __post_init__(self) -> None:
         if self.kind not in ("lookahead", "tokens"):
             raise ValueError(f"microbatch former must be lookahead or tokens, got {self.kind!r}")
         if self.kind == "lookahead" and self.eq is None:
             raise ValueError("the lookahead former needs Eq. 1 coefficients")
+        if self.scope not in ("queue", "step"):
+            raise ValueError(f"lookahead scope must be queue or step, got {self.scope!r}")
 
     def __call__(self, shape: StepShape) -> list[StepShape]:
         items = items_of(shape)

@@ -12,7 +12,9 @@
   (``FormPipeline``) whose running requests exchange KV with the other stages, in chunks
   sized to one stage's step time (coordinated: activations pass between chunks) or as one
   bulk job per link (uncoordinated). Microbatches are formed by the lookahead former over
-  Eq. 1 fitted to the instance's cost model, or by token-count chunking.
+  Eq. 1 fitted to the instance's cost model, planned over the whole queue (each step takes
+  its share of the queue's cost; ``lookahead_scope="step"``: one step's budget), or by
+  token-count chunking.
 - Restore: when a group's head-of-line KV demand (used + head) falls below ``restore_threshold`` of what its
   members hold without the drop (the paper: 50% of the GPUs' memory without drop), its
   members pull their missing layers from each other, chunked the same way, and the group
@@ -49,7 +51,7 @@ from servelab.core.request import Request
 from servelab.costmodel.links import LinkSpec
 from servelab.designs.kunserve.drop_plan import drop_plan, merge_layers, stage_layers
 from servelab.designs.kunserve.microbatch import MicrobatchFormer
-from servelab.designs.kunserve.monitor import GroupStats, block_bytes, hol_demand_blocks, hol_excess_blocks, reading
+from servelab.designs.kunserve.monitor import GroupStats, block_bytes, hol_demand_blocks, reading
 
 _FORMERS = ("lookahead", "tokens", "rows")
 
@@ -66,12 +68,24 @@ class KunServeConfig:
     drop: bool = True  # False: the dispatcher alone (the ablation's baseline)
     num_microbatches: int = 0  # 0: as many as the group has stages (vLLM's virtual engines)
     former: str = "lookahead"  # lookahead | tokens (token-count chunking) | rows (whole rows dealt)
+    lookahead_scope: str = "queue"  # queue: a step takes its share of the whole queue's cost | step: the budget
     coordinated: bool = True  # KV exchange and restores in stage-time chunks (False: one bulk job)
     restore: bool = True
     restore_threshold: float = 0.5  # of the members' KV without the drop
     headroom: float = 1.0  # the need R is multiplied by this
+    # throttled: head-of-line demand over this share of the KV (1.0: the head cannot be admitted;
+    # lower: an earlier trigger, a gap test of the trigger's timing)
+    trigger_share: float = 1.0
+    trigger_watermark: bool = False
+    # kv: the least KV-loaded unit (Llumnix, the paper's dispatcher) | kv+compute: a gap test, while a
+    # group exists, units whose steps fill their budget only when no unit with compute and KV to spare is left
+    dispatch: str = "kv"
     cooldown_s: float = 1.0  # between two drop decisions
     max_group_size: int = 0  # 0: up to the model's layers
+    # when a formed group merges again (the second drop): spare = only while its steps leave
+    # compute to spare (step tokens under merge_utilization of its budget), always = whenever throttled
+    merge: str = "spare"
+    merge_utilization: float = 0.9
     autoscale_after_s: float = 30.0
     sample_s: float = 0.5  # memory timeline resolution
     token_budget: int = 512  # the instances' step budget (sizes the exchange chunks)
@@ -80,8 +94,17 @@ class KunServeConfig:
     def __post_init__(self) -> None:
         if self.former not in _FORMERS:
             raise ValueError(f"former must be one of {_FORMERS}, got {self.former!r}")
+        if self.merge not in ("spare", "always") or not 0 < self.merge_utilization <= 1:
+            raise ValueError(f"merge must be spare or always and merge_utilization in (0, 1], got {self.merge!r}, "
+                             f"{self.merge_utilization}")
+        if self.dispatch not in ("kv", "kv+compute"):
+            raise ValueError(f"dispatch must be kv or kv+compute, got {self.dispatch!r}")
+        if self.lookahead_scope not in ("queue", "step"):
+            raise ValueError(f"lookahead_scope must be queue or step, got {self.lookahead_scope!r}")
         if self.num_microbatches < 0 or self.token_budget < 1 or self.max_group_size < 0:
             raise ValueError("num_microbatches must be >= 0, token_budget >= 1, max_group_size >= 0")
+        if not 0 < self.trigger_share <= 1:
+            raise ValueError(f"trigger_share must be in (0, 1], got {self.trigger_share}")
         if not 0 < self.restore_threshold <= 1 or self.headroom <= 0 or self.cooldown_s < 0 or self.sample_s <= 0:
             raise ValueError("restore_threshold in (0, 1], headroom > 0, cooldown_s >= 0, sample_s > 0")
 
@@ -103,6 +126,8 @@ class KunServeRouter(Router):
         self._restoring: dict[int, tuple[int, ...]] = {}  # group id -> members
         self._chunk_for: dict[int, float] = {}  # group id -> exchange / restore chunk bytes
         self._pressure_since: float | None = None
+        self._util: dict[int, float] = {}
+        self._group_steps = [0, 0]  # groups' steps; those with more than a step's worth of prompts queued  # unit id -> moving average of its steps' tokens / budget
         self._last_sample_s = -math.inf
         self.timeline: list[tuple[float, float, float, float, float]] = []  # t, used, demand, capacity, params
         self.drops: list[dict] = []  # each plan: time, need, freed, groups, plan time
@@ -113,7 +138,13 @@ class KunServeRouter(Router):
     def on_arrival(self, now_s: float, request: Request, cluster: ClusterState) -> list[Placement]:
         self._learn(cluster)
         units = [v for v in cluster.instances if v.instance_id not in self._restoring] or list(cluster.instances)
-        target = min(units, key=lambda v: (_load(v), v.instance_id))
+        if self.config.dispatch == "kv+compute" and any(len(v.members) > 1 for v in units):
+            # after a drop: units with compute and KV to spare first, then KV load
+            full = self.config.merge_utilization
+            spare = [v for v in units if self._util.get(v.instance_id, 0.0) < full and _load(v) < 1.0]
+            target = min(spare or units, key=lambda v: (_load(v), v.instance_id))
+        else:
+            target = min(units, key=lambda v: (_load(v), v.instance_id))
         return [Placement(request, target.instance_id)]
 
     # ---- monitor ----
@@ -127,8 +158,15 @@ class KunServeRouter(Router):
         if not self.config.drop or not getattr(cluster, "can_change_layers", False):
             return []
         view = cluster.instance(instance_id)
+        if shape is not None:
+            budget = self.config.token_budget * len(view.members)
+            self._util[instance_id] = 0.8 * self._util.get(instance_id, 0.0) + 0.2 * min(1.0, shape.num_tokens / budget)
+            if len(view.members) > 1:  # lookahead's premise: more queued prompt work than one step holds
+                self._group_steps[0] += 1
+                queued = sum(r.num_pending_tokens for r in view.waiting if r.num_pending_tokens > 1)
+                self._group_steps[1] += queued > budget - view.num_running
         actions: list = []
-        throttled = hol_excess_blocks(view) > 0
+        throttled = self._excess(view) > 0
         if len(view.members) > 1 and not throttled:
             actions += self._maybe_restore(now_s, view, cluster)
         elif len(view.members) > 1 and view.instance_id in self._restoring:
@@ -170,13 +208,16 @@ class KunServeRouter(Router):
     def _drop(self, now_s: float, cluster: ClusterState) -> list:
         self._last_drop_s = now_s
         units = list(cluster.instances)
-        readings = [reading(v) for v in units if hol_excess_blocks(v) > 0]
-        need = self.config.headroom * sum(max(0, hol_excess_blocks(v)) * block_bytes(v, self._kv_per_token)
+        readings = [reading(v) | {"step_utilization": self._util.get(v.instance_id, 0.0)} for v in units
+                    if self._excess(v) > 0]
+        declined = self._no_merge(units)
+        units = [v for v in units if v.instance_id not in declined]
+        need = self.config.headroom * sum(max(0, self._excess(v)) * block_bytes(v, self._kv_per_token)
                                           for v in units)
         singles = [v for v in units if len(v.members) == 1]
         groups = [tuple(i for i, _ in v.members) for v in units]
         load = {i: -_load(v) for v in units for i, _ in v.members}  # most loaded first among equals
-        model = units[0].members[0][1].model_spec
+        model = cluster.instances[0].members[0][1].model_spec
         cap = self.config.max_group_size or model.num_layers
         t0 = time.perf_counter()
         plan = drop_plan(groups, need, self._copy_bytes, tie=load,
@@ -206,7 +247,8 @@ class KunServeRouter(Router):
         self.drops.append({"t": now_s, "need_bytes": need, "freed_bytes": freed, "plan_freed_bytes": plan.freed_bytes,
                            "satisfied": freed >= need, "groups": formed,
                            "microbatches": [self._microbatches(len(m)) for m in formed], "merges_not_carried": blocked,
-                           "plan_ms": 1e3 * plan_s, "num_units": len(units), "trigger": readings})
+                           "plan_ms": 1e3 * plan_s, "num_units": len(units) + len(declined), "trigger": readings,
+                           "merges_declined": sorted(declined)})
         if not formed:
             if self._pressure_since is None:
                 self._pressure_since = now_s
@@ -216,6 +258,27 @@ class KunServeRouter(Router):
                     self.on_autoscale(now_s, need)
                 self._pressure_since = now_s
         return actions
+
+    def _excess(self, view) -> float:
+        """Head-of-line demand beyond ``trigger_share`` of the unit's KV (> 0: throttled). With
+        ``trigger_watermark`` a head is charged the watermark the scheduler keeps free when
+        admitting a new request (vLLM's rule), so the trigger reads the admission it stands for."""
+        b = view.blocks
+        demand = hol_demand_blocks(view)
+        if self.config.trigger_watermark and demand > b.num_used_gpu_blocks:
+            demand += b.watermark_blocks
+        return demand - self.config.trigger_share * b.num_gpu_blocks
+
+    def _no_merge(self, units) -> set[int]:
+        """Formed groups that may not merge again (``merge="spare"``): those whose steps fill
+        their token budget (moving average at or over ``merge_utilization``). Their head waits
+        for compute as much as for memory: more KV would not run it sooner, while a larger
+        group pays more stages (bubbles, weight reads per step). They neither merge nor count
+        in the need; the trigger's reading records every unit's utilization."""
+        if self.config.merge == "always":
+            return set()
+        return {v.instance_id for v in units
+                if len(v.members) > 1 and self._util.get(v.instance_id, 0.0) >= self.config.merge_utilization}
 
     def _form(self, members: tuple[int, ...], cluster: ClusterState, model, ranges=None) -> list:
         """Set each member's layers and form the group (``ranges``: a merge's layout; None:
@@ -231,7 +294,9 @@ class KunServeRouter(Router):
                 from servelab.designs.kunserve.eq1 import fit_eq1
 
                 self._eq1 = fit_eq1(first.cost_model)
-            former = MicrobatchFormer(cfg.former, self._microbatches(len(members)), self._eq1)
+            former = MicrobatchFormer(cfg.former, self._microbatches(len(members)), self._eq1,
+                                      scope=cfg.lookahead_scope if cfg.former == "lookahead" else "step")
+        self._util.pop(members[0], None)  # the group's own steps, from its formation on
         actions: list = [SetLayers(iid, rng) for iid, rng in zip(members, ranges)]
         n = len(members)  # one virtual engine per stage, as vLLM's pipeline runs
         actions.append(FormPipeline(tuple(members), self._microbatches(n), exchange_chunk_bytes=chunk, former=former,
@@ -280,6 +345,8 @@ class KunServeRouter(Router):
         drops = [d for d in self.drops if d["groups"]]
         return {"num_drops": len(drops), "kv_freed_gb": sum(d["freed_bytes"] for d in drops) / 1e9,
                 **self.stats.report(self._now_s), "num_drop_attempts": len(self.drops),
+                "num_merges_declined": sum(1 for d in self.drops if d.get("merges_declined")),
+                "group_steps": self._group_steps[0], "group_steps_queue_over_a_step": self._group_steps[1],
                 "drops": drops, "autoscale_requests": self.autoscale_requests,
                 "eq1": dataclasses.asdict(self._eq1) if self._eq1 is not None else None}
 

@@ -17,6 +17,10 @@ class _Blocks:
     num_used_gpu_blocks: int
     num_gpu_blocks: int
     block_size: int = 16
+    held: set = field(default_factory=set)  # request ids holding KV here
+
+    def is_on_gpu(self, request_id: int) -> bool:
+        return request_id in self.held
 
 
 @dataclass
@@ -48,6 +52,17 @@ def test_a_compute_queue_that_fits_memory_is_not_throttled():
     # the head (earliest arrival, wherever it sits in the queue) cannot be admitted: throttled
     view.blocks.num_used_gpu_blocks = 990
     assert hol_excess_blocks(view) == 10
+
+
+def test_a_queued_request_holding_its_kv_is_not_the_head_of_line():
+    """A group's request whose KV exchange has not landed waits in the queue holding its blocks
+    (they are in the used count). Before the fix it was taken as the head and its KV counted a
+    second time: 985 of 1000 blocks used and a 7.8K-token head (490 blocks) read as throttled."""
+    exchanging = _Req(0.0, 0, 7840)
+    view = _View(_Blocks(985, 1000, held={0}), [exchanging])
+    assert hol_demand_blocks(view) == 985 and hol_excess_blocks(view) < 0
+    view.waiting.append(_Req(1.0, 1, 320))  # a new request behind it needs 20 blocks: throttled
+    assert hol_demand_blocks(view) == 1005 and hol_excess_blocks(view) == 5
 
 
 def test_compute_queueing_does_not_drop(small_cluster):

@@ -72,6 +72,8 @@ def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec
            "num_preemptions": int(sum(r.num_preemptions for r in res.requests)),
            "last_arrival_s": float(max((s.arrival_time_s for s in specs), default=0.0))}
     out["check"] = premise_check(res, table, sizes.bursts, st.token_budget(hw))
+    worst = np.argsort(-np.nan_to_num(ttft, nan=np.inf))[:max(1, len(ttft) // 100)]
+    out["worst_arrivals_s"] = sorted(float(a) for a in table.arrival_s[worst])  # the worst 1% of TTFT
     out["timeline"] = _timelines(table, sizes.window_s)
     out["raw"] = {"ttft": ttft, "tpot": tpot}
     router = sim.router
@@ -84,6 +86,7 @@ def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec
         out["mean_demand_share"] = float(np.sum(tl[:, 2] / tl[:, 3] * w) / max(np.sum(w), 1e-9))
         out["drops"] = [{k: v for k, v in d.items()} for d in router.drops if d["groups"]]
     log = sim.driver.reconfig.events_log
+    out["fill"] = _fill_after_drop(res.collector.steps, log, st.token_budget(hw), out["last_arrival_s"])
     out["events"] = [(t, k, d) for t, k, d in log if k in ("form", "split", "merge", "fail", "restore", "restored")]
     ex = [d for _, k, d in log if k == "exchanged"]
     out["exchange"] = {"num": len(ex), "seconds": [d["seconds"] for d in ex], "stall_s": sum(d["stall_s"] for d in ex),
@@ -98,6 +101,37 @@ def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec
     if hasattr(router, "report"):
         rep = router.report()
         out["router"] = {k: v for k, v in rep.items() if k != "drops"}
+    return out
+
+
+def _fill_after_drop(steps, log, budget: int, until_s: float) -> dict | None:
+    """Token budget used by pipeline groups' steps and by single instances' steps from the first
+    drop to the last arrival (time-weighted; a group's budget is its stages x the instance's):
+    where the dispatcher sends work after a drop shows as a full group beside idle singles."""
+    forms = [(t, d["group"], len(d["members"])) for t, k, d in log if k == "form"]
+    if not forms or not len(steps):
+        return None
+    ends: dict[int, list[float]] = {}
+    for t, k, d in log:
+        if k in ("split", "merge"):
+            ends.setdefault(d["group"], []).append(t)
+    spans = []  # (group id, from, to, stages)
+    for t, gid, n in forms:
+        later = [e for e in ends.get(gid, []) if e > t]
+        spans.append((gid, t, min(later) if later else np.inf, n))
+    start = np.asarray(steps.start_s)
+    iid = np.asarray(steps.instance_id)
+    stages = np.ones(len(start))
+    for gid, a, b, n in spans:
+        stages[(iid == gid) & (start >= a) & (start < b)] = n
+    fill = np.minimum(np.asarray(steps.num_tokens) / (budget * stages), 1.0)
+    dur = np.asarray(steps.duration_s)
+    window = (start >= forms[0][0]) & (start < until_s)
+    out = {}
+    for name, sel in (("group", window & (stages > 1)), ("single", window & (stages == 1))):
+        w = float(np.sum(dur[sel]))
+        out[name] = float(np.sum(fill[sel] * dur[sel]) / w) if w > 0 else None
+    out["first_form_s"] = forms[0][0]
     return out
 
 

@@ -6,7 +6,8 @@ against a 4x-KV ceiling; the paper's lengths are checked the same way and report
 run the five systems there over several seeds (Figs. 12/13, and the 72B cluster), the
 ablation (Fig. 14) at the LongBench point and at the faithful point, restore on a long run
 with two bursts (Fig. 15), repeated extreme bursts (Fig. 16), the microbatch count's TPOT
-cost, and time the drop plan up to 1,024 instances; ``_write`` makes the plots under
+cost, the gap tests of ``gaps`` (the merge rule at 72B; KunServe against vLLM-PP and
+InferCept at the faithful point), and time the drop plan up to 1,024 instances; ``_write`` makes the plots under
 ``out_dir/kunserve/`` and ``out_dir/kunserve.md``, and the runner (``servelab.reproduce``)
 writes ``out_dir/kunserve.json``, times the steps and shows progress.
 """
@@ -19,6 +20,7 @@ import numpy as np
 
 from servelab.designs.kunserve.drop_plan import time_drop_plan
 from servelab.designs.kunserve.reproduce import experiments as ex
+from servelab.designs.kunserve.reproduce import gaps
 from servelab.designs.kunserve.reproduce import points
 from servelab.designs.kunserve.reproduce import setting as st
 from servelab.metrics.plain_json import plain
@@ -44,7 +46,8 @@ FAITHFUL = "decode-heavy-14B"  # the point where the premise holds (not the pape
 SLO_SCALES = tuple(float(s) for s in range(1, 11))
 TYPICAL_SCALE = {"burstgpt": 5.0, "sharegpt": 5.0, "longbench": 10.0, "decode-heavy": 5.0}
 ABLATION = {"vllm": "kunserve:drop=false", "+drop": "kunserve:coordinated=false,former=tokens",
-            "+coordinated": "kunserve:former=tokens", "+lookahead": "kunserve"}
+            "+coordinated": "kunserve:former=tokens", "+lookahead (one step)": "kunserve:lookahead_scope=step",
+            "+lookahead": "kunserve"}  # lookahead over the whole queue, the paper's (the default)
 
 
 def _clusters(sizes: ex.Sizes) -> tuple[st.Hardware, st.Hardware]:
@@ -82,6 +85,10 @@ def _steps(run: Run) -> list[Step]:
         Step("gap: microbatches per step", lambda _: _gap_microbatches(point(FAITHFUL)["rate"], hw_a, sizes),
              "gap_microbatches"),
         Step("PP throughput at saturation", lambda _: _pp_throughput(hw_a, seed), "pp_throughput"),
+        Step("gap: merge rule (72B)", lambda _: gaps.merge_rule(_over_seeds, point("longbench-72B")["rate"], hw_b, sizes),
+             "gap_merge"),
+        Step("gap: KunServe vs vLLM-PP / InferCept",
+             lambda _: gaps.vs_baselines(_over_seeds, point(FAITHFUL)["rate"], hw_a, sizes), "gap_vs_baselines"),
     ]
 
 
