@@ -79,7 +79,8 @@ def serve(
         from servelab.cli.engine_cmds import _engine_config
         from servelab.engine.loader import load_checkpoint
 
-        loaded = load_checkpoint(model, dtype=dtype)
+        # with the engine in its own process, the weights load there only (here they doubled the memory)
+        loaded = load_checkpoint(model, dtype=dtype, weights=not (engine_process and backend == "inprocess"))
         engine = _engine_config(loaded, kv_budget_mb, block_size, max_num_batched_tokens, max_num_seqs, seed,
                                 swap_space, max_model_len, "reject")
         config = ServerConfig(model=model, policy=policy, router=router, num_instances=instances, engine=engine,

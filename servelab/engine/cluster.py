@@ -87,8 +87,9 @@ def host_blocks_for(loaded: Any, swap_space_gb: float, block_size: int) -> int:
     if not 0 <= swap_space_gb <= MAX_SWAP_SPACE_GB:
         raise UserError(f"swap space must be in [0, {MAX_SWAP_SPACE_GB:g}] GiB, got {swap_space_gb}")
     c = loaded.config
+    dtype = loaded.model.embed_tokens.weight.dtype if loaded.model is not None else loaded.dtype
     return num_blocks_for_budget(int(swap_space_gb * 2**30), c.num_layers, block_size, c.num_kv_heads, c.head_dim,
-                                 loaded.model.embed_tokens.weight.dtype)
+                                 dtype)
 
 
 @dataclass

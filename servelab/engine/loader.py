@@ -48,9 +48,10 @@ class GenerationDefaults:
 class LoadedModel:
     path: Path
     config: ModelConfig
-    model: Model
+    model: Model | None  # None when loaded with weights=False (the HTTP side of servelab serve)
     tokenizer: Tokenizer
     generation: GenerationDefaults
+    dtype: torch.dtype | None = None  # what the weights are (or would be) loaded in
 
 
 def _read_json(path: Path) -> dict:
@@ -212,9 +213,12 @@ def build_model(config: ModelConfig, state: dict[str, torch.Tensor], *, dtype: t
 
 
 def load_checkpoint(folder: str | Path, *, dtype: str | torch.dtype | None = None,
-                    device: torch.device | str = "cpu") -> LoadedModel:
+                    device: torch.device | str = "cpu", weights: bool = True) -> LoadedModel:
     """Load a HF Llama/Qwen2 folder onto ``device`` (``auto``: CUDA when torch sees a GPU).
-    ``dtype`` defaults to the checkpoint's ``torch_dtype``, bf16 for a float32 one on CUDA."""
+    ``dtype`` defaults to the checkpoint's ``torch_dtype``, bf16 for a float32 one on CUDA.
+    ``weights=False``: config, tokenizer and generation defaults only (``model`` is None), for an
+    HTTP front end whose engine process loads the weights itself (loading them in both doubled
+    the server's memory)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint folder not found: {folder}")
@@ -228,7 +232,9 @@ def load_checkpoint(folder: str | Path, *, dtype: str | torch.dtype | None = Non
         if dtype not in DTYPES:
             raise UserError(f"unsupported dtype {dtype!r}; supported: {sorted(DTYPES)}")
         dtype = DTYPES[dtype]
-    state = hf_to_model_state(read_tensors(folder), config, where=str(folder))
-    model = build_model(config, state, dtype=dtype, device=device, where=str(folder))
+    model = None
+    if weights:
+        state = hf_to_model_state(read_tensors(folder), config, where=str(folder))
+        model = build_model(config, state, dtype=dtype, device=device, where=str(folder))
     return LoadedModel(path=folder, config=config, model=model, tokenizer=load_tokenizer(folder),
-                       generation=load_generation_defaults(folder, config))
+                       generation=load_generation_defaults(folder, config), dtype=dtype)

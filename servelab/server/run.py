@@ -102,7 +102,7 @@ def _build_process_server(config: ServerConfig, loaded):
     if config.backend != "inprocess":
         raise UserError(f"the engine process runs the inprocess backend only, not {config.backend!r}")
     if loaded is None:
-        loaded = load_checkpoint(config.model, dtype=config.dtype)
+        loaded = load_checkpoint(config.model, dtype=config.dtype, weights=False)  # the child loads the weights
     template = load_chat_template(loaded.path, config.chat_template)  # a bad template fails before the child starts
     service = ProcessEngineService(config, loaded, threads=torch.get_num_threads())
     try:

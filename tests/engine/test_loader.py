@@ -131,3 +131,17 @@ def test_undecodable_config_names_the_file(folder):
     (folder / "config.json").write_bytes(b"\xff\xfe{}")
     with pytest.raises(CheckpointError, match=r"config\.json: not UTF-8 text"):
         load_checkpoint(folder)
+
+
+def test_without_weights_the_front_end_gets_what_it_needs_and_no_model(folder):
+    """`servelab serve` with the engine in its own process loaded the whole checkpoint in the
+    HTTP process too (for the tokenizer and the swap-space sizing), doubling the server's memory:
+    ``weights=False`` gives config, tokenizer, generation defaults and the dtype, and no model."""
+    from servelab.engine.cluster import host_blocks_for
+
+    for dtype in (None, "bfloat16"):
+        full, meta = load_checkpoint(folder, dtype=dtype), load_checkpoint(folder, dtype=dtype, weights=False)
+        assert meta.model is None and meta.dtype == full.model.embed_tokens.weight.dtype == full.dtype
+        assert meta.config == full.config and meta.generation == full.generation
+        assert meta.tokenizer.encode("hi").ids == full.tokenizer.encode("hi").ids
+        assert host_blocks_for(meta, 0.01, 4) == host_blocks_for(full, 0.01, 4) > 0

@@ -40,10 +40,10 @@ def _unfinished(m: dict, status: str) -> float:
 def process_server(checkpoint, loaded):
     started = []
 
-    def start(**kwargs) -> ServerThread:
+    def start(front_end_loaded=None, **kwargs) -> ServerThread:
         kwargs.setdefault("engine", EngineConfig(kv_budget_bytes=8 << 20, block_size=4, max_num_seqs=64))
         config = ServerConfig(model=checkpoint, port=0, served_model_name="tiny", engine_process=True, **kwargs)
-        server = ServerThread(config, loaded, start_timeout_s=120).__enter__()
+        server = ServerThread(config, front_end_loaded or loaded, start_timeout_s=120).__enter__()
         started.append(server)
         return server
 
@@ -54,9 +54,13 @@ def process_server(checkpoint, loaded):
         assert not server.service.process.is_alive()  # the child is gone too
 
 
-def test_same_outputs_as_the_engine_on_a_thread_and_metrics_cross(process_server, start_server):
-    proc, thread = process_server(), start_server()
-    assert proc.service.process.pid != os.getpid()
+def test_same_outputs_as_the_engine_on_a_thread_and_metrics_cross(process_server, start_server, checkpoint):
+    from servelab.engine.loader import load_checkpoint
+
+    # as `servelab serve` starts it: the HTTP process holds no weights (only the child loads them)
+    proc = process_server(front_end_loaded=load_checkpoint(checkpoint, weights=False))
+    thread = start_server()
+    assert proc.service.process.pid != os.getpid() and proc.service.engine.loaded.model is None
     for body in (BODY, {**BODY, "prompt": "A train leaves", "max_tokens": 9}):
         a = httpx.post(proc.base_url + "/v1/completions", json=body, timeout=60).json()
         b = httpx.post(thread.base_url + "/v1/completions", json=body, timeout=60).json()
