@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -30,23 +29,14 @@ sys.path.insert(0, str(ROOT))
 OUT = ROOT / "docs" / "benchmarks" / "decode_kernels.md"
 
 from servelab.engine.attention import GatherWorkspace  # noqa: E402
-from servelab.engine.bench import random_model, read_bandwidth_bytes_per_s, step_bytes, step_flops  # noqa: E402
+from servelab.engine.bench import (  # noqa: E402
+    median_cpu_ms as cpu_ms, random_model, read_bandwidth_bytes_per_s, step_bytes, step_flops)
 from servelab.engine.kv_cache import PagedKVCache  # noqa: E402
 from servelab.engine.runner import ModelRunner, SeqChunk, build_ragged  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 16, 4, 64, 16
 CASES = {"uniform 32 x 1,152": [1152] * 32, "1 x 1,536 + 31 x 128": [1536] + [128] * 31,
          "spread 64..1,304": [64 + 40 * i for i in range(32)]}
-
-
-def cpu_ms(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.process_time()
-        fn()
-        times.append(time.process_time() - t0)
-    return statistics.median(times) * 1e3
 
 
 def gemm_rates(repeats: int) -> list[tuple[str, int, str, float, float]]:

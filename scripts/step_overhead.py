@@ -39,7 +39,7 @@ OUT = ROOT / "docs" / "benchmarks" / "step_overhead.md"
 import servelab.engine.attention as attention  # noqa: E402
 from servelab.core.request import RequestSpec  # noqa: E402
 from servelab.engine import kv_cache as kv_mod, model as model_mod, runner as runner_mod  # noqa: E402
-from servelab.engine.bench import random_model, read_bandwidth_bytes_per_s  # noqa: E402
+from servelab.engine.bench import median_cpu_ms as cpu_ms, random_model, read_bandwidth_bytes_per_s  # noqa: E402
 from servelab.engine.cluster import EngineConfig  # noqa: E402
 from servelab.engine.kv_cache import PagedKVCache  # noqa: E402
 from servelab.engine.runner import ModelRunner, SeqChunk  # noqa: E402
@@ -104,16 +104,6 @@ def engine_run(preset: str, dtype: str, folder: Path) -> dict:
     del eng, res
     gc.collect()
     return out
-
-
-def cpu_ms(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.process_time()
-        fn()
-        times.append(time.process_time() - t0)
-    return statistics.median(times) * 1e3
 
 
 def decode_runner(model, batch: int, context: int) -> tuple[ModelRunner, list[SeqChunk]]:

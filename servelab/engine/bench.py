@@ -70,6 +70,18 @@ def time_decode(model: Model, batch: int, context: int, *, block_size: int = 16,
     return statistics.median(times[1:])
 
 
+def median_cpu_ms(fn, repeats: int) -> float:
+    """Median CPU milliseconds of ``fn()`` over ``repeats`` calls after one warm-up call. CPU
+    time, not wall time: on a machine shared with other sessions wall time mostly measures them."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.process_time()
+        fn()
+        times.append(time.process_time() - t0)
+    return statistics.median(times) * 1e3
+
+
 def read_bandwidth_bytes_per_s(num_bytes: int = 1 << 29, repeats: int = 5) -> float:
     x = torch.ones(num_bytes // 4)
     x.sum()
