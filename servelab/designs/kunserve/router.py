@@ -19,10 +19,8 @@
   members hold without the drop (the paper: 50% of the GPUs' memory without drop), its
   members pull their missing layers from each other, chunked the same way, and the group
   splits once every member holds the whole model (its requests then fit in half of the
-  members' memory; while the copy runs the group keeps its enlarged KV). A group that goes
-  idle with the copy in flight takes no step to check on: it asks for a wake-up every
-  ``restore_poll_s`` until the copy has landed, then splits (no clock read: the wake-ups
-  come from the cluster's event queue).
+  members' memory; while the copy runs the group keeps its enlarged KV). A group idle with the
+  copy in flight (no step to check after) asks for a wake-up every ``restore_poll_s`` instead.
 - Failure: a failed member takes its group down; the cluster layer restores the others
   from host memory (``Reconfigurer._fail``); they rejoin the plan once whole again.
 - Autoscaling hook: throttling that no plan can relieve for ``autoscale_after_s`` calls
@@ -109,10 +107,9 @@ class KunServeConfig:
             raise ValueError("num_microbatches must be >= 0, token_budget >= 1, max_group_size >= 0")
         if not 0 < self.trigger_share <= 1:
             raise ValueError(f"trigger_share must be in (0, 1], got {self.trigger_share}")
-        if not 0 < self.restore_threshold <= 1 or self.headroom <= 0 or self.cooldown_s < 0 or self.sample_s <= 0 \
-                or self.restore_poll_s <= 0:
-            raise ValueError("restore_threshold in (0, 1], headroom > 0, cooldown_s >= 0, sample_s > 0, "
-                             "restore_poll_s > 0")
+        if not 0 < self.restore_threshold <= 1 or self.headroom <= 0 or self.cooldown_s < 0 \
+                or min(self.sample_s, self.restore_poll_s) <= 0:
+            raise ValueError("restore_threshold in (0, 1], headroom > 0, cooldown_s >= 0, sample_s and restore_poll_s > 0")
 
 
 @ROUTERS.register("kunserve")
@@ -131,11 +128,11 @@ class KunServeRouter(Router):
         self._last_drop_s = -math.inf
         self._restoring: dict[int, tuple[int, ...]] = {}  # group id -> members
         self._idle_restoring: set[int] = set()  # restoring groups with no step to check on: polled
-        self._idle_restore = [0, 0]  # groups that went idle while restoring, of them split on a wake-up
+        self._idle_restore = [0, 0]  # times a restoring group went idle; splits on a wake-up
         self._chunk_for: dict[int, float] = {}  # group id -> exchange / restore chunk bytes
         self._pressure_since: float | None = None
-        self._util: dict[int, float] = {}
-        self._group_steps = [0, 0]  # groups' steps; those with more than a step's worth of prompts queued  # unit id -> moving average of its steps' tokens / budget
+        self._util: dict[int, float] = {}  # unit id -> moving average of its steps' tokens / budget
+        self._group_steps = [0, 0]  # groups' steps; those with more than a step's worth of prompts queued
         self._last_sample_s = -math.inf
         self.timeline: list[tuple[float, float, float, float, float]] = []  # t, used, demand, capacity, params
         self.drops: list[dict] = []  # each plan: time, need, freed, groups, plan time
@@ -336,14 +333,14 @@ class KunServeRouter(Router):
         return now_s + self.config.restore_poll_s if self._idle_restoring else None
 
     def on_timer(self, now_s: float, cluster: ClusterState) -> list:
-        """Split every idle restoring group whose members are whole again; a group that took
-        work meanwhile (every unit restoring) goes back to the check after its steps."""
+        """Split every idle restoring group whose members are whole again."""
         self._now_s = now_s
         units = {v.instance_id: v for v in cluster.instances}
         actions: list = []
         for gid in sorted(self._idle_restoring):
             view = units.get(gid)
-            if view is None or gid not in self._restoring or not view.is_idle or view.is_busy:
+            if view is None or len(view.members) < 2 or gid not in self._restoring or not view.is_idle \
+                    or view.is_busy:  # gone (a failed member), or stepping again: its steps check
                 self._idle_restoring.discard(gid)
                 continue
             split = self._maybe_restore(now_s, view, cluster)
