@@ -204,3 +204,18 @@ def test_a_group_that_goes_idle_while_restoring_splits_when_the_copy_lands(small
         for d in sim.driver.drivers:
             assert d.spec.layers is None
             d.runtime.check_invariants()
+
+
+def test_an_idle_restore_wake_up_leaves_a_unit_that_is_no_longer_a_group():
+    """A failed member takes its group down and leaves a single instance under the group's
+    id: the wake-up polling that group stops instead of splitting a group that is gone."""
+    from types import SimpleNamespace
+
+    router = KunServeRouter()
+    router._restoring[1] = (1, 2)
+    router.on_instance_idle(0.0, 1, None)
+    assert router.next_wakeup_s(1.0) == 1.0 + router.config.restore_poll_s
+    single = SimpleNamespace(instance_id=1, members=[(1, None)], is_idle=True, is_busy=False)
+    assert router.on_timer(1.05, SimpleNamespace(instances=[single])) == []
+    assert router.next_wakeup_s(1.1) is None
+    assert router.report()["groups_idle_while_restoring"] == 1 and router.report()["splits_after_idle_restore"] == 0
