@@ -38,6 +38,21 @@ class Eq1:
         """Eq. 3: the sum over (tokens, prefix) chunks."""
         return sum(self.chunk_cost(c, p) for c, p in chunks)
 
+    def largest_part(self, tokens: int, prefix: int, spent: float, target: float) -> int:
+        """The largest ``t`` in ``[0, tokens]`` whose chunk ``(t, prefix)`` keeps a step that has
+        already spent ``spent`` within ``target`` (``spent + chunk_cost(t, prefix) <= target``;
+        0 when even one token does not fit). A chunk's cost grows with ``t``, so a binary
+        search finds it; both the step budget over the queue and the lookahead former's cut
+        inside a prompt use it."""
+        lo, hi = 0, tokens
+        while lo < hi:
+            t = (lo + hi + 1) // 2
+            if spent + self.chunk_cost(t, prefix) <= target:
+                lo = t
+            else:
+                hi = t - 1
+        return lo
+
 
 def features(chunks: Sequence[tuple[int, int]]) -> tuple[float, float, float]:
     attn = sum(p * c + (c * c + c) / 2 for c, p in chunks)

@@ -43,13 +43,6 @@ def queue_step_tokens(prompt_items: Iterable[tuple[int, int]], num_decodes: int,
         if acc + cost <= target:
             acc, take = acc + cost, take + c
             continue
-        lo, hi = 0, c  # the largest part of this prompt that keeps the step within the target
-        while lo < hi:
-            t = (lo + hi + 1) // 2
-            if acc + eq.chunk_cost(t, p) <= target:
-                lo = t
-            else:
-                hi = t - 1
-        take += lo
+        take += eq.largest_part(c, p, acc, target)  # the largest part of this prompt within the target
         break
     return max(1, take)

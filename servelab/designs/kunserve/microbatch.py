@@ -68,13 +68,7 @@ def _split_at(batch: list[Chunk], eq: Eq1, fraction: float) -> tuple[list[Chunk]
             acc += cost
             continue
         if c > 1:  # cut inside this chunk: the largest t whose cost keeps the first part <= target
-            lo, hi = 0, c
-            while lo < hi:
-                t = (lo + hi + 1) // 2
-                if acc + eq.chunk_cost(t, p) <= target:
-                    lo = t
-                else:
-                    hi = t - 1
+            lo = eq.largest_part(c, p, acc, target)
             if 0 < lo < c:
                 return batch[:i] + [(lo, p)], [(c - lo, p + lo)] + batch[i + 1:]
         first = batch[:i + 1] if acc + cost - target < target - acc else batch[:i]

@@ -19,7 +19,8 @@
   members hold without the drop (the paper: 50% of the GPUs' memory without drop), its
   members pull their missing layers from each other, chunked the same way, and the group
   splits once every member holds the whole model (its requests then fit in half of the
-  members' memory; while the copy runs the group keeps its enlarged KV).
+  members' memory; while the copy runs the group keeps its enlarged KV). A group idle with the
+  copy in flight (no step to check after) asks for a wake-up every ``restore_poll_s`` instead.
 - Failure: a failed member takes its group down; the cluster layer restores the others
   from host memory (``Reconfigurer._fail``); they rejoin the plan once whole again.
 - Autoscaling hook: throttling that no plan can relieve for ``autoscale_after_s`` calls
@@ -72,6 +73,7 @@ class KunServeConfig:
     coordinated: bool = True  # KV exchange and restores in stage-time chunks (False: one bulk job)
     restore: bool = True
     restore_threshold: float = 0.5  # of the members' KV without the drop
+    restore_poll_s: float = 0.05  # a group idle while its restore copy runs checks for the landing this often
     headroom: float = 1.0  # the need R is multiplied by this
     # throttled: head-of-line demand over this share of the KV (1.0: the head cannot be admitted;
     # lower: an earlier trigger, a gap test of the trigger's timing)
@@ -105,8 +107,9 @@ class KunServeConfig:
             raise ValueError("num_microbatches must be >= 0, token_budget >= 1, max_group_size >= 0")
         if not 0 < self.trigger_share <= 1:
             raise ValueError(f"trigger_share must be in (0, 1], got {self.trigger_share}")
-        if not 0 < self.restore_threshold <= 1 or self.headroom <= 0 or self.cooldown_s < 0 or self.sample_s <= 0:
-            raise ValueError("restore_threshold in (0, 1], headroom > 0, cooldown_s >= 0, sample_s > 0")
+        if not 0 < self.restore_threshold <= 1 or self.headroom <= 0 or self.cooldown_s < 0 \
+                or min(self.sample_s, self.restore_poll_s) <= 0:
+            raise ValueError("restore_threshold in (0, 1], headroom > 0, cooldown_s >= 0, sample_s and restore_poll_s > 0")
 
 
 @ROUTERS.register("kunserve")
@@ -124,10 +127,12 @@ class KunServeRouter(Router):
         self._eq1 = None
         self._last_drop_s = -math.inf
         self._restoring: dict[int, tuple[int, ...]] = {}  # group id -> members
+        self._idle_restoring: set[int] = set()  # restoring groups with no step to check on: polled
+        self._idle_restore = [0, 0]  # times a restoring group went idle; splits on a wake-up
         self._chunk_for: dict[int, float] = {}  # group id -> exchange / restore chunk bytes
         self._pressure_since: float | None = None
-        self._util: dict[int, float] = {}
-        self._group_steps = [0, 0]  # groups' steps; those with more than a step's worth of prompts queued  # unit id -> moving average of its steps' tokens / budget
+        self._util: dict[int, float] = {}  # unit id -> moving average of its steps' tokens / budget
+        self._group_steps = [0, 0]  # groups' steps; those with more than a step's worth of prompts queued
         self._last_sample_s = -math.inf
         self.timeline: list[tuple[float, float, float, float, float]] = []  # t, used, demand, capacity, params
         self.drops: list[dict] = []  # each plan: time, need, freed, groups, plan time
@@ -316,6 +321,35 @@ class KunServeRouter(Router):
         return max(1.0, stage_s * bw)
 
     # ---- restore ----
+    def on_instance_idle(self, now_s: float, instance_id: int, cluster: ClusterState) -> list:
+        """A restoring group whose last request ended takes no further step, so the split
+        checked after each step would never come: poll it until its copy lands."""
+        if instance_id in self._restoring and instance_id not in self._idle_restoring:
+            self._idle_restoring.add(instance_id)
+            self._idle_restore[0] += 1
+        return []
+
+    def next_wakeup_s(self, now_s: float) -> float | None:
+        return now_s + self.config.restore_poll_s if self._idle_restoring else None
+
+    def on_timer(self, now_s: float, cluster: ClusterState) -> list:
+        """Split every idle restoring group whose members are whole again."""
+        self._now_s = now_s
+        units = {v.instance_id: v for v in cluster.instances}
+        actions: list = []
+        for gid in sorted(self._idle_restoring):
+            view = units.get(gid)
+            if view is None or len(view.members) < 2 or gid not in self._restoring or not view.is_idle \
+                    or view.is_busy:  # gone (a failed member), or stepping again: its steps check
+                self._idle_restoring.discard(gid)
+                continue
+            split = self._maybe_restore(now_s, view, cluster)
+            if split:
+                self._idle_restoring.discard(gid)
+                self._idle_restore[1] += 1
+                actions += split
+        return actions
+
     def _maybe_restore(self, now_s: float, view, cluster: ClusterState) -> list:
         gid = view.instance_id
         members = tuple(i for i, _ in view.members)
@@ -346,6 +380,7 @@ class KunServeRouter(Router):
         return {"num_drops": len(drops), "kv_freed_gb": sum(d["freed_bytes"] for d in drops) / 1e9,
                 **self.stats.report(self._now_s), "num_drop_attempts": len(self.drops),
                 "num_merges_declined": sum(1 for d in self.drops if d.get("merges_declined")),
+                "groups_idle_while_restoring": self._idle_restore[0], "splits_after_idle_restore": self._idle_restore[1],
                 "group_steps": self._group_steps[0], "group_steps_queue_over_a_step": self._group_steps[1],
                 "drops": drops, "autoscale_requests": self.autoscale_requests,
                 "eq1": dataclasses.asdict(self._eq1) if self._eq1 is not None else None}

@@ -72,3 +72,16 @@ def test_lookahead_shortens_the_pipeline_step(eq):
 
     look, tok = makespan("lookahead"), makespan("tokens")
     assert look.makespan_s < tok.makespan_s and look.bubble_share < tok.bubble_share
+
+
+@pytest.mark.parametrize("prefix, spent", [(0, 0.0), (3000, 0.0), (500, 0.004)])
+def test_largest_part_is_the_largest_prefix_of_a_prompt_within_the_target(prefix, spent):
+    """The one search both the queue budget and the former's cut use: the largest chunk whose
+    cost keeps the step within the target, found by checking every size."""
+    from servelab.designs.kunserve.eq1 import Eq1
+
+    eq = Eq1(alpha=2e-10, beta=2e-5, gamma=1e-4)
+    for target in (spent, spent + 1e-4, spent + 0.003, spent + 0.02, spent + 1.0):
+        want = max((t for t in range(0, 1201) if spent + eq.chunk_cost(t, prefix) <= target), default=0)
+        assert eq.largest_part(1200, prefix, spent, target) == want
+    assert eq.largest_part(1200, prefix, spent, spent + 1.0) == 1200  # all of it fits

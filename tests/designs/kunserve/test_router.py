@@ -170,3 +170,52 @@ def test_merge_rule_leaves_out_only_formed_groups_at_full_budget():
     for bad in ({"merge": "sometimes"}, {"dispatch": "random"}, {"trigger_share": 0.0}, {"lookahead_scope": "all"}):
         with pytest.raises(ValueError):
             KunServeConfig(**bad)
+
+
+def test_a_group_that_goes_idle_while_restoring_splits_when_the_copy_lands(small_cluster, burst):
+    """The group's last request ends while its restore copy is still in flight (a 10 Gb/s
+    link: the layers take seconds to cross). No step follows, so a split checked only after
+    a step never came: the group stayed a restoring pipeline and a later request went
+    elsewhere. It must split once the copy lands, and a run whose last request ended before
+    the copy landed must still end."""
+    from servelab.core.request import RequestSpec
+
+    cluster = small_cluster("kunserve:max_group_size=2", num_instances=3, link_gbps=10.0)
+    for late in (True, False):
+        specs = burst() + ([RequestSpec(1000, 60.0, 200, 20)] if late else [])
+        sim = Simulation(specs, cluster)
+        res = sim.run()  # ends: the wake-ups a restoring group asks for do not outlive the requests
+        assert res.conserved and all(r.status is RequestStatus.FINISHED for r in res.requests)
+        log = sim.driver.reconfig.events_log
+        restore_s = max(t for t, k, _ in log if k == "restore")
+        group_done = max(r.finish_time_s for r in res.requests if r.request_id < 1000 and r.instance_id == 1)
+        if not late:  # the run ended with its last request, before the copy landed
+            assert restore_s < group_done and "restored" not in [k for _, k, _ in log]
+            assert sim.router.report()["groups_idle_while_restoring"] == 1
+            continue
+        landed = max(t for t, k, _ in log if k == "restored")
+        assert restore_s < group_done < landed - 1.0  # idle with the copy in flight (the premise)
+        split = [t for t, k, _ in log if k == "split"]
+        poll = sim.router.config.restore_poll_s
+        assert len(split) == 1 and landed <= split[0] <= landed + poll + 1e-9
+        rep = sim.router.report()
+        assert rep["groups_idle_while_restoring"] == rep["splits_after_idle_restore"] == 1
+        assert rep["groups"][0]["split_s"] == split[0]
+        for d in sim.driver.drivers:
+            assert d.spec.layers is None
+            d.runtime.check_invariants()
+
+
+def test_an_idle_restore_wake_up_leaves_a_unit_that_is_no_longer_a_group():
+    """A failed member takes its group down and leaves a single instance under the group's
+    id: the wake-up polling that group stops instead of splitting a group that is gone."""
+    from types import SimpleNamespace
+
+    router = KunServeRouter()
+    router._restoring[1] = (1, 2)
+    router.on_instance_idle(0.0, 1, None)
+    assert router.next_wakeup_s(1.0) == 1.0 + router.config.restore_poll_s
+    single = SimpleNamespace(instance_id=1, members=[(1, None)], is_idle=True, is_busy=False)
+    assert router.on_timer(1.05, SimpleNamespace(instances=[single])) == []
+    assert router.next_wakeup_s(1.1) is None
+    assert router.report()["groups_idle_while_restoring"] == 1 and router.report()["splits_after_idle_restore"] == 0
