@@ -232,7 +232,7 @@ def run_reproduction(repro: Reproduction, out_dir: Path, *, reduced: bool = Fals
             if repro.json_name is not None:
                 path = out_dir / repro.json_name.format(stem=run.stem)
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(repro.to_json(run.results), indent=1, default=json_default))
+                write_results_json(path, repro.to_json(run.results))
         except BaseException as err:
             _write_partial(partial, run, timings, [x for x in labels if x in timings], current)
             how = "interrupted" if isinstance(err, (KeyboardInterrupt, SystemExit)) else "failed"
@@ -288,6 +288,12 @@ def _write_partial(path: Path, run: Run, timings: dict, done: list[str], interru
         path.write_text(json.dumps(plain(payload), indent=1, default=json_default))
     except (OSError, TypeError, ValueError) as err:
         run.say(f"[{run.name}] could not write partial results to {path}: {err}")
+
+
+def write_results_json(path: Path, data) -> None:
+    """A reproduction's results, compact (no indentation): indented, the full KunServe run's
+    JSON was 3.1 MB against 1.6 MB compact, over the 2 MB a tracked file may have."""
+    path.write_text(json.dumps(data, separators=(",", ":"), default=json_default))
 
 
 def json_default(value: Any) -> Any:
