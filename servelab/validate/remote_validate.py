@@ -175,6 +175,7 @@ def distribution_errors(pred: list[dict], real: list[dict]) -> dict:
 
 
 DRIFT_PROBES = (("prefill", 512, 1, 4), ("decode", 128, 8, 12), ("decode", 512, 2, 12))
+DRIFT_TRIES = 3  # a probe whose tokens the client read in one burst (a loaded machine) is sent again
 
 
 def drift_ratio(options: RemoteOptions, limits, cost) -> dict:
@@ -182,7 +183,11 @@ def drift_ratio(options: RemoteOptions, limits, cost) -> dict:
     calibration probes (a 512-token prefill, 8 and 2 decode rows) right before the replays,
     the median of measured / predicted over their samples. On a shared machine the load at
     calibration and at replay differ; the scaled simulation tells that drift apart from the
-    model's shape (if scaling closes the gap, the line was right and the machine moved)."""
+    model's shape (if scaling closes the gap, the line was right and the machine moved).
+    A probe that gave no sample (``samples_of`` drops streams read in bursts, as a starved
+    client reads them) is sent again, up to ``DRIFT_TRIES`` times, so the ratio stands on every
+    shape and not only on the ones the load happened to spare; ``per_probe`` says how many
+    samples each gave, in how many tries, and why none when none."""
     import asyncio
 
     from servelab.validate.probes import Probe, run_plan
@@ -190,11 +195,22 @@ def drift_ratio(options: RemoteOptions, limits, cost) -> dict:
     v = limits.values
     plan = [Probe(k, max(1, min(p, v["max_model_len"] - o - 1, v["max_num_batched_tokens"])),
                   min(b, v["max_num_seqs"]), o) for k, p, b, o in DRIFT_PROBES]
-    runs, _ = asyncio.run(run_plan(options.base_url, limits.model, plan, 120.0, vocab=options.vocab,
-                                   seed=options.seed + 1, headers={"Authorization": f"Bearer {options.api_key}"}
-                                   if options.api_key else None))
-    ratios = [t / cost.step_time_s(shape) for r in runs for shape, t in r.samples if cost.step_time_s(shape) > 0]
-    return {"ratio": float(np.median(ratios)) if ratios else None, "ratios": ratios}
+    headers = {"Authorization": f"Bearer {options.api_key}"} if options.api_key else None
+    ratios, per_probe = [], []
+    for k, probe in enumerate(plan):
+        report = {"probe": probe.label, "samples": 0, "tries": 0, "note": ""}
+        while report["tries"] < DRIFT_TRIES and not report["samples"]:
+            report["tries"] += 1
+            runs, _ = asyncio.run(run_plan(options.base_url, limits.model, [probe], 120.0, vocab=options.vocab,
+                                           seed=options.seed + 1 + k * DRIFT_TRIES + report["tries"],
+                                           headers=headers))
+            got = [t / cost.step_time_s(shape) for r in runs for shape, t in r.samples
+                   if cost.step_time_s(shape) > 0]
+            ratios += got
+            report["samples"] = len(got)
+            report["note"] = "; ".join(r.note for r in runs if r.note) if not got else ""
+        per_probe.append(report)
+    return {"ratio": float(np.median(ratios)) if ratios else None, "ratios": ratios, "per_probe": per_probe}
 
 
 def scaled(cost, ratio: float):
