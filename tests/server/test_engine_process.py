@@ -109,6 +109,12 @@ def test_shutdown_ends_requests_in_flight_with_a_reason(process_server, tmp_path
     for t in threads:
         t.start()
     assert _wait(lambda: scrape(server.base_url).get("vllm:num_requests_running", 0) == 3)
+    # the engine process is frozen while the stop begins, so the stop cannot race the requests'
+    # ends: the tiny model makes 240 tokens in ~0.2 s, and in CI all three once finished in the gap
+    # between this poll and uvicorn seeing should_exit. It resumes a second later, mid-shutdown.
+    pid = server.service.process.pid
+    os.kill(pid, signal.SIGSTOP)
+    threading.Timer(1.0, os.kill, (pid, signal.SIGCONT)).start()
     server.stop(timeout_s=60)
     for t in threads:
         t.join(60)
