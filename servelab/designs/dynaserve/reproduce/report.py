@@ -65,9 +65,9 @@ def render(results: dict) -> str:
         "### DynaServe's own statistics at capacity (`policy_reports[\"router\"]` of each run's summary.json)",
         "",
         "From the probe at each seed's capacity under the paper's rule, averaged over the seeds; decision times "
-        "are **measured** (CPU time of each arrival's decision, taken by the cluster driver around the router; "
-        "here the router is wrapped by the reproduction's `TimedRouter`, whose own bookkeeping falls inside that "
-        "timing, so these read higher than the scheduler-time table below, which times the router alone).",
+        "are **measured** (CPU time of each arrival's decision, taken by the cluster driver around the router "
+        "alone, in capacity probes that ran while the grid kept this shared machine loaded: the scheduler-time "
+        "section below measures the same decisions in runs at capacity, in isolation and at high priority).",
         "",
         rc.policy_section(results),
         "",
