@@ -44,7 +44,8 @@ CDF_POINTS_MS = [float(x) for x in range(0, 301, 10)]
 def _start(run: Run) -> None:
     setting = run.options.get("setting", st.Setting())
     run.results.update({"reduced": run.reduced, "seed": run.seed, "seeds": list(run.seeds), "setting": plain(dataclasses.asdict(setting)),
-                        "sizes": plain(dataclasses.asdict(run.sizes)), "cdf_points_ms": CDF_POINTS_MS})
+                        "sizes": plain(dataclasses.asdict(run.sizes)), "full_sizes": plain(dataclasses.asdict(FULL)),
+                        "cdf_points_ms": CDF_POINTS_MS})
 
 
 def _steps(run: Run) -> list[Step]:
