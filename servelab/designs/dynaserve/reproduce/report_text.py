@@ -128,7 +128,8 @@ def _overhead(results: dict) -> str:
     where = (f" (this process at nice {results['overhead'].get('nice')}, 1-minute load average "
              f"{' -> '.join(fmt(x, 1) for x in load)} on the shared 2-core machine: a decision preempted by another "
              "process resumes with cold caches, so its CPU time grows with the load; "
-             "`scripts/dynaserve_decision_time.py` measures the same runs at high priority)") if load else ""
+             "`scripts/dynaserve_decision_time.py` measures the same runs at high priority: "
+             "docs/benchmarks/dynaserve_decision_time.md)") if load else ""
     plans = [r["schedule_us"].get("p99") for r in runs if r.get("schedule_us")]
     plan = (f" Algorithm 2's batch planner (the local scheduler's `schedule`, once per step) takes p99 "
             f"{fmt(max(plans), 0)} us per step in the same runs." if plans else "")
