@@ -194,6 +194,10 @@ class DynaServeRouter(Router):
         then the less loaded), beta the least loaded of the others (any instance takes either
         part)."""
         if self.config.pairing == "fixed":
+            if len(insts) == 2:  # the paper's deployment: one alpha and one beta instance, no choice
+                for inst in insts:
+                    self._timeline(inst).advance(now_s)
+                return insts[0], insts[1]
             half = (len(insts) + 1) // 2
             return self._least_loaded(insts[:half], now_s), self._least_loaded(insts[half:], now_s)
         keys = []

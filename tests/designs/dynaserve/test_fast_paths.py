@@ -75,6 +75,16 @@ def ref_latency_s(self, prefill_tokens, mean_context, num_decodes):
     return c0 + wi * (c1 - c0)
 
 
+def ref_refresh(self):
+    """``ProfileTable._refresh`` as it was: the budget grids inverted again at the next lookup."""
+    self._applied = self.correction.copy()
+    self.latency = np.maximum.accumulate(self.base * self.correction, axis=0)
+    self._pending = 0
+    self.version += 1
+    self._budget_cache.clear()
+    self.cached_latency.cache_clear()
+
+
 class RefTimeline(Timeline):
     """The timeline as it was: arrays zeroed at once, plain searches, one probe per call."""
 
@@ -357,20 +367,21 @@ def test_coefficients_unchanged_by_the_fast_latency():
         ProfileTable.latency_s = orig
 
 
-def _run_small(specs):
+def _run_small(specs, router_params=None):
     from servelab.cluster.config import ClusterConfig, InstanceGroup
     from servelab.metrics.request_metrics import RequestTable
     from servelab.simulator import Simulation
 
     cfg = ClusterConfig(groups=(InstanceGroup(count=2, policy="dynaserve", gpu="A100-80GB", model="Qwen-2.5-14B"),),
-                        router="dynaserve")
+                        router="dynaserve", router_params=router_params or {})
     sim = Simulation(specs, cfg)
     res = sim.run()
     table = RequestTable.from_requests(res.requests)
     return sim.router.decisions, table.token_times_s, table.finish_s
 
 
-def test_a_simulation_with_the_straightforward_code_decides_the_same(monkeypatch):
+@pytest.mark.parametrize("pairing", ["load", "fixed"])  # fixed: the paper's deployment (issue 26's fast path)
+def test_a_simulation_with_the_straightforward_code_decides_the_same(monkeypatch, pairing):
     from servelab.core.request import RequestSpec
 
     rng = np.random.default_rng(3)
@@ -379,13 +390,14 @@ def test_a_simulation_with_the_straightforward_code_decides_the_same(monkeypatch
     times = np.cumsum(rng.exponential(0.2, n))
     specs = [RequestSpec(i, float(times[i]), int(prompts[i]), int(outputs[i]),
                          predicted_output_tokens=int(outputs[i]) + int(rng.integers(-20, 20))) for i in range(n)]
-    fast = _run_small(specs)
+    fast = _run_small(specs, {"pairing": pairing})
     monkeypatch.setattr(router_mod, "Timeline", RefTimeline)
     monkeypatch.setattr(router_mod, "choose_split", ref_choose_split)
     monkeypatch.setattr(router_mod.DynaServeRouter, "_pair", ref_pair)
     monkeypatch.setattr(router_mod.DynaServeRouter, "_place", ref_place)
     monkeypatch.setattr(ProfileTable, "latency_s", ref_latency_s)
-    ref = _run_small(specs)
+    monkeypatch.setattr(ProfileTable, "_refresh", ref_refresh)
+    ref = _run_small(specs, {"pairing": pairing})
     assert fast[0] == ref[0]
     splits = np.array(fast[0])[:, 3]
     assert len(set(splits.tolist())) > 10  # a run that really splits

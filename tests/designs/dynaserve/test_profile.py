@@ -37,6 +37,23 @@ def test_the_budget_is_the_largest_prefill_under_the_target(toy):
     assert table.prefill_budget(0, 256, 0.01) == 0  # the decodes alone exceed the target
 
 
+def test_a_refresh_inverts_the_budgets_in_use_so_the_next_plan_does_not(toy):
+    """Issue 26: the inversion after a refresh (1 step of 16) was the batch planner's p99; it now
+    runs in the refresh, and the budgets are the ones the lookup would have computed."""
+    table = ProfileTable.from_cost_model(toy, 4096, 256)
+    before = table.prefill_budget(1000, 32, 0.05)
+    shape = _shape(512, 1024, 64)
+    version = table.version
+    for _ in range(16):  # enough measured steps for one refresh
+        table.observe(shape, 1.3 * toy.step_time_s(shape))
+    assert table.version == version + 1
+    assert list(table._budget_cache) == [0.05]  # the target in use, inverted with the new latencies
+    cached = table._budget_cache[0.05]
+    table._budget_cache.clear()
+    assert table._budget_grid(0.05) == cached  # what a lookup would compute
+    assert table.prefill_budget(1000, 32, 0.05) == before  # this cell's budget: its latencies did not move
+
+
 def test_measured_steps_pull_the_table_toward_them(toy):
     table = ProfileTable.from_cost_model(toy, 4096, 256)
     shape = _shape(512, 1024, 64)

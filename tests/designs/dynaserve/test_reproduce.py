@@ -36,6 +36,11 @@ def test_tiny_reproduction_writes_every_claim(tmp_path):
     assert {(r["cpu_overhead"], r["dynaserve_config"]) for r in results["gap_overhead"]} == {
         (o, c) for o in ("measured", "off") for c in ("paper", "servelab defaults")}
     assert "servelab defaults" in results["hybrid_grid"][0]["variants"]
+    # issue 26: the 1P1D hand-off gap test, the batch planner's time and what the reduced run reduced
+    handoff = results["paper_coloc"]["handoff"]
+    assert {r["delta_s"] for r in handoff} >= {0.0, 0.03} and all(r["gap_ms_p99"] is not None for r in handoff)
+    assert "Why 1P1D collapses" in report and "batch planner" in report
+    assert results["overhead"]["runs"][0]["schedule_us"]["count"] > 0
     assert "hybrid capacity, servelab's defaults" in report
 
 

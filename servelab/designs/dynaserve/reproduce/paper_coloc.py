@@ -36,6 +36,7 @@ import numpy as np
 
 from servelab.designs.dynaserve.reproduce import capacity as cp
 from servelab.designs.dynaserve.reproduce import experiments as ex
+from servelab.designs.dynaserve.reproduce import handoff_gap as hg
 from servelab.designs.dynaserve.reproduce import setting as st
 
 PAPER_HYBRID = {"coloc": 4.6, "disagg": 5.9, "dynaserve": 7.4}  # Table 2, req/s
@@ -151,10 +152,10 @@ def paper_coloc(setting: st.Setting, sizes: ex.Sizes, seeds: Sequence[int], hybr
     pure = max(math.ceil(max(r["excess_ms"] for r in check if r["pure"])), 1) / 1e3
     loose = max(math.ceil(max(r["excess_ms"] for r in check)), 1) / 1e3
     deltas = tuple(sorted({pure, loose, BIG_DELTA_S}))
+    capacity = [r for wl in CAPACITY_WORKLOADS for r in capacity_with_delta(setting, sizes, seeds, (0.0,) + deltas, wl)]
     return {"step_check": check, "delta_pure_s": pure, "delta_loose_s": loose,
-            "points": operating_points(setting, sizes, seeds, hybrid_grid, deltas),
-            "capacity": [r for wl in CAPACITY_WORKLOADS for r in capacity_with_delta(setting, sizes, seeds,
-                                                                                      (0.0,) + deltas, wl)]}
+            "points": operating_points(setting, sizes, seeds, hybrid_grid, deltas), "capacity": capacity,
+            "handoff": hg.handoff_gap(setting, sizes, seeds, hg.rates_for(capacity), (0.0, loose, BIG_DELTA_S))}
 
 
 def text(results: dict) -> str:
@@ -198,7 +199,7 @@ def text(results: dict) -> str:
                     "median delay s", "passes (ours / Sarathi's rule)"], rows)
         + "\n\n(4) *What the gap needs*: the capacities on hybrid (grid, median rule) with a fixed cost added to "
         "every step of every system: " + caps + ". Routing: round-robin vs least-loaded, the variants table "
-        "('coloc least-loaded'). " + _verdict(res) + "\n")
+        "('coloc least-loaded'). " + _verdict(res) + "\n\n" + hg.text(res.get("handoff"), BIG_DELTA_S) + "\n")
 
 
 def _verdict(res: dict) -> str:

@@ -26,8 +26,9 @@ def render(results: dict) -> str:
         "# DynaServe reproduction (simulated)",
         "",
         f"Written by `{CMD}{reduced}` (seeds {', '.join(str(s) for s in results['seeds'])}; {fmt(cpu, 0)} s CPU)"
-        + (" at the **reduced** sizes (fewer requests per run, coarser anchors, one model; the full-size run, about "
-           "5,000 CPU-s by the reduced run's step times, did not fit this session's time on a shared 2-core machine)" if results["reduced"] else "") + ". Every number below is "
+        + (" at the **reduced** sizes (" + _reductions(results) + "; the full-size run, about 5,000 CPU-s by the "
+           "reduced run's step times, did not fit this session's time on a shared 2-core machine)"
+           if results["reduced"] else "") + ". Every number below is "
         "**simulated**: the profile-driven cost model of the A100-80GB (Vidur's measured A100 operator tables and "
         "vLLM's measured per-step CPU overhead, docs/costmodel.md), "
         "Qwen-2.5-14B/32B/72B at TP 1/2/4, two instances per system (2, 4 or 8 GPUs) on servers of 4 GPUs "
@@ -65,9 +66,9 @@ def render(results: dict) -> str:
         "### DynaServe's own statistics at capacity (`policy_reports[\"router\"]` of each run's summary.json)",
         "",
         "From the probe at each seed's capacity under the paper's rule, averaged over the seeds; decision times "
-        "are **measured** (CPU time of each arrival's decision, taken by the cluster driver around the router; "
-        "here the router is wrapped by the reproduction's `TimedRouter`, whose own bookkeeping falls inside that "
-        "timing, so these read higher than the scheduler-time table below, which times the router alone).",
+        "are **measured** (CPU time of each arrival's decision, taken by the cluster driver around the router "
+        "alone, in capacity probes that ran while the grid kept this shared machine loaded: the scheduler-time "
+        "section below measures the same decisions in runs at capacity, in isolation and at high priority).",
         "",
         rc.policy_section(results),
         "",
@@ -107,6 +108,23 @@ def render(results: dict) -> str:
         "",
     ]
     return "\n".join(parts)
+
+
+def _reductions(results: dict) -> str:
+    """What the reduced sizes change against the full ones, field by field (``Sizes``)."""
+    full, used = results.get("full_sizes"), results.get("sizes")
+    if not full or not used:
+        return "fewer requests per run, coarser anchors, one model"
+    diff = [f"{k} {_short(used[k])} (full: {_short(full[k])})" for k in full if k in used and used[k] != full[k]]
+    return "reduced against the full run: " + ", ".join(diff) if diff else "the full sizes"
+
+
+def _short(v) -> str:
+    if isinstance(v, dict):
+        return "; ".join(f"{k} {_short(x)}" for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return "/".join(str(x) for x in v)
+    return str(v)
 
 
 def _definitions(results: dict) -> str:

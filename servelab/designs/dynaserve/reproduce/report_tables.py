@@ -123,9 +123,11 @@ def sigma_table(rows: list[dict]) -> str:
 def overhead_table(overhead: dict) -> str:
     out = [[r["workload"], fmt(r["rate"], 2), fmt(r["decision_us"].get("p50"), 0), fmt(r["decision_us"].get("p99"), 0),
             fmt(r["decision_us"].get("max"), 0), fmt(r["feedback_us_per_request"], 0),
+            f"{fmt(r.get('schedule_us', {}).get('p50'), 0)} / {fmt(r.get('schedule_us', {}).get('p99'), 0)}",
             f"{fmt(r['queue_median'], 0)} / {r['queue_max']}"] for r in overhead["runs"]]
     table = md_table(["workload (in a run at DynaServe's capacity)", "req/s", "decision p50 us", "decision p99 us",
-                      "max us", "calibration us per request", "requests queued or running (median / max)"], out)
+                      "max us", "calibration us per request", "batch planner us per step p50 / p99 (Algorithm 2)",
+                      "requests queued or running (median / max)"], out)
     n = max((r.get("runs", 1) for r in overhead["runs"]), default=1)
     if n > 1:
         per_run = "; ".join(f"{r['workload']} " + " / ".join(fmt(p, 0) for p in r["decision_p99_us_per_run"])

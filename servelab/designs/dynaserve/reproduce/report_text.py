@@ -124,9 +124,18 @@ def _overhead(results: dict) -> str:
     verdict = "meets" if worst < 100 else "misses"
     n = max((r.get("runs", 1) for r in runs), default=1)
     repeated = f" (median of {n} runs each: the machine is shared)" if n > 1 else ""
+    load = results["overhead"].get("load_avg_1min")
+    where = (f" (this process at nice {results['overhead'].get('nice')}, 1-minute load average "
+             f"{' -> '.join(fmt(x, 1) for x in load)} on the shared 2-core machine: a decision preempted by another "
+             "process resumes with cold caches, so its CPU time grows with the load; "
+             "`scripts/dynaserve_decision_time.py` measures the same runs at high priority: "
+             "docs/benchmarks/dynaserve_decision_time.md)") if load else ""
+    plans = [r["schedule_us"].get("p99") for r in runs if r.get("schedule_us")]
+    plan = (f" Algorithm 2's batch planner (the local scheduler's `schedule`, once per step) takes p99 "
+            f"{fmt(max(plans), 0)} us per step in the same runs." if plans else "")
     return (
-        f"**Scheduler time.** In runs at capacity{repeated} the decision's p99 is {fmt(worst, 0)} us: it {verdict} the "
-        "100 us goal. A decision is the pair choice (both timelines brought to now), at most six probes of "
+        f"**Scheduler time.** In runs at capacity{repeated}{where} the decision's p99 is {fmt(worst, 0)} us: it "
+        f"{verdict} the 100 us goal.{plan} A decision is the pair choice (both timelines brought to now), at most six probes of "
         "the two instances' work (arithmetic on the work already laid into their passes) and queuing both "
         "parts (one O(log passes) probe each for where they land); laying parts into the passes and the "
         "once-a-second calibration against the real queues run after steps, off the decision path (their "

@@ -44,7 +44,8 @@ CDF_POINTS_MS = [float(x) for x in range(0, 301, 10)]
 def _start(run: Run) -> None:
     setting = run.options.get("setting", st.Setting())
     run.results.update({"reduced": run.reduced, "seed": run.seed, "seeds": list(run.seeds), "setting": plain(dataclasses.asdict(setting)),
-                        "sizes": plain(dataclasses.asdict(run.sizes)), "cdf_points_ms": CDF_POINTS_MS})
+                        "sizes": plain(dataclasses.asdict(run.sizes)), "full_sizes": plain(dataclasses.asdict(FULL)),
+                        "cdf_points_ms": CDF_POINTS_MS})
 
 
 def _steps(run: Run) -> list[Step]:
@@ -158,23 +159,28 @@ def _overhead(setting, sizes, seed, cap) -> dict:
     this one's caches cold), so each workload runs ``timing_runs`` times (the same
     simulation: decisions and results are identical) and each percentile is the median over
     the runs; every run's p99 is kept in the results."""
+    import os
+
     runs = []
+    load_before = os.getloadavg()[0]
     for wl in sizes.capacity_workloads:
         rate = _rate_of(cap, wl)
         specs = st.workload(wl, rate, ex._n(rate, sizes), seed, setting)
         timed = [st.run("dynaserve", specs, "14B", setting, detail=True) for _ in range(sizes.timing_runs)]
         stats = [percentiles_us(r["decision_us"]) for r in timed]
         decision = {k: (stats[0][k] if k == "count" else float(np.median([s[k] for s in stats]))) for k in stats[0]}
+        plans = [percentiles_us(r["schedule_us"]) for r in timed]
+        plan = {k: (plans[0][k] if k == "count" else float(np.median([s[k] for s in plans]))) for k in plans[0]}
         r = timed[0]
         q = r["queue_at_decision"]
         feedback = [float(t["resync_us"].sum() / max(len(t["decision_us"]), 1)) for t in timed]
-        runs.append({"workload": wl, "rate": rate, "decision_us": decision, "runs": len(timed),
+        runs.append({"workload": wl, "rate": rate, "decision_us": decision, "runs": len(timed), "schedule_us": plan,
                      "decision_p99_us_per_run": [s.get("p99") for s in stats],
                      "feedback_us_per_request": float(np.median(feedback)),
                      "queue_median": float(np.median(q)), "queue_max": int(q.max()),
                      "split_kinds": r["split_kinds"]})
     bench = queue_benchmark(sizes.queue_sizes, repeats=sizes.queue_repeats, seed=seed)
-    return {"runs": runs, "benchmark": bench}
+    return {"runs": runs, "benchmark": bench, "nice": os.nice(0), "load_avg_1min": [load_before, os.getloadavg()[0]]}
 
 
 def _gap_overhead(setting, sizes, seeds, grid: list[dict]) -> list[dict]:

@@ -50,7 +50,7 @@ from servelab.cluster.links import TopologyConfig
 from servelab.core.request import RequestSpec
 from servelab.costmodel.links import LinkSpec
 from servelab.designs.dynaserve import metrics as dm
-from servelab.designs.dynaserve.reproduce.timing import TimedRouter
+from servelab.designs.dynaserve.reproduce.timing import TimedRouter, time_schedules
 from servelab.estimators.base import with_predictions
 from servelab.estimators.oracle import NoisyOracleConfig, NoisyOracleEstimator
 from servelab.metrics.request_metrics import RequestTable
@@ -199,10 +199,11 @@ def run(system: str, specs: list[RequestSpec], model_key: str, setting: Setting,
     and transfers; with ``steps`` every step recorded on its own, as ``row["steps"]``)."""
     sim = Simulation(specs, cluster(system, model_key, setting, chunk=chunk, **dyna),
                      cost_model=setting.cost_for(model_key), fast_forward=not steps)
-    timed = None
-    if system == "dynaserve":
+    timed, plan_s = None, None
+    if system == "dynaserve" and detail:  # the scheduler times (capacity probes time the router alone)
         timed = TimedRouter(sim.driver.router)
         sim.driver.router = timed
+        plan_s = time_schedules(sim.instances)
     t0 = time.process_time()
     res = sim.run()
     cpu = time.process_time() - t0
@@ -225,7 +226,7 @@ def run(system: str, specs: list[RequestSpec], model_key: str, setting: Setting,
         row["instances"] = dm.instance_utilization(res.collector, sim.peak_flops, outcome.duration_s, window)
         row["table"] = table
         if timed is not None:
-            row.update(_dynaserve_detail(sim, timed, res))
+            row.update(_dynaserve_detail(sim, timed, res), schedule_us=np.array(plan_s) * 1e6)
     if system == "dynaserve":
         row["router_report"] = res.router_report
         row["mixed_steps"] = [r["mixed_steps"] for r in res.policy_reports.values() if "mixed_steps" in r]

@@ -66,6 +66,25 @@ class TimedRouter(Router):
         return self.inner.handoff_point(request, instance)
 
 
+def time_schedules(drivers: Sequence[Any]) -> list[float]:
+    """Time every ``schedule`` call (Algorithm 2's batch planner, once per step) of the
+    instances' policies in CPU time of the thread; returns the list the times go to. The
+    policy object is wrapped on the instance only (its class and other runs are untouched)."""
+    times: list[float] = []
+    for d in drivers:
+        policy = d.policy
+        inner = policy.schedule
+
+        def schedule(now_s, state, _inner=inner):
+            t0 = time.thread_time()
+            plan = _inner(now_s, state)
+            times.append(time.thread_time() - t0)
+            return plan
+
+        policy.schedule = schedule
+    return times
+
+
 def percentiles_us(values: Sequence[float]) -> dict[str, float]:
     v = np.asarray(values, dtype=np.float64)
     if not len(v):
