@@ -55,9 +55,9 @@ FAST_REWRITES: tuple[tuple[str, str], ...] = (
     (r"(servelab reproduce multibin-engine)\b", r"\1 --num-requests 8 --ks 1,2 --model {workdir}/tiny_fast"),
     (r"(servelab reproduce (?:multibin|bucketserve|dynaserve|alignedserve|kunserve))(?= |$)(?! --reduced)", r"\1 --reduced"),
     (r"(servelab reproduce bucketserve --reduced)", r"\1 --no-engine"),
-    # the reduced DynaServe run walks a rate grid over 3 seeds (~500 CPU-s, issue 26); one seed is
-    # the same code at a third of the cost
-    (r"(servelab reproduce dynaserve --reduced)", r"\1 --seeds 1"),
+    # the reduced DynaServe run walks a rate grid over 3 seeds (~780 CPU-s, issue 26); --smoke runs
+    # every step and claim row of the same code on tiny sizes, one seed (~30 CPU-s)
+    (r"(servelab reproduce dynaserve --reduced)", r"\1 --seeds 1 --smoke"),
     (r"(servelab reproduce all)$", r"\1 --only multibin"),
     (r"(servelab calibrate .*)", r"\1 --grid reduced"),
     (r"(servelab generate .*)", r"\1 --max-tokens 16"),

@@ -94,7 +94,9 @@ REPRODUCTIONS: tuple[Entry, ...] = (
           "DynaServe: capacity on a rate grid over seeds (median and P99 delay rules), the paper's deployment "
           "against servelab's variants, goodput, Table 1/2/4, Figs. 5/11, chunked transfer and scheduler time vs PD "
           "colocation (sarathi) and 1P1D disaggregation, with the gap tests (simulated).",
-          {"reduced": 600, "full": 5000}, seeds=True),
+          {"reduced": 780, "full": 5000}, seeds=True,
+          options=(Option("smoke", False, "Sizes so small the numbers mean nothing (about 30 CPU-s a seed): every "
+                                          "step and claim row runs, to check the command works here."),)),
     Entry("alignedserve", "AlignedServe", "alignedserve.md", "servelab.designs.alignedserve.reproduce.run",
           "AlignedServe: Figs. 1/3 (simulated, and measured on the CPU engine), 7-15, the batch-switch share, pool "
           "occupancy and Density First Search time against vllm, distserve and a FastGen stand-in, with the gap "

@@ -3,20 +3,13 @@ plots are written, and the command line runs it."""
 
 import json
 
-from servelab.designs.dynaserve.reproduce import experiments as ex
 from servelab.designs.dynaserve.reproduce.run import REPRODUCTION
 from servelab.reproduce.runner import run_reproduction
 
-TINY = ex.Sizes(num_requests=30, min_duration_s=5.0, max_requests=60, capacity_rel_tol=0.6, capacity_hi=10.0,
-                goodput_rates={"fractions": (1.0,)}, models=("14B",), capacity_workloads=("azure-code",),
-                chunks=(256,), table1_requests=20, split_fractions=(0.0, 0.3), split_requests=20,
-                sigmas=(0.0, 100.0), queue_sizes=(10,), queue_repeats=10, grid=(0.8, 1.0, 1.25),
-                anchor_rel_tol=0.6, variant_workloads=("azure-code",), gap_workloads=("azure-code",))
-
-
 def test_tiny_reproduction_writes_every_claim(tmp_path):
-    results = run_reproduction(REPRODUCTION, tmp_path, sizes=TINY, num_seeds=2)
+    results = run_reproduction(REPRODUCTION, tmp_path, options={"smoke": True}, num_seeds=2)  # --smoke sizes
     report = (tmp_path / "dynaserve.md").read_text()
+    assert "A `--smoke` run" in report and "--smoke` (seeds 0, 1;" in report
     for claim in ("capacity vs PD coloc.", "hybrid capacity", "best fixed split", "sigma 100",
                   "SLO-aware batching", "chunking", "scheduler time", "median delay rule", "p99 delay rule",
                   "load pairing", "coloc least-loaded", "split share"):
@@ -51,7 +44,7 @@ def test_the_command_is_registered_and_checks_its_output_folder(tmp_path):
 
     runner = CliRunner()
     res = runner.invoke(app, ["reproduce", "dynaserve", "--help"])
-    assert res.exit_code == 0 and "--reduced" in res.output
+    assert res.exit_code == 0 and "--reduced" in res.output and "--smoke" in res.output
     blocker = tmp_path / "file"
     blocker.write_text("x")
     res = runner.invoke(app, ["reproduce", "dynaserve", "--out", str(blocker)])

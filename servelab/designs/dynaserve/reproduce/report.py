@@ -22,13 +22,16 @@ def write_report(results: dict, path: Path) -> None:
 def render(results: dict) -> str:
     reduced = " --reduced" if results["reduced"] else ""
     cpu = sum(results["timings_cpu_s"].values())
+    smoke = results.get("smoke")
     parts = [
         "# DynaServe reproduction (simulated)",
         "",
-        f"Written by `{CMD}{reduced}` (seeds {', '.join(str(s) for s in results['seeds'])}; {fmt(cpu, 0)} s CPU)"
+        *(["**A `--smoke` run: sizes so small that no number below means anything; it shows the command runs.**",
+           ""] if smoke else []),
+        f"Written by `{CMD}{reduced}{' --smoke' if smoke else ''}` (seeds {', '.join(str(s) for s in results['seeds'])}; {fmt(cpu, 0)} s CPU)"
         + (" at the **reduced** sizes (" + _reductions(results) + "; the full-size run, about 5,000 CPU-s by the "
            "reduced run's step times, did not fit this session's time on a shared 2-core machine)"
-           if results["reduced"] else "") + ". Every number below is "
+           if results["reduced"] and not smoke else "") + ". Every number below is "
         "**simulated**: the profile-driven cost model of the A100-80GB (Vidur's measured A100 operator tables and "
         "vLLM's measured per-step CPU overhead, docs/costmodel.md), "
         "Qwen-2.5-14B/32B/72B at TP 1/2/4, two instances per system (2, 4 or 8 GPUs) on servers of 4 GPUs "
