@@ -81,6 +81,7 @@ def _lines(res: dict) -> list[str]:
                            "burst: at the base rate alone over the whole run, demand stayed above the threshold and groups "
                            "split only after the last arrival; restore needs the group's head-of-line demand under 50% of its members' KV "
                            "without the drop). The paper: BurstGPT; its lengths do not reach the premise here, see above.")
+    out += gap.restore_waits(res)
     m = res["gap_microbatches"]
     out += sec.seeds_table(m, "## Microbatches per step: the pipeline's TPOT cost",
                            "At the faithful point: as many microbatches as stages (the default; vLLM's virtual "
