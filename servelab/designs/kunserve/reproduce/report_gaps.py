@@ -235,17 +235,19 @@ def restore_waits(res: dict) -> list[str]:
         return out
     cmp = [(p, phase_mean(r, kun, p), phase_mean(r, off, p)) for p in after]
     cmp = [(p, a, b) for p, a, b in cmp if a is not None and b is not None]
-    most_k = max(after, key=lambda p: worst_share(r, kun, (p,)) or 0)
-    most_o = max(after, key=lambda p: worst_share(r, off, (p,)) or 0)
     out += [f"With restore {sk:.0%} of the worst 1% arrived after the first split, without restore {so:.0%}. P99 "
             "TTFT of the arrivals after the first split, with vs without restore, by the phase of the run with "
-            "restore: " + "; ".join(f"{p[:-len(AFTER)]} {a:.2f} vs {b:.2f} s" for p, a, b in cmp) + ". Most of the "
-            f"worst 1% after the split: with restore in *{most_k}* ({worst_share(r, kun, (most_k,)):.0%}"
-            + ("; the restored instances are DP again and the burst waits for the trigger, as in the gap below"
-               if "no group" in most_k else "; the new groups' KV exchange" if "forming" in most_k else "")
-            + f"), without restore in *{most_o}* ({worst_share(r, off, (most_o,)):.0%}; its groups stay "
-            "pipelines all along: twice the KV, but bubbles and a weight read per stage and microbatch).", ""]
-    return out
+            "restore: " + "; ".join(f"{p[:-len(AFTER)]} {a:.2f} vs {b:.2f} s" for p, a, b in cmp) + "."]
+    for name, run, why in ((kun, "with restore", lambda p: "; the restored instances are DP again and the burst waits "
+                            "for the trigger, as in the gap below" if "no group" in p else "; the new groups' KV "
+                            "exchange" if "forming" in p else ""),
+                           (off, "without restore", lambda p: "; its groups stay pipelines all along: twice the KV, "
+                            "but bubbles and a weight read per stage and microbatch")):
+        most = max(after, key=lambda p: worst_share(r, name, (p,)) or 0)
+        share = worst_share(r, name, (most,)) or 0
+        out[-1] += (f" Most of the worst 1% {run} after the split: *{most}* ({share:.0%}{why(most)})." if share
+                    else f" None of the worst 1% {run} arrived after the split.")
+    return out + [""]
 
 
 def phase_mean(block: dict, name: str, phase: str, key: str = "p99_ttft_s"):
