@@ -20,7 +20,13 @@ back when memory frees.
   serves swapped requests first; this router used to bring them back only when the queue
   was empty, which let new requests overtake them), or when it runs nothing and has room.
   The oldest running request is never swapped out and one swapped back in decodes a token
-  before it may leave again, so swapping never undoes itself.
+  before it may leave again, so swapping never undoes itself. The instance's own scheduler
+  (Sarathi, as vLLM 0.6's chunked prefill) still admits a queued request whenever its blocks
+  fit, so new requests may take memory a parked one waits for.
+- ``swapped_first`` (off by default; a gap test of the KunServe reproduction): vLLM v0's rule,
+  that of InferCept's base (v0.2.0): while requests an instance swapped out wait in host
+  memory, no new request is placed on it; arrivals are held by the router and placed on the
+  least loaded instance with none away (those already queued on an instance stay there).
 - Why a run ends: a request swapped back in waits in its instance's queue with its KV, and
   Sarathi runs such KV holders whenever its step would otherwise be empty. It used to do so
   only when nothing ran: with a recompute-preempted request at the queue's head (it cannot
@@ -62,6 +68,9 @@ class InferCeptConfig:
     host_gb: float = 256.0  # host memory for swapped KV per instance
     headroom: float = 0.0  # of capacity kept free when swapping in, beyond the watermark new requests keep
     poll_s: float = 0.05
+    # vLLM v0's rule (InferCept's base, v0.2.0): no new request goes to an instance while requests
+    # it swapped out wait in host memory (held by the router; placed once one has none away)
+    swapped_first: bool = False
 
     def __post_init__(self) -> None:
         if not self.host_gb > 0 or not 0 <= self.headroom < 1 or not self.poll_s > 0:
@@ -78,20 +87,41 @@ class InferCeptRouter(Router):
         self._parked: dict[int, Request] = {}  # landed in host memory, by request id
         self._in_flight: set[int] = set()
         self._back_at: dict[int, int] = {}  # request id -> tokens it had when swapped back in
+        self._outbound: set[int] = set()  # swap-outs under way
+        self._held: list[Request] = []  # swapped_first: arrivals waiting for an instance with none away
         self.num_swap_outs = 0
         self.num_swap_ins = 0
+        self.num_held = 0
 
     def on_arrival(self, now_s: float, request: Request, cluster: ClusterState) -> list[Placement]:
-        return [Placement(request, least_loaded(cluster.instances).instance_id)]
+        if not self.config.swapped_first:
+            return [Placement(request, least_loaded(cluster.instances).instance_id)]
+        self._held.append(request)
+        out = self._release(cluster)
+        self.num_held += any(r is request for r in self._held)
+        return out
+
+    def _release(self, cluster: ClusterState) -> list[Placement]:
+        """Held arrivals (FIFO) to the least loaded instance with no swapped-out request away."""
+        if not self._held:
+            return []
+        away = {self._home[r] for r in list(self._parked) + list(self._outbound)}
+        free = [v for v in cluster.instances if v.instance_id not in away]
+        if not free:
+            return []
+        out = [Placement(r, least_loaded(free).instance_id) for r in self._held]
+        self._held.clear()
+        return out
 
     def on_moved(self, now_s, request, destination, cluster) -> list:
         self._in_flight.discard(request.request_id)
+        self._outbound.discard(request.request_id)
         if destination == POOL:
             self._parked[request.request_id] = request
         return []
 
     def next_wakeup_s(self, now_s: float) -> float | None:
-        return now_s + self.config.poll_s if self._parked else None
+        return now_s + self.config.poll_s if self._parked or self._held else None
 
     def on_timer(self, now_s: float, cluster: ClusterState) -> list:
         return self._swap_in(cluster)
@@ -103,7 +133,7 @@ class InferCeptRouter(Router):
         view = cluster.instance(instance_id)
         excess = growth_shortfall(view)
         if excess <= 0 or cluster.pool is None:
-            return self._swap_in(cluster) if self._parked else []
+            return self._swap_in(cluster) if self._parked or self._held else []
         actions, freed, room = [], 0, cluster.pool.free_bytes
         per_block = view.kv_bytes_per_token * view.blocks.block_size
         running = sorted(view.running, key=lambda r: (-r.arrival_time_s, -r.request_id))
@@ -121,6 +151,7 @@ class InferCeptRouter(Router):
             freed += blocks
             self._home[req.request_id] = instance_id
             self._in_flight.add(req.request_id)
+            self._outbound.add(req.request_id)
             self.num_swap_outs += 1
             actions.append(Move(req, POOL, reason="infercept swap-out"))
         return actions
@@ -152,10 +183,13 @@ class InferCeptRouter(Router):
             self._back_at[rid] = req.num_generated_tokens
             self.num_swap_ins += 1
             actions.append(Move(req, iid, reason="infercept swap-in"))
-        return actions
+        return actions + self._release(cluster)
+
+    def on_arrivals_done(self, now_s: float, cluster: ClusterState) -> list:
+        return self._release(cluster)
 
     def report(self) -> dict:
-        return {"num_swap_outs": self.num_swap_outs, "num_swap_ins": self.num_swap_ins}
+        return {"num_swap_outs": self.num_swap_outs, "num_swap_ins": self.num_swap_ins, "num_held": self.num_held}
 
 
 @register_preset("infercept")

@@ -6,7 +6,9 @@ The ``vllm-pp`` router forms the pairs on the first arrival (``SetLayers`` + ``F
 an odd instance out stays whole) and then dispatches by KV load. Each pipeline step is
 scheduled by chunked prefill with a budget of ``stages x token_budget`` (vLLM runs one
 virtual engine per stage, each with its own budget and its own ``max_num_seqs``) and cut into ``num_microbatches``
-microbatches by token count (vLLM's chunking).
+microbatches by token count (the paper's Fig. 17a token chunking; ``former=rows``: whole rows
+dealt by size, so one request's prompt never occupies two microbatches of a step, as vLLM's
+virtual engines bind a request to one engine).
 
 vLLM's virtual engines overlap consecutive steps, and so do the groups here by default
 (``servelab.cluster.pipeline``: microbatch slot m enters stage 0 when its previous pass has
@@ -34,10 +36,16 @@ class VLLMPPConfig:
     num_stages: int = 2
     num_microbatches: int = 2
     overlap: bool = True  # consecutive steps overlap, as vLLM's virtual engines run them
+    # tokens: microbatches of equal token count, a prompt chunk cut between two of them (its
+    # second part runs on stage 0 while the first is on stage 1) | rows: whole rows dealt by
+    # size, a request's chunk in one microbatch (vLLM's virtual engines: one engine per request)
+    former: str = "tokens"
 
     def __post_init__(self) -> None:
         if self.num_stages < 2 or self.num_microbatches < 1:
             raise ValueError("num_stages must be >= 2 and num_microbatches >= 1")
+        if self.former not in ("tokens", "rows"):
+            raise ValueError(f"former must be tokens or rows, got {self.former!r}")
 
 
 @ROUTERS.register("vllm-pp")
@@ -70,8 +78,8 @@ class VLLMPPRouter(Router):
             members = tuple(ids[k * s:(k + 1) * s])
             actions += [SetLayers(iid, rng) for iid, rng in zip(members, stage_layers(layers, s))]
             first = cluster.instance(members[0])
-            actions.append(FormPipeline(members, self.config.num_microbatches,
-                                        former=MicrobatchFormer("tokens", self.config.num_microbatches),
+            former = MicrobatchFormer("tokens", self.config.num_microbatches) if self.config.former == "tokens" else None
+            actions.append(FormPipeline(members, self.config.num_microbatches, former=former,
                                         max_num_seqs=s * first.max_num_seqs, max_batch_tokens=s * first.max_batch_tokens,
                                         overlap=self.config.overlap))
         return actions

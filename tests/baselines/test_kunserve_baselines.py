@@ -75,3 +75,29 @@ def test_infercept_serves_swapped_requests_before_the_queue():
     router._parked[3], router._home[3] = parked, 0
     actions = router._swap_in(NS(instances=[view]))
     assert [type(a) for a in actions] == [Move] and actions[0].destination == 0
+
+
+def test_vllm_pp_rows_keeps_a_prompt_in_one_microbatch():
+    """Token chunking cuts a lone prompt between the two microbatches, so its second half runs
+    on stage 0 while the first is on stage 1; with ``former=rows`` (vLLM's virtual engines: a
+    request's chunk in one engine's pass) the prompt crosses both stages whole, later."""
+    ttft = {}
+    for former in ("tokens", "rows"):
+        _, res = _run(f"vllm-pp:former={former}", [RequestSpec(0, 0.0, 1000, 4)])
+        r = res.requests[0]
+        ttft[former] = r.token_times_s[0] - r.arrival_time_s
+    assert ttft["rows"] > 1.2 * ttft["tokens"]
+
+
+def test_infercept_swapped_first_holds_arrivals_while_swapped_requests_are_away():
+    """vLLM v0's rule: no new request on an instance while requests it swapped out are away;
+    by default new requests take the memory swapping freed, so they wait less."""
+    specs = [RequestSpec(i, 0.2 * i, 2500 if i % 2 else 600, 300 if i % 3 else 60) for i in range(60)]
+    worst = {}
+    for spec in ("infercept", "infercept:swapped_first=true"):
+        sim, res = _run(spec, specs)
+        r = sim.router
+        assert r.num_swap_outs > 0 and r.num_swap_ins == r.num_swap_outs
+        assert (r.num_held > 0) == spec.endswith("true")
+        worst[spec] = max(q.token_times_s[0] - q.arrival_time_s for q in res.requests)
+    assert worst["infercept:swapped_first=true"] > 2 * worst["infercept"]

@@ -75,7 +75,7 @@ def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec
     worst = np.argsort(-np.nan_to_num(ttft, nan=np.inf))[:max(1, len(ttft) // 100)]
     out["worst_arrivals_s"] = sorted(float(a) for a in table.arrival_s[worst])  # the worst 1% of TTFT
     out["timeline"] = _timelines(table, sizes.window_s)
-    out["raw"] = {"ttft": ttft, "tpot": tpot}
+    out["raw"] = {"ttft": ttft, "tpot": tpot, "arrival": table.arrival_s, "queue": table.queueing_s}
     router = sim.router
     if hasattr(router, "timeline") and router.timeline:
         tl = np.array(router.timeline)
@@ -88,6 +88,7 @@ def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec
     log = sim.driver.reconfig.events_log
     out["fill"] = _fill_after_drop(res.collector.steps, log, st.token_budget(hw), out["last_arrival_s"])
     out["events"] = [(t, k, d) for t, k, d in log if k in ("form", "split", "merge", "fail", "restore", "restored")]
+    out["exchange_events"] = [(t, k, {"group": d["group"]}) for t, k, d in log if k == "exchanged"]
     ex = [d for _, k, d in log if k == "exchanged"]
     out["exchange"] = {"num": len(ex), "seconds": [d["seconds"] for d in ex], "stall_s": sum(d["stall_s"] for d in ex),
                        "num_requests": sum(d["num_requests"] for d in ex), "gb": sum(d["bytes"] for d in ex) / GB}

@@ -11,22 +11,41 @@
   only when no unit with compute and KV to spare is left). Each run also records when the first group formed, when
   the worst 1% of requests (by TTFT) arrived, and the token budget used by groups' and single
   instances' steps from the first drop to the last arrival.
+  Three more variants test what the baselines do differently: KunServe pipelined from t=0
+  (vLLM-PP's configuration with KunServe's former: is the gap the reactive drop or the
+  pipelined steady state?), vLLM-PP with a prompt never cut between microbatches (vLLM's
+  virtual engines), and InferCept under vLLM v0's swapped-first rule (its base's). Every
+  run's worst 1% are placed by the phase KunServe was in at their arrival (``waits``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from servelab.designs.kunserve.reproduce import experiments as ex
 from servelab.designs.kunserve.reproduce import setting as st
+from servelab.designs.kunserve.reproduce import waits
 
+# KunServe pairing every instance within seconds of the start (a trigger at 1% of the KV, pairs
+# only, no restore): vLLM-PP's configuration with KunServe's former, so KunServe's pipelined
+# steady state is compared with vLLM-PP's apart from the reactive drop
+PIPELINED_T0 = "kunserve pipelined from t=0"
+# vLLM-PP whose microbatches take whole rows: a prompt chunk never cut between two microbatches
+# of one step, as in vLLM's virtual engines (a request belongs to one engine, one chunk a pass)
+PP_ROWS = "vllm-pp, prompt not cut"
+# InferCept under vLLM v0's rule (its base, v0.2.0): no new request on an instance while requests
+# it swapped out wait in host memory (the paper's Fig. 3b: the queue waits for ongoing requests)
+IC_FIRST = "infercept, swapped first"
 MERGE_SYSTEMS = {"vllm": "kunserve:drop=false", "kunserve (merge=spare)": "kunserve",
                  "merge=always": "kunserve:merge=always", "pairs only": "kunserve:max_group_size=2"}
 GAP_SYSTEMS = {"vllm-pp": "vllm-pp", "infercept": "infercept", "kunserve": "kunserve",
                "restore off": "kunserve:restore=false", "trigger at 90% KV": "kunserve:trigger_share=0.9",
                "trigger + watermark": "kunserve:trigger_watermark=true",
                "dispatch kv+compute": "kunserve:dispatch=kv+compute",
-               "kv+compute + watermark": "kunserve:dispatch=kv+compute,trigger_watermark=true"}
+               "kv+compute + watermark": "kunserve:dispatch=kv+compute,trigger_watermark=true",
+               PIPELINED_T0: "kunserve:trigger_share=0.01,max_group_size=2,restore=false",
+               PP_ROWS: "vllm-pp:former=rows", IC_FIRST: "infercept:swapped_first=true"}
 FAST_LINK = "10x link (exchange ~free)"
 
 
@@ -36,7 +55,8 @@ def merge_rule(over_seeds, rate: float, hw: st.Hardware, sizes: ex.Sizes) -> dic
 
 
 def vs_baselines(over_seeds, rate: float, hw: st.Hardware, sizes: ex.Sizes) -> dict:
-    out = over_seeds(GAP_SYSTEMS, "decode-heavy", rate, hw, sizes, sizes.duration_s, sizes.bursts)
+    hook = functools.partial(waits.attach, ref="kunserve", bursts=sizes.bursts, horizon_s=sizes.duration_s)
+    out = over_seeds(GAP_SYSTEMS, "decode-heavy", rate, hw, sizes, sizes.duration_s, sizes.bursts, hook=hook)
     fast = dataclasses.replace(hw, inter_gbps=10 * hw.inter_gbps)
     linked = over_seeds({FAST_LINK: "kunserve"}, "decode-heavy", rate, fast, sizes, sizes.duration_s, sizes.bursts)
     for s, extra in zip(out["seeds"], linked["seeds"]):

@@ -44,8 +44,13 @@ def _lines(res: dict) -> list[str]:
            f"{DEFAULT_COST_MODEL} (no GPU), on the paper's clusters: "
            f"A = {res['clusters']['A']['num_instances']} x A800-80GB, one per server, 200 Gb/s RDMA, no NVLink, "
            "Qwen-2.5-14B per GPU; B = 2 servers x 8 H800-80GB (NVLink 300 GB/s, 400 Gb/s RDMA), Qwen-2.5-72B TP 4 "
-           "(4 instances). Do not read them as measurements.", "",
-           "Workloads: Azure LLM 2023 conversation timestamps (BurstGPT's trace is not in ../shared/data) rescaled "
+           "(4 instances). Do not read them as measurements.", ""]
+    if res["reduced"]:
+        out += [f"**Reduced sizes** ({res['clusters']['A']['num_instances']} instances on cluster A, "
+                f"{sz['duration_s']:.0f} s runs, seeds {list(sz['seeds'])}): the full run, `servelab reproduce "
+                "kunserve --out docs/reproduction`, did not fit the session on the shared machine; every operating "
+                "point is chosen and checked again at these sizes, so numbers differ from a full run's.", ""]
+    out += ["Workloads: Azure LLM 2023 conversation timestamps (BurstGPT's trace is not in ../shared/data) rescaled "
            f"to a base rate, the rate doubled inside burst windows {sz['bursts']} s of a {sz['duration_s']:.0f} s run "
            "(the BurstGPT spike of the paper's Fig. 2), lengths lognormal with the paper's means (BurstGPT-like "
            "642/262, ShareGPT-like 1,660/373 with inputs <= 4K, LongBench-like 5.9K/499) and a decode-heavy "
@@ -81,6 +86,7 @@ def _lines(res: dict) -> list[str]:
                            "burst: at the base rate alone over the whole run, demand stayed above the threshold and groups "
                            "split only after the last arrival; restore needs the group's head-of-line demand under 50% of its members' KV "
                            "without the drop). The paper: BurstGPT; its lengths do not reach the premise here, see above.")
+    out += gap.restore_waits(res)
     m = res["gap_microbatches"]
     out += sec.seeds_table(m, "## Microbatches per step: the pipeline's TPOT cost",
                            "At the faithful point: as many microbatches as stages (the default; vLLM's virtual "

@@ -90,7 +90,67 @@ def vs_section(res: dict) -> list[str]:
                    f"{iv([1e3 * r['tpot_s']['50'] for r in runs], '{:.0f}')} | {_ratio(g, 'kunserve', name)} | "
                    f"{iv(first, '{:.0f}')} | {iv([_before_drop(r) for r in runs], '{:.0%}')} | "
                    f"{iv([_fill(r, 'group') for r in runs], '{:.0%}')} / {iv([_fill(r, 'single') for r in runs], '{:.0%}')} |")
-    return out + [""] + _vs_findings(g)
+    return out + [""] + _vs_findings(g) + _waits_part(g)
+
+
+def _checks(block: dict, name: str, key: str):
+    vals = [r["check"].get(key) for r in _col(block, name, lambda r: r) if r.get("check")]
+    vals = [v for v in vals if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _waits_part(g: dict) -> list[str]:
+    """Where the worst 1% of each system wait, and what the three baseline-side variants show."""
+    from servelab.designs.kunserve.reproduce.gaps import IC_FIRST, PIPELINED_T0, PP_ROWS
+
+    table = waits_table(g)
+    if not table:
+        return []
+    out = ["### Where the worst 1% wait", "",
+           "Every request labelled by the phase KunServe (same seed, same arrivals) was in when it arrived: *burst, "
+           "no group* (KunServe still DP inside the burst, before its trigger fired), *forming* (from a group's "
+           "formation until its KV exchange landed), *pipelined*, *no group* (the rest). Per cell: P99 TTFT of the "
+           "requests arriving in that phase (mean [min-max] over seeds); the share of the system's own worst 1% "
+           "(all seeds) that arrived in it, with their mean queueing (arrival to first scheduled) + prefill span "
+           "(first scheduled to first token).", ""] + table + [""]
+    base, pp = _mean(g, "kunserve"), _mean(g, "vllm-pp")
+    if not base or not pp:
+        return out
+    phases = ("burst, no group", "forming", "pipelined")
+    shares = ", ".join(f"{worst_share(g, 'kunserve', (p,)):.0%} {p}" for p in phases)
+    ph = {p: (phase_mean(g, "kunserve", p), phase_mean(g, "vllm-pp", p)) for p in phases}
+    ratios = "; ".join(f"{p} {k / v:.2f}x" for p, (k, v) in ph.items() if k and v)
+    lines = [f"KunServe's worst 1% arrived: {shares} (the phases above). P99 TTFT of the same "
+             f"arrivals, KunServe / vLLM-PP, by phase: {ratios}. vLLM-PP, pipelined "
+             f"from t=0, is barely throttled here: {f(_checks(g, 'vllm-pp', 'time_above_95_kv_s'), '{:.0f}')} s above "
+             f"95% KV, {f(_checks(g, 'vllm-pp', 'num_preemptions'), '{:.0f}')} preemptions, "
+             f"{f(_checks(g, 'vllm-pp', 'memory_queued_s'), '{:.1f}')} s queued for memory (KunServe: "
+             f"{f(_checks(g, 'kunserve', 'time_above_95_kv_s'), '{:.0f}')} s, "
+             f"{f(_checks(g, 'kunserve', 'num_preemptions'), '{:.0f}')}, "
+             f"{f(_checks(g, 'kunserve', 'memory_queued_s'), '{:.1f}')} s)."]
+    t0 = _mean(g, PIPELINED_T0)
+    if t0:
+        lines.append(f"KunServe pipelined from t=0 (every instance paired within seconds of the start, pairs only, no "
+                     f"restore: vLLM-PP's configuration with KunServe's former): P99 TTFT {t0:.2f} s, {t0 / pp:.2f}x "
+                     f"vLLM-PP's and {t0 / base:.2f}x KunServe's; " + (
+                         "the same pipelines run from the start close the gap, so it lies in the reactive drop "
+                         "(requests queued before and during it), not in KunServe's pipelined steady state."
+                         if t0 <= 1.1 * pp else "the pipelined steady state differs from vLLM-PP's as well."))
+    rows, icf, ic = _mean(g, PP_ROWS), _mean(g, IC_FIRST), _mean(g, "infercept")
+    if rows:
+        lines.append(f"vLLM-PP with a prompt never cut between two microbatches (vLLM's virtual engines): P99 TTFT "
+                     f"{rows:.2f} s ({rows / pp:.2f}x vLLM-PP's, {rows / base:.2f}x KunServe's); pre-burst P50 TTFT "
+                     f"{f(_checks(g, PP_ROWS, 'pre_burst_p50_ttft_s'))} s against vLLM-PP's "
+                     f"{f(_checks(g, 'vllm-pp', 'pre_burst_p50_ttft_s'))} s and KunServe's (DP before the burst) "
+                     f"{f(_checks(g, 'kunserve', 'pre_burst_p50_ttft_s'))} s.")
+    if icf and ic:
+        lines.append(f"InferCept under vLLM v0's swapped-first rule (no new request on an instance while requests it "
+                     f"swapped out wait in host memory): P99 TTFT {icf:.2f} s ({icf / ic:.2f}x InferCept's, "
+                     f"{icf / base:.2f}x KunServe's). The default stand-in lets the instance admit new requests into "
+                     "memory freed by swapping, so its queue never waits for memory "
+                     f"({f(_checks(g, 'infercept', 'memory_queued_s'), '{:.1f}')} s) and the swapped requests wait "
+                     "in host memory instead.")
+    return out + [" ".join(lines), ""]
 
 
 def _vs_findings(g: dict) -> list[str]:
@@ -98,7 +158,9 @@ def _vs_findings(g: dict) -> list[str]:
     base = _mean(g, "kunserve")
     if not base:
         return []
-    names = [n for n in g["seeds"][0]["runs"] if n not in ("kunserve", "vllm-pp", "infercept")]
+    from servelab.designs.kunserve.reproduce.gaps import IC_FIRST, PP_ROWS
+
+    names = [n for n in g["seeds"][0]["runs"] if n not in ("kunserve", "vllm-pp", "infercept", PP_ROWS, IC_FIRST)]
     change = sorted(((_mean(g, n) / base - 1, n) for n in names if _mean(g, n)), key=lambda x: x[0])
     pp, ic = _mean(g, "vllm-pp"), _mean(g, "infercept")
     lines = [f"Mean P99 TTFT over seeds: KunServe {base:.2f} s, vLLM-PP {f(pp)} s, InferCept {f(ic)} s. Switching one "
@@ -120,6 +182,84 @@ def _vs_findings(g: dict) -> list[str]:
                      else "") + ". A variant that moves the P99 by less than the seeds' spread does not explain the gap.",
                   ""]
     return lines
+
+
+def waits_table(block: dict, ref: str = "kunserve", by_phase: bool = False) -> list[str]:
+    """Where each system's worst 1% arrived, by the phase ``ref`` (KunServe) was in then
+    (``waits``): P99 TTFT of the phase's arrivals (mean [min-max] over seeds), the share of
+    the system's worst 1% that arrived in it (all seeds) and their mean queueing + prefill
+    span. Rows are systems (``by_phase``: rows are phases)."""
+    from servelab.designs.kunserve.reproduce.waits import PHASES
+
+    names = [n for n in block["seeds"][0]["runs"] if block["seeds"][0]["runs"][n].get("phases")]
+    if not names:
+        return []
+    runs = {n: [r for r in _col(block, n, lambda r: r) if r.get("phases")] for n in names}
+    used = [p for p in PHASES if any(r["phases"][p]["n"] for n in names for r in runs[n])]
+
+    def cell(n: str, p: str) -> str:
+        ps = [r["phases"][p] for r in runs[n]]
+        total = sum(r["phases"]["worst_total"] for r in runs[n])
+        w = sum(x["worst"] for x in ps)
+        q = sum(x["worst"] * x["worst_queue_s"] for x in ps if x["worst"]) / w if w else None
+        pre = sum(x["worst"] * x["worst_prefill_s"] for x in ps if x["worst"]) / w if w else None
+        return (f"{iv([x['p99_ttft_s'] for x in ps if x['p99_ttft_s'] is not None])} s; worst "
+                f"{w / max(total, 1):.0%}" + (f" ({q:.2f} + {pre:.2f} s)" if w else ""))
+
+    if by_phase:
+        out = ["| phase (KunServe's, at arrival) | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        return out + [f"| {p} | " + " | ".join(cell(n, p) for n in names) + " |" for p in used]
+    out = ["| system | " + " | ".join(used) + " |", "|---|" + "---|" * len(used)]
+    return out + [f"| {n} | " + " | ".join(cell(n, p) for p in used) + " |" for n in names]
+
+
+def restore_waits(res: dict) -> list[str]:
+    """Why P99 TTFT with restore can exceed P99 without it (Fig. 15's run): the worst 1% of
+    each placed by the phase the run with restore was in at their arrival."""
+    from servelab.designs.kunserve.reproduce.waits import AFTER, PHASES
+
+    r = res.get("restore")
+    kun, off = "kunserve", "kunserve w/o restore"
+    if not r or kun not in r["seeds"][0]["runs"] or not r["seeds"][0]["runs"][kun].get("phases"):
+        return []
+    pairs = [(s["seed"], s["runs"][kun]["ttft_s"]["99"], s["runs"][off]["ttft_s"]["99"]) for s in r["seeds"]]
+    out = ["### Restore and P99 TTFT: where the worst 1% wait", "",
+           "Per seed, P99 TTFT with / without restore: " + ", ".join(f"seed {k} {a:.2f} / {b:.2f} s ({a / b - 1:+.0%})"
+                                                                     for k, a, b in pairs) + ". Each request is "
+           "labelled by the phase the run *with* restore was in at its arrival (*after a split*: from its first "
+           "split on, when restored instances are DP again); cells as in the gap section below.", ""]
+    out += waits_table(r, by_phase=True) + [""]
+    after = [p for p in PHASES if p.endswith(AFTER)]
+    sk, so = worst_share(r, kun, after), worst_share(r, off, after)
+    if sk is None or so is None:
+        return out
+    cmp = [(p, phase_mean(r, kun, p), phase_mean(r, off, p)) for p in after]
+    cmp = [(p, a, b) for p, a, b in cmp if a is not None and b is not None]
+    out += [f"With restore {sk:.0%} of the worst 1% arrived after the first split, without restore {so:.0%}. P99 "
+            "TTFT of the arrivals after the first split, with vs without restore, by the phase of the run with "
+            "restore: " + "; ".join(f"{p[:-len(AFTER)]} {a:.2f} vs {b:.2f} s" for p, a, b in cmp) + "."]
+    for name, run, why in ((kun, "with restore", lambda p: "; the restored instances are DP again and the burst waits "
+                            "for the trigger, as in the gap below" if "no group" in p else "; the new groups' KV "
+                            "exchange" if "forming" in p else ""),
+                           (off, "without restore", lambda p: "; its groups stay pipelines all along: twice the KV, "
+                            "but bubbles and a weight read per stage and microbatch")):
+        most = max(after, key=lambda p: worst_share(r, name, (p,)) or 0)
+        share = worst_share(r, name, (most,)) or 0
+        out[-1] += (f" Most of the worst 1% {run} after the split: *{most}* ({share:.0%}{why(most)})." if share
+                    else f" None of the worst 1% {run} arrived after the split.")
+    return out + [""]
+
+
+def phase_mean(block: dict, name: str, phase: str, key: str = "p99_ttft_s"):
+    vals = [r["phases"][phase][key] for r in _col(block, name, lambda r: r)
+            if r.get("phases") and r["phases"][phase][key] is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def worst_share(block: dict, name: str, phases) -> float | None:
+    runs = [r for r in _col(block, name, lambda r: r) if r.get("phases")]
+    total = sum(r["phases"]["worst_total"] for r in runs)
+    return sum(r["phases"][p]["worst"] for r in runs for p in phases) / total if total else None
 
 
 def claims(res: dict) -> list[str]:

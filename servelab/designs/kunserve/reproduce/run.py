@@ -15,6 +15,7 @@ writes ``out_dir/kunserve.json``, times the steps and shows progress.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from servelab.designs.kunserve.reproduce import experiments as ex
 from servelab.designs.kunserve.reproduce import gaps
 from servelab.designs.kunserve.reproduce import points
 from servelab.designs.kunserve.reproduce import setting as st
+from servelab.designs.kunserve.reproduce import waits
 from servelab.metrics.plain_json import plain
 from servelab.reproduce.runner import Reproduction, Run, Step
 
@@ -132,8 +134,9 @@ def _end_to_end(wl: str, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> dict:
 
 
 def _over_seeds(systems: dict, wl: str, rate: float, hw: st.Hardware, sizes: ex.Sizes, duration_s: float,
-                bursts, load=()) -> dict:
-    """Each system on each seed's arrivals: seed 0's full runs and every seed's summary."""
+                bursts, load=(), hook=None) -> dict:
+    """Each system on each seed's arrivals: seed 0's full runs and every seed's summary
+    (``hook(runs, summaries)`` adds what needs every run of a seed, e.g. ``waits.attach``)."""
     runs0, per_seed = None, []
     sz = dataclasses.replace(sizes, bursts=tuple(bursts))
     for s in sizes.seeds:
@@ -142,7 +145,10 @@ def _over_seeds(systems: dict, wl: str, rate: float, hw: st.Hardware, sizes: ex.
         runs0 = runs0 or runs
         for r in runs.values():
             r["check"]["mean_demand_share"] = r.get("mean_demand_share")
-        per_seed.append({"seed": s, "runs": {k: points._summary(r) | {"check": r["check"]} for k, r in runs.items()}})
+        summaries = {k: points._summary(r) | {"check": r["check"]} for k, r in runs.items()}
+        if hook is not None:
+            hook(runs, summaries)
+        per_seed.append({"seed": s, "runs": summaries})
     return {"runs": runs0, "seeds": per_seed}
 
 
@@ -160,7 +166,8 @@ def _restore(rate: float, hw: st.Hardware, sizes: ex.Sizes) -> dict:
     against the threshold, so whether restore acted inside the run is read, not assumed."""
     wl = "decode-heavy"
     systems = {"vllm": "kunserve:drop=false", "kunserve": "kunserve", "kunserve w/o restore": "kunserve:restore=false"}
-    out = _over_seeds(systems, wl, rate, hw, sizes, sizes.long_duration_s, sizes.long_bursts, sizes.long_load)
+    hook = functools.partial(waits.attach, ref="kunserve", bursts=sizes.long_bursts, horizon_s=sizes.long_duration_s)
+    out = _over_seeds(systems, wl, rate, hw, sizes, sizes.long_duration_s, sizes.long_bursts, sizes.long_load, hook)
     return {"rate": rate, "workload": wl, "bursts": sizes.long_bursts, "load": sizes.long_load, "factor": 2, **out}
 
 
