@@ -24,6 +24,7 @@ import numpy as np
 
 from servelab.validate.compare import ValidateOptions, Validation, run_validation, step_rows
 from servelab.validate.report import fmt_s, markdown_table, metrics_line, pct, plot_cdfs, write_csv
+from servelab.validate.step_kinds import kinds_text
 from servelab.validate.workloads import FIDELITY_WORKLOADS
 
 GOALS = {"ttft": 0.10, "tpot": 0.10, "step": 0.05}
@@ -391,7 +392,8 @@ def _doc_text(command, model, cost_model, calibration, clock, workloads, header,
               "3. **Cluster runs: KV transfers.** The simulator times a hand-off or move by its link model; the "
               "engine copies blocks between in-process caches and measures the copy (wall time). Transfer "
               "seconds summed per run, engine against simulator:", "",
-              _transfer_table(done), "", *drift, *drift_probe_text(done)]
+              _transfer_table(done), "", *drift, *drift_probe_text(done),
+              *kinds_text(done, SYSTEM_STEP_GOAL)]
     for p in plots:
         lines += [f"![{p.stem}]({p.relative_to(base)})", ""]
     lines += [f"Run cost: {cpu_s:.0f} CPU-s, {wall_s:.0f} s wall (the engine runs dominate).", ""]
