@@ -376,7 +376,7 @@ def fidelity_section() -> list[str]:
             coef, table = _fit_arrays(x, x[:, 1], y, kernel, factors)
 
             def predict(z):
-                return _predict(z, coef, table)
+                return _predict(z, coef, table, kernel)
 
             fit_err = np.abs(predict(x) / y - 1)
             loo = held_out_error(samples, kernel, factors)

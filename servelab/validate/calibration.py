@@ -21,15 +21,17 @@ from servelab.engine.calibrate import CalibrationGrid
 VALIDATION_GRID = replace(CalibrationGrid(), prefill_tokens=(16, 64, 192, 384),
                           decode_rows=(1, 2, 3, 4, 6, 8, 12, 16), decode_context=(64, 256, 512))
 
-# A short grid for a calibration before every validation run (about 3.5 CPU-s on bench-30m): on a
+# A short grid for a calibration before every validation run (about 4 CPU-s on bench-30m): on a
 # shared VM even CPU time per step drifts with the load, so each run gets a model timed under
 # the same conditions it runs in. Three interleaved rounds (engine.calibrate.time_interleaved):
-# the median of three drops a round that a burst of load hit; the median of two cannot.
+# the median of three drops a round that a burst of load hit; the median of two cannot. Three
+# padded decodes and three padded prefills of the sizes padded policies run fit the dense
+# attention term (``c_decode_pad``) that every padded step pays (costmodel.linear, version 4).
 COMPACT_GRID = CalibrationGrid(prefill_tokens=(16, 64, 192, 384), prefill_cached=(0, 256),
                                decode_rows=(1, 2, 3, 4, 8, 16), decode_context=(64, 512),
                                decode_skewed=((8, 64, 512),), mixed_decodes=(4, 16),
-                               padded_decode=((8, 128),), padded_prefill=((4, 32), (4, 96)), repeats=3,
-                               swap_blocks=8)
+                               padded_decode=((8, 128), (2, 256), (4, 448)),
+                               padded_prefill=((4, 32), (4, 96), (2, 160)), repeats=3, swap_blocks=8)
 
 
 def clock_fn(clock: str):
