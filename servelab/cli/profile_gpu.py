@@ -28,6 +28,8 @@ def profile_gpu(
                                                    "float32 on CPU)."),
     repeats: Optional[int] = typer.Option(None, min=1, help="Timed runs per kernel (median kept)."),
     threads: Optional[int] = typer.Option(None, min=1, help="torch CPU threads."),
+    clock: Optional[str] = typer.Option(None, help="wall | cpu (default: wall on CUDA; on a CPU this process's CPU "
+                                                   "time, which a shared machine's load does not inflate)."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Time decode attention (split-kv / per-seq / padded on mixed-context batches), a prefill chunk,
@@ -37,6 +39,8 @@ def profile_gpu(
             raise UserError(f"--preset must be llama-7b or tiny, got {preset!r}")
         if dtype is not None and dtype not in ("float16", "bfloat16", "float32"):
             raise UserError(f"--dtype must be float16, bfloat16 or float32, got {dtype!r}")
+        if clock is not None and clock not in ("wall", "cpu"):
+            raise UserError(f"--clock must be wall or cpu, got {clock!r}")
         check_out_file(out)
         import dataclasses
 
@@ -54,18 +58,22 @@ def profile_gpu(
         shapes = TINY_SHAPES if preset == "tiny" else ProfileShapes()
         if repeats is not None:
             shapes = dataclasses.replace(shapes, repeats=repeats)
-        profile = profile_kernels(shapes, device=device, dtype=dtype)
+        if clock == "cpu" and torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type == "cuda":
+            raise UserError("--clock cpu: a CUDA kernel runs asynchronously on the GPU; time it with --clock wall")
+        profile = profile_kernels(shapes, device=device, dtype=dtype, clock=clock)
         out.write_text(json.dumps(profile, indent=1) + "\n")
         from servelab.costmodel.kernel_profile import KernelProfile
 
         loaded = KernelProfile.load(out)
         fits = {k: loaded.fit_kernel(k) for k in loaded.kernels()}
-    summary = {"out": str(out), "device": profile["device"], "empty_step_s": profile["empty_step_s"],
+    summary = {"out": str(out), "device": profile["device"], "clock": profile["clock"],
+               "empty_step_s": profile["empty_step_s"],
                "kernel_fit_median_error": {k: err for k, (_, _, err) in fits.items()}}
     if json_out:
         emit_json(summary)
         return
-    typer.echo(f"measured on {profile['device']} ({profile['dtype']}): {len(profile['attention'])} attention "
+    typer.echo(f"measured on {profile['device']} ({profile['dtype']}, {profile['clock']} clock): "
+               f"{len(profile['attention'])} attention "
                f"timings, {len(profile['gemms'])} GEMM shapes, empty step {profile['empty_step_s'] * 1e3:.3f} ms")
     for kernel, (coef, factor, err) in fits.items():
         typer.echo(f"  {kernel:<9} floor {coef[0] * 1e6:8.2f} us  per row {coef[1] * 1e6:8.3f} us  per context "

@@ -22,9 +22,16 @@ two- and three-row steps slower than any line; the factors are the median measur
 predicted ratio of the calibration's steps of each small token count timed at least twice
 (linear between those counts, 1 beyond, within [0.5, 2]). Version 1-2 files load with none.
 
-A padded batch is charged as its dense equivalent: ``rows * row_tokens`` tokens and, per
-row, a decode over ``context_tokens`` (row_tokens == 1) or a chunk of ``row_tokens`` over
-``context_tokens``. A step with no rows costs only its swaps. ``servelab calibrate`` fits
+A padded batch is charged as its dense equivalent: ``rows * row_tokens`` tokens, and its
+attention as the one masked dense attention it runs, ``rows * row_tokens * context_tokens``
+query-key pairs at ``c_decode_pad`` (version 4), whatever the ragged kernel: a padded decode
+(row_tokens == 1) costs rows x context like the padded decode kernel, a padded prefill every
+pair of its rectangle (no causal half). Before version 4 a padded step went through the
+ragged terms (its decode at the split-kv rate per context token, its prefill at the causal
+prefill rate); on the quiet machine's fidelity runs (docs/fidelity.md, item 7) that
+over-predicted multibin's padded decodes by 11.8% and under-predicted its padded prefills by
+14.1%. Files before version 4 load with ``c_decode_pad`` at ``c_decode_ctx`` where it is 0
+(a padded decode then costs what it did). A step with no rows costs only its swaps. ``servelab calibrate`` fits
 the coefficients with ``fit_linear_cost_model`` (non-negative, relative least squares) and
 saves them; the simulator loads the file by path.
 """
@@ -46,8 +53,8 @@ from servelab.costmodel.fitting import FitError, fit_error, nonneg_relative_lsts
 from servelab.costmodel.links import LinkSpec
 
 SCHEMA = "servelab.linear_cost_model"
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 ATTENTION_KERNELS = ("auto", "padded", "split-kv")
 MAX_FACTOR_TOKENS = 16  # token counts that get their own factor
 COEFFICIENTS = ("c_step", "c_token", "c_decode_ctx", "c_prefill_attn", "c_row", "c_swap_block", "c_decode_pad")
@@ -70,14 +77,14 @@ def _is_number(value: object) -> bool:
 
 def step_features(shape: StepShape) -> tuple[int, int, int, int, int, int, int]:
     """(has_rows, tokens, decode_context_sum, prefill attention pairs, rows, swap_blocks,
-    decode rows x longest decode context)."""
+    dense attention pairs: decode rows x longest decode context of a ragged step, rows x
+    row_tokens x context_tokens of a padded one)."""
     pad = shape.padding
     if pad is not None:
         rows = pad.num_rows
         tokens = rows * pad.row_tokens
-        decode_ctx = rows * pad.context_tokens if pad.row_tokens == 1 else 0
-        prefill_attn = rows * pad.row_tokens * pad.context_tokens if pad.row_tokens > 1 else 0
-        decode_pad = decode_ctx
+        decode_ctx = prefill_attn = 0
+        decode_pad = rows * pad.row_tokens * pad.context_tokens
     else:
         rows = len(shape.prefill_tokens) + shape.num_decodes
         tokens = shape.num_tokens
@@ -124,12 +131,15 @@ class LinearCostModel:
         has_rows, tokens, decode_ctx, prefill_attn, rows, swap, decode_pad = step_features(shape)
         if not has_rows:
             return self.c_swap_block * swap
+        if shape.padding is None:  # a ragged step's decodes pay the named kernel's term only
+            decode_ctx, decode_pad = _kernel_terms(self.attention_kernel, decode_ctx, decode_pad)
         return self._time(tokens, decode_ctx, prefill_attn, rows, swap, decode_pad)
 
     def decode_step_times_s(self, num_decodes: int, context_sums: np.ndarray,
                             context_maxes: np.ndarray | None = None) -> np.ndarray:
         sums = np.asarray(context_sums, dtype=np.float64)
         pads = num_decodes * np.asarray(context_maxes, dtype=np.float64) if context_maxes is not None else 0
+        sums, pads = _kernel_terms(self.attention_kernel, sums, pads)
         return self._time(num_decodes, sums, 0, num_decodes, 0, pads)
 
     def swap_time_s(self, num_blocks: int) -> float:
@@ -200,6 +210,8 @@ class LinearCostModel:
         if not isinstance(factors, list):
             raise fail(f"'token_factors' must be a list of numbers, got {shown(factors)}")
         kernel = data.get("attention_kernel", "auto")
+        if version < 4 and not coefficients.get("c_decode_pad"):  # padded steps went through the ragged terms
+            coefficients = {**coefficients, "c_decode_pad": coefficients["c_decode_ctx"]}
         try:
             return cls(**coefficients, kv_bytes_per_token=kv_bytes, fit=fit, meta=meta, token_factors=tuple(factors),
                        attention_kernel=kernel)
@@ -236,8 +248,28 @@ def _fit_from_json(fit: object, fail) -> FitError | None:
     return FitError(**fit)
 
 
-_KERNEL_DROPS = {"auto": (), "padded": (COEFFICIENTS.index("c_decode_ctx"),),
-                 "split-kv": (COEFFICIENTS.index("c_decode_pad"),)}
+_CTX, _PAD = COEFFICIENTS.index("c_decode_ctx"), COEFFICIENTS.index("c_decode_pad")
+
+
+def _kernel_terms(kernel: str, decode_ctx, decode_pad):
+    """A ragged step's (context sum, rows x longest) as the named decode kernel pays them:
+    ``split-kv`` the sum only, ``padded`` rows x longest only, ``auto`` both."""
+    if kernel == "split-kv":
+        return decode_ctx, 0 * decode_pad
+    if kernel == "padded":
+        return 0 * decode_ctx, decode_pad
+    return decode_ctx, decode_pad
+
+
+def _masked(features: np.ndarray, kernel: str) -> np.ndarray:
+    """Feature rows as the named kernel's model sees them (``_kernel_terms`` on the ragged
+    rows; a padded row, context sum 0 and dense pairs > 0, keeps its pairs under any kernel)."""
+    x = np.array(features, dtype=float)
+    if kernel == "split-kv":
+        x[x[:, _CTX] > 0, _PAD] = 0.0
+    elif kernel == "padded":
+        x[:, _CTX] = 0.0
+    return x
 
 
 _BASE_COLUMNS = [COEFFICIENTS.index(c) for c in ("c_step", "c_token", "c_row")]
@@ -249,8 +281,7 @@ def _fit_arrays(features: np.ndarray, tokens: np.ndarray, measured: np.ndarray, 
     line, then take each small token count's median ratio of (measured - the line's attention
     and swaps) to the line's per-step, per-token and per-row part (one pass: the line stays
     the fit to every step, so it and the factors cannot trade scale)."""
-    x = features.copy()
-    x[:, list(_KERNEL_DROPS[attention_kernel])] = 0.0
+    x = _masked(features, attention_kernel)
     coef = nonneg_relative_lstsq(x, measured)
     table: tuple[float, ...] = ()
     if factors:
@@ -262,8 +293,9 @@ def _fit_arrays(features: np.ndarray, tokens: np.ndarray, measured: np.ndarray, 
     return coef, table
 
 
-def _predict(features: np.ndarray, coef: np.ndarray, table: tuple[float, ...]) -> np.ndarray:
-    """``LinearCostModel._time`` over feature rows."""
+def _predict(features: np.ndarray, coef: np.ndarray, table: tuple[float, ...], kernel: str = "auto") -> np.ndarray:
+    """``LinearCostModel._time`` over feature rows (as ``kernel``'s model sees them)."""
+    features = _masked(features, kernel)
     scale = np.array([table[int(t) - 1] if 0 < t <= len(table) else 1.0 for t in features[:, 1]])
     base = features[:, _BASE_COLUMNS] @ coef[_BASE_COLUMNS]
     return base * scale + (features @ coef - base)
@@ -370,7 +402,7 @@ def _loo_errors(features: np.ndarray, measured: np.ndarray, attention_kernel: st
     for key in dict.fromkeys(keys.tolist()):
         out = keys == key
         coef, table = _fit_arrays(features[~out], tokens[~out], measured[~out], attention_kernel, factors)
-        predicted[out] = _predict(features[out], coef, table)
+        predicted[out] = _predict(features[out], coef, table, attention_kernel)
     return np.abs(np.maximum(predicted, 1e-12) / measured - 1.0)
 
 

@@ -25,7 +25,7 @@ def profile_file(tmp_path_factory):
 
 def test_the_file_holds_every_kernel_on_every_mixed_batch(profile_file):
     data = json.loads(profile_file.read_text())
-    assert data["device_kind"] == "cpu" and data["empty_step_s"] > 0
+    assert data["device_kind"] == "cpu" and data["empty_step_s"] > 0 and data["clock"] == "cpu"
     kinds = {(row["kernel"], row["batch"]) for row in data["attention"]}
     assert kinds == {(k, b) for k in ("split-kv", "per-seq", "padded") for b in ("uniform", "one-long", "two-clusters")}
     assert data["gemms"][0]["tokens"][0] == 1 and len(data["gemms"][0]["time_s"]) == len(data["gemms"][0]["tokens"])
@@ -33,6 +33,34 @@ def test_the_file_holds_every_kernel_on_every_mixed_batch(profile_file):
     for kernel in profile.kernels():
         coefficients, _, error = profile.fit_kernel(kernel)
         assert (coefficients >= 0).all() and error < 1.0
+
+
+def test_cpu_timings_leave_out_the_time_the_process_is_off_the_cpu():
+    """Regression: the profile timed CPU kernels by the wall clock, which also counts the time a
+    process is stalled on the loaded shared machine; the padded kernel's fit missed by 100.0%
+    with samples inflated that way (docs/costmodel.md). Off-CPU time here is a sleep: the wall
+    clock counts it, the CPU clock (a CPU's default) does not."""
+    import time
+
+    import torch
+
+    from servelab.engine.kernel_timing import clock_for, time_call
+
+    cpu = torch.device("cpu")
+    assert clock_for(cpu) == "cpu" and clock_for(cpu, "wall") == "wall"
+    with pytest.raises(ValueError, match="wall clock"):
+        clock_for(torch.device("cuda"), "cpu")
+
+    def nap():
+        time.sleep(0.02)
+
+    assert time_call(nap, cpu, repeats=3, warmup=0, clock="wall") >= 0.02
+    assert time_call(nap, cpu, repeats=3, warmup=0, clock="cpu") < 0.005
+
+
+def test_a_bad_clock_is_one_line(tmp_path):
+    res = CliRunner().invoke(app, ["profile-gpu", "--preset", "tiny", "--clock", "tsc", "--out", str(tmp_path / "k.json")])
+    assert res.exit_code == 2 and "--clock must be wall or cpu, got 'tsc'" in res.stderr
 
 
 def test_simulate_loads_it_and_says_so(profile_file, tmp_path):

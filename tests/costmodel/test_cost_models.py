@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from servelab.core.plan import PaddedBatch, StepShape
-from servelab.costmodel import COST_MODELS, CostModel, LinkSpec, make_cost_model
+from servelab.costmodel import COST_MODELS, CostModel, LinearCostModel, LinkSpec, make_cost_model
 
 
 def test_every_registered_cost_model_has_a_builder(cost_model_builders):
@@ -55,8 +55,14 @@ def test_padding_costs_at_least_the_ragged_batch(cost_model):
     assert cost_model.step_time_s(padded) > cost_model.step_time_s(ragged)
     decode_rows = StepShape(num_decodes=3, decode_context_sum=1500,
                             padding=PaddedBatch(num_rows=8, row_tokens=1, context_tokens=1024))
-    assert cost_model.step_time_s(decode_rows) == pytest.approx(
-        cost_model.step_time_s(StepShape(num_decodes=8, decode_context_sum=8 * 1024)))
+    if isinstance(cost_model, LinearCostModel):
+        # a calibrated CPU engine runs a padded step as one masked dense attention, timed apart
+        # from the ragged kernel (costmodel.linear, version 4): every row's GEMMs, dense pairs
+        assert cost_model.step_time_s(decode_rows) == pytest.approx(
+            cost_model._time(8, 0, 0, 8, 0, 8 * 1024))
+    else:
+        assert cost_model.step_time_s(decode_rows) == pytest.approx(cost_model.step_time_s(
+            StepShape(num_decodes=8, decode_context_sum=8 * 1024)))
 
 
 def test_kv_transfer_scales_with_tokens(cost_model):

@@ -55,8 +55,49 @@ def test_fit_needs_enough_samples():
 
 
 def test_padded_batch_is_charged_as_its_dense_equivalent():
-    assert step_features(StepShape(padding=PaddedBatch(4, 128, 512))) == (1, 512, 0, 4 * 128 * 512, 4, 0, 0)
-    assert step_features(StepShape(num_decodes=2, padding=PaddedBatch(8, 1, 300))) == (1, 8, 2400, 0, 8, 0, 2400)
+    """Tokens of the whole rectangle, attention as its dense pairs (rows x row tokens x context)."""
+    assert step_features(StepShape(padding=PaddedBatch(4, 128, 512))) == (1, 512, 0, 0, 4, 0, 4 * 128 * 512)
+    assert step_features(StepShape(num_decodes=2, padding=PaddedBatch(8, 1, 300))) == (1, 8, 0, 0, 8, 0, 2400)
+
+
+def test_a_split_kv_fit_charges_padded_steps_their_own_dense_attention():
+    """Regression (issue 23): the split-kv fit dropped the dense term, so a padded decode was
+    charged the ragged kernel's rate per context token and a padded prefill the causal
+    prefill's rate per pair (docs/fidelity.md: multibin's padded decodes +11.8%, padded
+    prefills -14.1%). Now padded steps fit and pay ``c_decode_pad`` per dense pair; ragged
+    decodes still pay only the context sum."""
+    true = LinearCostModel(c_step=5e-3, c_token=2e-4, c_decode_ctx=1.3e-6, c_prefill_attn=2e-7, c_row=1e-5,
+                           c_decode_pad=4e-7, attention_kernel="split-kv")
+    ragged = [StepShape(num_decodes=b, decode_context_sum=b * c, decode_context_max=c) for b in (1, 4, 16)
+              for c in (64, 512)]
+    ragged += [StepShape(prefill_tokens=(n,), prefill_context=(n,)) for n in (16, 64, 192, 384)]
+    padded = [StepShape(num_decodes=r, decode_context_sum=r * c, decode_context_max=c, padding=PaddedBatch(r, 1, c))
+              for r, c in ((8, 128), (2, 256), (4, 448))]
+    padded += [StepShape(prefill_tokens=(t,) * r, prefill_context=(t,) * r, padding=PaddedBatch(r, t, t))
+               for r, t in ((4, 32), (4, 96), (2, 160))]
+    fitted, error = fit_linear_cost_model([(s, true.step_time_s(s)) for s in ragged + padded],
+                                          attention_kernel="split-kv", token_factors=False)
+    assert error.max_rel_error < 1e-6
+    assert fitted.c_decode_pad == pytest.approx(4e-7, rel=1e-4) and fitted.c_decode_ctx == pytest.approx(1.3e-6, rel=1e-4)
+    skewed = StepShape(num_decodes=4, decode_context_sum=3 * 64 + 2048, decode_context_max=2048)
+    assert fitted.step_time_s(skewed) == pytest.approx(5e-3 + 4 * 2.1e-4 + 1.3e-6 * (3 * 64 + 2048))  # no bubble
+    times = fitted.decode_step_times_s(4, np.array([3 * 64 + 2048.0]), np.array([2048.0]))
+    assert times[0] == pytest.approx(fitted.step_time_s(skewed), rel=1e-12)
+
+
+def test_a_version_3_file_keeps_what_its_padded_decodes_cost(tmp_path):
+    """Before version 4 a padded decode went through the split-kv context term; such a file
+    (``c_decode_pad`` 0) loads with the dense term at that rate."""
+    old = LinearCostModel(c_step=5e-3, c_token=2e-4, c_decode_ctx=1.3e-6, c_prefill_attn=2e-7, c_row=1e-5,
+                          attention_kernel="split-kv")
+    data = old.to_json()
+    data["version"] = 3
+    path = tmp_path / "v3.json"
+    path.write_text(json.dumps(data))
+    loaded = LinearCostModel.load(path)
+    pad = StepShape(num_decodes=2, decode_context_sum=400, decode_context_max=200, padding=PaddedBatch(3, 1, 300))
+    assert loaded.c_decode_pad == old.c_decode_ctx
+    assert loaded.step_time_s(pad) == pytest.approx(5e-3 + 3 * 2.1e-4 + 1.3e-6 * 900)
 
 
 def test_fit_separates_the_context_sum_from_the_bubble():

@@ -47,14 +47,40 @@ def test_the_doc_lines_follow_the_runs():
 def test_a_calibration_the_machine_left_at_once_is_redone(monkeypatch, tmp_path, drifts, kept, tries):
     """The calibration kept is the one the drift probe right after it agreed with best; it stops at
     the first within DRIFT_CALM, and the file left on disk is the kept one."""
-    import servelab.validate.calibration as calibration_mod
     import servelab.validate.fidelity_doc as doc
 
     made = []
-    monkeypatch.setattr(calibration_mod, "calibrate_to",
-                        lambda loaded, path, clock, grid: (made.append(len(made)), path.write_text(str(len(made)))))
+    monkeypatch.setattr(doc, "_calibrate",
+                        lambda loaded, path, clock: (made.append(len(made)), path.write_text(str(len(made)))))
     probes = iter(drifts)
     monkeypatch.setattr(doc, "_drift_probe", lambda loaded, cost, clock: next(probes))
     cost = tmp_path / "c.json"
     assert doc.stable_calibration(object(), cost, "cpu") == (kept, tries)
     assert len(made) == tries and cost.read_text() == str(drifts.index(kept) + 1)
+
+
+def test_a_calibration_is_level_matched_to_the_probe_steps(monkeypatch, tmp_path):
+    """Regression (issue 23): the compact grid's level sat ~5% above what the probe steps (and a
+    run's steps) cost on the quiet machine, in 55 of 57 runs. ``match_level`` scales every step
+    coefficient by measured / predicted of the probes, so the saved model predicts the probes'
+    level and keeps the grid's shape; swap time (a copy) stays as timed."""
+    import dataclasses
+
+    import servelab.validate.calibration as calibration_mod
+    from servelab.core.plan import StepShape
+
+    cost = dataclasses.replace(COST, c_swap_block=4e-5, c_decode_pad=2e-8, token_factors=(0.9, 1.1),
+                               meta={"model": "m"})
+    path = tmp_path / "c.json"
+    cost.save(path)
+    monkeypatch.setattr(calibration_mod, "level_drift", lambda loaded, model, clock: -0.05)
+    assert calibration_mod.match_level(object(), path, "cpu") == -0.05
+    matched = LinearCostModel.load(path)
+    for shape in (StepShape(num_decodes=1, decode_context_sum=128, decode_context_max=128),
+                  StepShape(prefill_tokens=(64,), prefill_context=(64,), num_decodes=3, decode_context_sum=900,
+                            decode_context_max=400)):
+        assert matched.step_time_s(shape) == pytest.approx(0.95 * cost.step_time_s(shape), rel=1e-12)
+    assert matched.c_swap_block == cost.c_swap_block and matched.token_factors == cost.token_factors
+    assert matched.meta["level_scale"] == "0.9500" and matched.meta["model"] == "m"
+    assert calibration_mod.match_level(None, path, "cpu") is None  # nothing measured: the file is left alone
+    assert LinearCostModel.load(path) == matched
