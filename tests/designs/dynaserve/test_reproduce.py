@@ -49,3 +49,15 @@ def test_the_command_is_registered_and_checks_its_output_folder(tmp_path):
     blocker.write_text("x")
     res = runner.invoke(app, ["reproduce", "dynaserve", "--out", str(blocker)])
     assert res.exit_code == 2  # one clear line, no run started
+
+
+def test_a_ratio_without_a_capacity_reads_n_a():
+    """The committed run has no DynaServe capacity on hybrid under the paper's deployment (below
+    the grid), so its ratios cannot be formed: the cells read "n/a", not "n/ax"."""
+    from pathlib import Path
+
+    from servelab.designs.dynaserve.reproduce.report import render
+
+    saved = json.loads((Path(__file__).resolve().parents[3] / "docs/reproduction/dynaserve.json").read_text())
+    text = render(saved)
+    assert "(per seed: n/a, n/a; P99 rule: n/a, n/a)" in text and "n/ax" not in text

@@ -5,6 +5,7 @@ tests its stated reason. Pure formatting of the results dict; no simulation here
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from servelab.designs.dynaserve.reproduce import report_capacity as rc
@@ -110,7 +111,9 @@ def render(results: dict) -> str:
         rt.overhead_table(results["overhead"]),
         "",
     ]
-    return "\n".join(parts)
+    # a ratio that could not be formed (a capacity below the grid) is "n/a" where the cells append
+    # "x" to the number: it reads n/a, not n/ax
+    return re.sub(r"\bn/ax\b", "n/a", "\n".join(parts))
 
 
 def _reductions(results: dict) -> str:
