@@ -97,8 +97,8 @@ def revision(tree: Path) -> str:
 
 def _command(args) -> str:
     """The command line that wrote the report, with the workload memory limit when one was set
-    (on a busy machine the 1M-request point is refused without it: the guard's estimate counts
-    the summary arrays that ``perf scale`` never builds, 10.3 GiB against 3.15 GB measured)."""
+    (the guard's estimate of the 1M-request point is 3.3 GiB, as ``perf scale`` builds no summary;
+    the revision compared with counted the summary there, 10.3 GiB, and needs the limit)."""
     limit = os.environ.get("SERVELAB_MEMORY_LIMIT_GB")
     cmd = (f"SERVELAB_MEMORY_LIMIT_GB={limit} " if limit else "") + "python scripts/scale_report.py"
     if args.quick:
