@@ -114,7 +114,8 @@ def write(rows: list[dict], before: dict[int, dict], args) -> None:
     lines = ["# The simulator at fleet scale: cost per token and memory vs instances", "",
              f"Written by `{_command(args)}`; do not edit by hand.", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, Python {platform.python_version()}, "
-             f"load average {os.getloadavg()[0]:.1f} when written (the cores were shared with other work: CPU "
+             f"load average {os.getloadavg()[0]:.1f} when written, run at nice {os.nice(0)} on the shared machine "
+             "(the cores were shared with other work: CPU "
              "seconds, not wall time; each point ran once, in its own process; its row gives the 1-minute load "
              "average when it started and ended). CPU seconds do not count the other work, but the caches and "
              "memory bandwidth are shared with it, and the larger points are the ones that depend on them "
