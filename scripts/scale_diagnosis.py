@@ -4,8 +4,9 @@ docs/benchmarks/scale_diagnosis.md.
     python scripts/scale_diagnosis.py [--quick]
 
 docs/benchmarks/scale.md measures the cost per token falling to about half of one
-instance's at equal load per instance, and docs/benchmarks/scale_profile.md finds the Python
-work per token level. Each hypothesis for the gap gets an experiment that could refute it,
+instance's at equal load per instance, with the same Python work per token (a cProfile of it,
+once docs/benchmarks/scale_profile.md, was retired: this diagnosis measures what it could only
+name). Each hypothesis for the gap gets an experiment that could refute it,
 every run in its own process, timed in CPU seconds of ``Simulation.run`` (as
 ``servelab perf scale``):
 

@@ -63,79 +63,6 @@ print(json.dumps({"cpu_s": cpu, "output_tokens": int(tokens), "tokens_per_cpu_s"
 """
 
 
-# Where the time per token goes: cProfile around one point, per-call time of the functions
-# every step runs (pure Python on a plan's or a request's fields: only memory can make them slower).
-PROFILE = r"""
-import cProfile, json, pstats, sys, time
-from servelab.paths import default_data_dir
-from servelab.simulator import scale_bench
-n, per, repeats = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-prof = cProfile.Profile(time.process_time)  # CPU time: other work on the shared cores does not count
-prof.enable()
-point = scale_bench.run_point(n, per, 5.5, repeats, default_data_dir())
-prof.disable()
-stats = pstats.Stats(prof).stats
-out = {}
-for (path, line, name), (cc, nc, tt, ct, callers) in stats.items():
-    key = (path.rsplit("servelab/", 1)[-1] + ":" + name) if "servelab/" in path else name
-    calls, total = out.get(key, (0, 0.0))
-    out[key] = (calls + nc, total + tt)
-print(json.dumps({"point": point, "functions": out, "total_s": sum(t for _, t in out.values())}))
-"""
-PROFILED = ("core/plan.py:__post_init__", "core/instance.py:apply", "core/instance.py:complete",
-            "core/decode_group.py:advance", "core/kv_blocks.py:append_block", "baselines/vllm.py:schedule",
-            "metrics/collector.py:record_step", "cluster/driver.py:_on_step_done",
-            "<built-in method _heapq.heappop>", "<built-in method _heapq.heappush>",
-            "cluster/load_index.py:least_loaded", "cluster/load_index.py:_refresh")
-
-
-def run_profile(n: int, requests: int, repeats: int) -> dict:
-    print(f"profiling {n} instances", flush=True)
-    out = subprocess.run([sys.executable, "-c", PROFILE, str(n), str(requests), str(repeats)], cwd=ROOT, check=True,
-                         capture_output=True, text=True).stdout
-    return json.loads(out)
-
-
-def write_profile(profiles: list[dict], out: Path) -> None:
-    lines = ["# The simulator at fleet scale: where the time per token goes", "",
-             "Written by `python scripts/scale_report.py --profile`; do not edit by hand.", "",
-             f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, Python {platform.python_version()}, "
-             f"load average {os.getloadavg()[0]:.1f} when written (shared cores; cProfile timed on the process's "
-             "CPU clock, and it adds its own cost to every call, the same at every size).", "",
-             "The workload of docs/benchmarks/scale.md (equal load per instance), each size under cProfile in its "
-             "own process. *Calls per 1k tokens* says whether a size does more work per simulated token; "
-             "*us per call* whether the same work costs more. The functions are the ones every step runs.", ""]
-    first, last = profiles[0], profiles[-1]
-    per_mtok = [p["total_s"] / p["point"]["output_tokens"] * 1e6 for p in profiles]
-    steps = [p["functions"].get("core/plan.py:__post_init__", (0, 0.0))[0] / p["point"]["output_tokens"] * 1e3
-             for p in profiles]
-    lines += [f"Reading: from {first['point']['instances']} to {last['point']['instances']} instances the profiled "
-              f"CPU per 1M output tokens goes from {per_mtok[0]:.1f} s to {per_mtok[-1]:.1f} s, and the steps per "
-              f"1k tokens from {steps[0]:.2f} to {steps[-1]:.2f}: the Python work per simulated token is "
-              + ("level (within 15%)" if max(per_mtok) <= 1.15 * min(per_mtok) else "not level")
-              + ". cProfile adds several microseconds to every call, so the unprofiled gap of "
-              "docs/benchmarks/scale.md (a fraction of a microsecond per token) is below what this table resolves; "
-              "what that gap is made of (memory locality as the instances' running requests stop fitting in "
-              "cache is the hypothesis, not measured here) is not established by this profile.", ""]
-    head = "| function | " + " | ".join(f"{p['point']['instances']} inst: calls per 1k tok | us per call"
-                                        for p in profiles) + " |"
-    lines += [head, "|---|" + "---:|---:|" * len(profiles)]
-    for name in PROFILED:
-        cells = []
-        for p in profiles:
-            calls, total = p["functions"].get(name, (0, 0.0))
-            tokens = p["point"]["output_tokens"] / 1e3
-            cells.append(f"{calls / tokens:.2f} | {total / calls * 1e6:.2f}" if calls else "- | -")
-        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
-    lines += ["", "| | " + " | ".join(f"{p['point']['instances']} instances" for p in profiles) + " |",
-              "|---|" + "---:|" * len(profiles),
-              "| requests (all workloads) | " + " | ".join(f"{p['point']['requests']:,}" for p in profiles) + " |",
-              "| profiled seconds per 1M output tokens | " + " | ".join(
-                  f"{p['total_s'] / p['point']['output_tokens'] * 1e6:.1f}" for p in profiles) + " |"]
-    out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {out}")
-
-
 def run_point(n: int, requests: int, repeats: int) -> dict:
     cmd = [sys.executable, "-m", "servelab.cli.main", "perf", "scale", "--instances", str(n), "--requests",
            str(requests), "--repeats", str(repeats)]
@@ -170,8 +97,8 @@ def revision(tree: Path) -> str:
 
 def _command(args) -> str:
     """The command line that wrote the report, with the workload memory limit when one was set
-    (on a busy machine the 1M-request point is refused without it: the guard's estimate counts
-    the summary arrays that ``perf scale`` never builds, 10.3 GiB against 3.15 GB measured)."""
+    (the guard's estimate of the 1M-request point is 3.3 GiB, as ``perf scale`` builds no summary;
+    the revision compared with counted the summary there, 10.3 GiB, and needs the limit)."""
     limit = os.environ.get("SERVELAB_MEMORY_LIMIT_GB")
     cmd = (f"SERVELAB_MEMORY_LIMIT_GB={limit} " if limit else "") + "python scripts/scale_report.py"
     if args.quick:
@@ -187,7 +114,8 @@ def write(rows: list[dict], before: dict[int, dict], args) -> None:
     lines = ["# The simulator at fleet scale: cost per token and memory vs instances", "",
              f"Written by `{_command(args)}`; do not edit by hand.", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, Python {platform.python_version()}, "
-             f"load average {os.getloadavg()[0]:.1f} when written (the cores were shared with other work: CPU "
+             f"load average {os.getloadavg()[0]:.1f} when written, run at nice {os.nice(0)} on the shared machine "
+             "(the cores were shared with other work: CPU "
              "seconds, not wall time; each point ran once, in its own process; its row gives the 1-minute load "
              "average when it started and ended). CPU seconds do not count the other work, but the caches and "
              "memory bandwidth are shared with it, and the larger points are the ones that depend on them "
@@ -255,15 +183,7 @@ def main() -> None:
     ap.add_argument("--compare-with", type=Path, default=None,
                     help="a source tree of another revision: run the points below 1,024 instances there too")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--profile", default=None, metavar="SIZES",
-                    help="instead: cProfile at these sizes (e.g. 1,64; one instance runs 4 workloads), "
-                         "written to docs/benchmarks/scale_profile.md")
     args = ap.parse_args()
-    if args.profile:
-        sizes = [int(x) for x in args.profile.split(",")]
-        write_profile([run_profile(n, args.requests, 4 if n == 1 else 1) for n in sizes],
-                      OUT.with_name("scale_profile.md"))
-        return
     instances = [1, 8, 32] if args.quick else [int(x) for x in args.instances.split(",")]
     requests = 200 if args.quick else args.requests
     before: dict[int, dict] = {}

@@ -51,13 +51,13 @@ class SarathiPolicy(ContinuousBatchingPolicy):
                 continue
             if b.tokens_left < 1 or not b.try_add(req, min(req.num_pending_tokens, b.tokens_left), new_request=True):
                 break
-        if not b.ids and not b.group_ids and waiting and not b.preempt:
+        if not b.ids and not b.num_group_rows and waiting and not b.preempt:
             # requests holding the blocks wait with their KV behind a head that cannot fit
             # (hand-offs, swapped-back requests; a pipeline group's exchanged requests): run
             # them, as vllm does. Also when a running request's next chunk cannot get blocks:
             # the step would otherwise be empty and no step would ever free one
             run_held_kv(state, waiting, b, chunked=True)
-        if not b.ids and not b.group_ids and state.swapped and not b.preempt:
+        if not b.ids and not b.num_group_rows and state.swapped and not b.preempt:
             return self._swap_in_one(state, b)
         plan = b.build()
         return plan if not plan.is_empty else EMPTY_PLAN

@@ -133,7 +133,7 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
         with swap decoded one row for the last 170 s of a 330 s offline run)."""
         if not swapped or b.preempt or b.swap_out:
             return ()
-        busy = bool(b.ids or b.group_ids or state.num_running)
+        busy = bool(b.ids or b.num_group_rows or state.num_running)
         reserve = b.blocks.watermark_blocks if busy else 0
         out: list[int] = []
         for req in swapped:

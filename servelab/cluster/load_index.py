@@ -78,7 +78,7 @@ class LoadIndex:
             if ends is None:
                 ends = run.ends_list = run.ends.tolist()
             done = min(bisect_right(ends, now_s), run.final_step)
-            load -= (done - run.num_applied) * len(d.applied.batch)
+            load -= (done - run.num_applied) * d.applied.num_rows
             if done < run.final_step:
                 heapq.heappush(self._timers, (ends[done], iid, stamp))
         heapq.heappush(self._heap, (load, iid, stamp))

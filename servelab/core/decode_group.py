@@ -16,6 +16,13 @@ epoch, and the members that need a new KV block this step are exactly those whos
 ``(computed0 - epoch0) mod block_size`` equals ``-epoch mod block_size`` (about n/16 of them).
 Members leave at a known epoch (output length or hand-off point), kept in a heap.
 
+A step plan names the group's rows by reference (``rows()``: the group at one membership
+version, one object per version), never by copying its members' ids or requests: with tens
+of instances each member's objects are cold in the caches, and touching about 100 of them
+per step (a tuple of ids, a list of requests, the set that checked them) was what made a
+token cost more on many instances (docs/benchmarks/scale_diagnosis.md). ``ids`` and
+``requests`` are built only for the readers that want them (a trace, a move, the engine).
+
 Members' attributes on their ``Request`` objects are stale between syncs; ``sync_all`` (the
 runtime calls it whenever anyone reads its running requests) and ``leave`` bring them up to
 date, and also the block manager's count of reserved slots. Only executors that read no
@@ -33,9 +40,45 @@ from servelab.core.kv_blocks import BlockManager
 from servelab.core.request import Request
 
 
+class GroupRows:
+    """A decode group's members at one membership version, as rows of a step plan: every
+    member decodes one token, in join order. A reference, not a copy; ``ids`` / ``requests``
+    are read off the group and refuse once its membership has changed since."""
+
+    __slots__ = ("group", "version", "n")
+
+    def __init__(self, group: "DecodeGroup", version: int, n: int) -> None:
+        self.group, self.version, self.n = group, version, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        return f"GroupRows(n={self.n}, version={self.version})"
+
+    @property
+    def is_current(self) -> bool:
+        return self.group.version == self.version
+
+    def _check(self) -> "DecodeGroup":
+        if self.group.version != self.version:
+            raise RuntimeError(f"decode group rows of version {self.version} read after the group changed "
+                               f"(version {self.group.version}): take them while the step is in flight")
+        return self.group
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return self._check().ids
+
+    @property
+    def requests(self) -> list[Request]:
+        return self._check().requests
+
+
 class DecodeGroup:
     __slots__ = ("blocks", "bs", "members", "_base", "epoch", "times", "_by_res", "_key_sum", "_max_heap",
-                 "_exit_heap", "_seq", "_ids", "_list", "in_flight", "_reserved_epoch", "_dirty", "_join_seq")
+                 "_exit_heap", "_seq", "_ids", "_list", "in_flight", "_reserved_epoch", "_dirty", "_join_seq",
+                 "version", "_rows")
 
     def __init__(self, blocks: BlockManager) -> None:
         self.blocks = blocks
@@ -55,6 +98,15 @@ class DecodeGroup:
         self.in_flight = False  # a group step was applied and not yet completed
         self._reserved_epoch = -1  # the epoch whose step's KV slots are reserved
         self._dirty = False  # members' Request attributes lag the epoch
+        self.version = 0  # bumped whenever a member joins or leaves
+        self._rows: GroupRows | None = None  # the plan rows of the current version
+
+    def rows(self) -> GroupRows:
+        """The members as a plan's rows, by reference (O(1); one object per membership version)."""
+        rows = self._rows
+        if rows is None or rows.version != self.version:
+            rows = self._rows = GroupRows(self, self.version, len(self.members))
+        return rows
 
     # ---- reading ----
     @property
@@ -116,6 +168,7 @@ class DecodeGroup:
             left = min(left, req.handoff_at_tokens - computed)
         heapq.heappush(self._exit_heap, (self.epoch + left, seq, rid))
         self._ids = self._list = None
+        self.version += 1
 
     def leave(self, rid: int) -> Request:
         """Take a member out (synced first); its Request attributes are current afterwards."""
@@ -126,6 +179,7 @@ class DecodeGroup:
         del self._by_res[key % self.bs][rid]
         self._key_sum -= key
         self._ids = self._list = None
+        self.version += 1
         return req
 
     def dissolve(self) -> None:

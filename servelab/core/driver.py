@@ -110,7 +110,7 @@ class InstanceDriver:
                     collector.on_preemption(rt.instance_id, now_s, "recompute")
                 for _ in plan.swap_out_ids:
                     collector.on_preemption(rt.instance_id, now_s, "swap")
-            if applied.batch or applied.swap_copies:
+            if applied.num_rows or applied.swap_copies:
                 break
             if rt.is_idle:  # only rejections, and nothing is left
                 return None
@@ -135,6 +135,8 @@ class InstanceDriver:
         outcome's ``handed_off`` are detached (their KV is still held here until released)."""
         rt = self.runtime
         plan, applied = self.plan, self.applied
+        if self.listener is not None:
+            applied.batch  # noqa: B018 -- built now: the decode group's members change as the step completes
         if self.run is not None:
             outcome, result = self._finish_run(now_s)
         else:
@@ -143,7 +145,7 @@ class InstanceDriver:
                 result = self.pending.result()
                 self.pending = None
                 self._record(self.step_start_s, result.duration_s, applied.shape, 1, self.num_waiting)
-            outcome = rt.complete(plan, applied.batch, result, now_s)
+            outcome = rt.complete(plan, applied.rows, result, now_s)
         self.busy, self.plan, self.applied, self.result = False, None, None, None
         self.policy.on_step_done(now_s, plan, result, applied.shape)
         for req in outcome.finished:
@@ -200,8 +202,7 @@ class InstanceDriver:
         when a request finishes or hands off, or KV blocks would run short; an event that
         reaches this instance earlier truncates it at the step then in flight."""
         rt, applied = self.runtime, self.applied
-        batch = applied.batch
-        horizon = min(rt.decode_horizon(batch), steps_within_memory(rt, len(batch)) + 1)
+        horizon = min(rt.decode_horizon(applied.rows), steps_within_memory(rt, applied.num_rows) + 1)
         if horizon < MIN_JUMP_STEPS:
             return None
         ends = self.executor.decode_run_ends(applied.shape, horizon, now_s)
@@ -217,11 +218,11 @@ class InstanceDriver:
         if done > run.num_applied:
             ends = run.ends[run.num_applied:done]
             start = run.step_start(run.num_applied)
-            self.runtime.fast_forward_decodes(self.applied.batch, len(ends), ends.tolist())
+            self.runtime.fast_forward_decodes(self.applied.rows, len(ends), ends.tolist())
             self._record(start, float(ends[-1]) - start, run.shape, len(ends), run.num_waiting)
             run.num_applied = done
         # the step in flight holds its KV slots, as it would step by step
-        self.runtime.reserve_decode_slots(self.applied.batch)
+        self.runtime.reserve_decode_slots(self.applied.rows)
 
     def interrupt(self, now_s: float) -> float | None:
         """Something reached this instance: its run ends with the step now in flight.
@@ -242,7 +243,7 @@ class InstanceDriver:
         if run is None:
             return self.runtime.num_outstanding_tokens
         done = min(run.num_ended_by(now_s), run.final_step)
-        return self.runtime.num_outstanding_tokens - (done - run.num_applied) * len(self.applied.batch)
+        return self.runtime.num_outstanding_tokens - (done - run.num_applied) * self.applied.num_rows
 
     def _load_changed(self) -> None:
         """A run began, was cut or ended: how the load falls with time changed (``outstanding_tokens_at``)."""
@@ -258,7 +259,7 @@ class InstanceDriver:
         first, last = run.num_applied, run.final_step
         ends = run.ends[first:last + 1]
         start = run.step_start(first)
-        outcome = self.runtime.fast_forward_decodes(self.applied.batch, len(ends), ends.tolist(), final=True)
+        outcome = self.runtime.fast_forward_decodes(self.applied.rows, len(ends), ends.tolist(), final=True)
         self._record(start, now_s - start, run.shape, len(ends), run.num_waiting)
         return outcome, StepResult(duration_s=now_s - run.step_start(last))
 

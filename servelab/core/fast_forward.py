@@ -55,7 +55,7 @@ def is_full_decode(plan: StepPlan, shape: StepShape, instance: InstanceState) ->
     """Every running request decodes one token and nothing else happens (a padded decode
     batch qualifies: its rows stay fixed and only the padded context grows)."""
     return (
-        shape.num_decodes == instance.num_running == len(plan.request_ids)
+        shape.num_decodes == instance.num_running == plan.num_rows
         and not shape.prefill_tokens
         and (plan.padding is None or plan.padding.row_tokens == 1)
         and not (plan.preempt_ids or plan.swap_out_ids or plan.swap_in_ids or plan.reject)

@@ -14,6 +14,7 @@ module is the step half: plan application, step completion and the decode fast-f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from servelab.core.fast_forward import steps_until_exit
 from servelab.core.instance_queues import InstanceLimits, InstanceQueues, PlanError, owed_tokens
@@ -36,12 +37,33 @@ SwapCopies = list[tuple[str, list[tuple[int, int]]]]  # ("out" | "in", [(src blo
 
 @dataclass(slots=True)
 class AppliedStep:
+    """An applied plan: the step's shape and requests. ``rows`` are the plan's listed requests
+    (``plan.request_ids``, in order); when the plan names the decode group, its ``group_rows``
+    members run first, one token each, and are not copied here. ``batch`` (every row, group
+    first) is built on demand for the readers that want the requests (a trace, a move, the
+    engine), while the step is in flight."""
+
     shape: StepShape
-    batch: list[Request]  # the plan's requests, in plan order
+    rows: list[Request]  # the plan's listed requests, in plan order
     rejected: list[Request]  # refused by the plan; already ended
     swap_copies: SwapCopies = field(default_factory=list)  # KV copies a real executor makes first, in order
     plan: StepPlan | None = None
-    group_rows: int = 0  # the first rows are the decode group's members (one token each)
+    group_rows: int = 0  # decode group members ahead of ``rows`` (one token each)
+    group: Any = None  # their ``GroupRows`` (by reference)
+    _batch: list[Request] | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return self.group_rows + len(self.rows)
+
+    @property
+    def batch(self) -> list[Request]:
+        """Every row's request, the group's members first (built once: O(rows))."""
+        if not self.group_rows:
+            return self.rows
+        if self._batch is None:
+            self._batch = self.group.requests + self.rows
+        return self._batch
 
 
 class InstanceRuntime(InstanceQueues):
@@ -62,15 +84,23 @@ class InstanceRuntime(InstanceQueues):
             copies.append(("in", self._swap_in(self.get(rid))))
         swap_blocks = sum(len(pairs) for _, pairs in copies)
         row_ids, row_tokens = plan.request_ids, plan.num_tokens
-        if len(row_ids) > self.max_num_seqs:
-            raise PlanError(f"instance {self.instance_id}: {len(row_ids)} rows > max_num_seqs {self.max_num_seqs}")
         group, group_rows = self.group, 0
-        if group is not None and group.n:
-            if row_ids[:group.n] == group.ids:  # the group decodes as one: its rows cost O(1)
+        if plan.group is not None:  # the group decodes as one, named by reference: its rows cost O(1)
+            if plan.group.group is not group or not plan.group.is_current:
+                raise PlanError(f"instance {self.instance_id}: the plan's decode group rows are not this "
+                                "instance's current group")
+            group_rows = plan.group.n
+        if len(row_ids) + group_rows > self.max_num_seqs:
+            raise PlanError(f"instance {self.instance_id}: {len(row_ids) + group_rows} rows > max_num_seqs "
+                            f"{self.max_num_seqs}")
+        if group is not None and group.n and row_ids and not group.members.keys().isdisjoint(row_ids):
+            if group_rows:
+                raise PlanError(f"instance {self.instance_id}: a decode group member is scheduled twice")
+            if row_ids[:group.n] == group.ids:  # listed one by one, in group order (a policy's full path)
                 group_rows = group.n
                 row_ids, row_tokens = row_ids[group_rows:], row_tokens[group_rows:]
-            elif not group.members.keys().isdisjoint(row_ids):  # members scheduled one by one
-                self._dissolve_group()
+            else:
+                self._dissolve_group()  # members scheduled one by one
         by_id = self._by_id
         try:
             batch = [by_id[rid] for rid in row_ids]
@@ -120,7 +150,6 @@ class InstanceRuntime(InstanceQueues):
             num_decodes += group_rows
             ctx_sum += group.context_sum_next()
             ctx_max = max(ctx_max, group.context_max_next())
-            batch = group.requests + batch
         self._inflight_group = group_rows
         pad = plan.padding
         step_tokens = sum(prefill_tokens) + num_decodes if pad is None else pad.num_rows * pad.row_tokens
@@ -131,7 +160,7 @@ class InstanceRuntime(InstanceQueues):
             self._admit(admitted)
         shape = StepShape(tuple(prefill_tokens), tuple(prefill_context), num_decodes, ctx_sum, ctx_max,
                           plan.padding, swap_blocks)
-        return AppliedStep(shape, batch, rejected, copies, plan, group_rows)
+        return AppliedStep(shape, batch, rejected, copies, plan, group_rows, group.rows() if group_rows else None)
 
     def _reserve(self, req: Request, n: int) -> None:
         if req.status.is_terminal or req.status is RequestStatus.SWAPPED:
@@ -146,20 +175,23 @@ class InstanceRuntime(InstanceQueues):
                 raise PlanError(f"instance {self.instance_id}: {exc}") from None
 
     # ---- step completion ----
-    def complete(self, plan: StepPlan, batch: list[Request], result: StepResult, now_s: float) -> StepOutcome:
-        """Advance every scheduled request; emit tokens, finish or hand off requests."""
+    def complete(self, plan: StepPlan, rows: list[Request], result: StepResult, now_s: float) -> StepOutcome:
+        """Advance every scheduled request (``rows``: the plan's listed requests, ``AppliedStep.rows``,
+        after the decode group's members when the plan names the group); emit tokens, finish or
+        hand off requests."""
         out = StepOutcome()
-        self._outstanding -= sum(plan.num_tokens)
+        self._outstanding -= plan.total_tokens
         stopped = dict(result.stopped_ids) if result.stopped_ids else None
         sampled = result.sampled_token_ids
         decoding = RequestStatus.DECODING
         group_rows, self._inflight_group = self._inflight_group, 0
-        rows = zip(batch, plan.num_tokens)
         if group_rows:
             self._group_exits(self.group.advance(1, [now_s]), out, now_s)
-            rows = zip(batch[group_rows:], plan.num_tokens[group_rows:])
+        tokens = plan.num_tokens
+        if group_rows and plan.group is None:  # the plan listed the group's members (``apply``)
+            tokens = tokens[group_rows:]
         joiners = []
-        for req, n in rows:
+        for req, n in zip(rows, tokens):
             computed = req.num_computed_tokens + n
             req.num_computed_tokens = computed
             if computed == req.num_prompt_tokens + req.num_generated_tokens:
@@ -197,26 +229,27 @@ class InstanceRuntime(InstanceQueues):
             else:
                 _leave(out, req, now_s, None)
 
-    def decode_horizon(self, batch: list[Request]) -> int:
-        """Steps until the first request of a full-decode ``batch`` finishes or hands off."""
-        group_rows = self._inflight_group
-        if not group_rows:
-            return steps_until_exit(batch)
-        return min(self.group.steps_until_exit(), steps_until_exit(batch[group_rows:]))
+    def decode_horizon(self, rows: list[Request]) -> int:
+        """Steps until the first request of a full-decode step (the decode group's members in
+        flight and ``rows``, the plan's listed requests) finishes or hands off."""
+        if not self._inflight_group:
+            return steps_until_exit(rows)
+        return min(self.group.steps_until_exit(), steps_until_exit(rows))
 
-    def fast_forward_decodes(self, batch: list[Request], num_steps: int, step_end_times_s: list[float], *,
+    def fast_forward_decodes(self, rows: list[Request], num_steps: int, step_end_times_s: list[float], *,
                              final: bool = False) -> StepOutcome:
-        """Apply ``num_steps`` pure-decode steps of the whole ``batch`` at once (simulator only).
+        """Apply ``num_steps`` pure-decode steps of the whole batch at once (simulator only): the
+        decode group's members in flight and ``rows``, the plan's listed requests.
 
         The caller guarantees that the KV blocks fit and that no request finishes or hands off
         before the last of these steps; with ``final`` the last step is completed here too
         (requests that reach their length or hand-off point leave), so a run costs one pass.
         """
-        self._outstanding -= num_steps * len(batch)
+        group_rows = self._inflight_group
+        self._outstanding -= num_steps * (len(rows) + group_rows)
         out = StepOutcome()
         allocate, reserved = self.blocks.allocate, self.blocks.num_reserved_tokens
         now_s = step_end_times_s[-1]
-        group_rows = self._inflight_group
         if group_rows:
             exits = self.group.advance(num_steps, step_end_times_s)
             if final:
@@ -224,8 +257,7 @@ class InstanceRuntime(InstanceQueues):
                 self._group_exits(exits, out, now_s)
             elif exits:
                 raise PlanError(f"instance {self.instance_id}: a decode run passed a request's last step")
-            batch = batch[group_rows:]
-        for req in batch:
+        for req in rows:
             extra = num_steps - reserved(req.request_id) + req.num_computed_tokens
             if extra > 0:
                 allocate(req.request_id, extra)
@@ -250,13 +282,12 @@ class InstanceRuntime(InstanceQueues):
             self._run_remove(req)
             self.detached[req.request_id] = req
 
-    def reserve_decode_slots(self, batch: list[Request]) -> None:
-        """KV slots for one more decode token of each request (a step in flight, simulator only)."""
-        group_rows = self._inflight_group
-        if group_rows:
+    def reserve_decode_slots(self, rows: list[Request]) -> None:
+        """KV slots for one more decode token of each request of the step in flight (the decode
+        group's members and ``rows``, the plan's listed requests; simulator only)."""
+        if self._inflight_group:
             self.group.reserve_step()
-            batch = batch[group_rows:]
-        self.blocks.ensure_decode_slots([r.request_id for r in batch], [r.num_computed_tokens + 1 for r in batch])
+        self.blocks.ensure_decode_slots([r.request_id for r in rows], [r.num_computed_tokens + 1 for r in rows])
 
 
 def _leave(out: StepOutcome, req: Request, now_s: float, finish_reason: str | None) -> None:

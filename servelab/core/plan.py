@@ -2,7 +2,10 @@
 
 Both are frozen. A plan names, per request, how many tokens run this step (a prefill chunk
 or a decode are the same thing at different offsets), plus the memory moves the instance
-must make first (preempt, swap out, swap in) and the requests the policy refuses.
+must make first (preempt, swap out, swap in) and the requests the policy refuses. The
+instance's decode group (simulator only, ``core.decode_group``) is named by reference: its
+members decode one token each ahead of the listed rows, and a plan that repeats them costs
+O(1), not a copy of ~100 ids per step (issue 29).
 ``padding`` switches the step to a dense padded batch, so static and bucketed batching pay
 the padding cost they were designed around (the simulator charges it, the engine runs it).
 """
@@ -10,6 +13,7 @@ the padding cost they were designed around (the simulator charges it, the engine
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,9 @@ class StepPlan:
 
     request_ids / num_tokens: parallel tuples; request ``request_ids[i]`` computes its next
         ``num_tokens[i]`` tokens (all its pending tokens for a decode, a chunk for prefill).
+    group: the instance's decode group rows (``DecodeGroup.rows()``, a ``GroupRows``), or None:
+        every member decodes one token, ahead of ``request_ids``' rows (which never name a
+        member). Read ``num_rows`` / ``total_tokens`` / ``all_request_ids`` for every row.
     preempt_ids: drop KV and recompute later (vLLM's recompute preemption).
     swap_out_ids / swap_in_ids: move KV to host / back before the step (InferCept-style swap).
     reject: (request_id, reason) pairs the policy refuses (admission control).
@@ -49,6 +56,7 @@ class StepPlan:
     swap_in_ids: tuple[int, ...] = ()
     reject: tuple[tuple[int, str], ...] = ()
     padding: PaddedBatch | None = None
+    group: Any = None
 
     def __post_init__(self) -> None:
         if len(self.request_ids) != len(self.num_tokens):
@@ -60,11 +68,30 @@ class StepPlan:
 
     @property
     def is_empty(self) -> bool:
-        return not (self.request_ids or self.preempt_ids or self.swap_out_ids or self.swap_in_ids or self.reject)
+        return not (self.request_ids or self.group or self.preempt_ids or self.swap_out_ids or self.swap_in_ids
+                    or self.reject)
+
+    @property
+    def num_group_rows(self) -> int:
+        return len(self.group) if self.group is not None else 0
+
+    @property
+    def num_rows(self) -> int:
+        """Rows of the step: the decode group's members and the listed requests."""
+        return self.num_group_rows + len(self.request_ids)
 
     @property
     def total_tokens(self) -> int:
-        return sum(self.num_tokens)
+        return self.num_group_rows + sum(self.num_tokens)
+
+    @property
+    def all_request_ids(self) -> tuple[int, ...]:
+        """Every row's request id, the group's first (built: O(rows); valid while the step is in flight)."""
+        return self.group.ids + self.request_ids if self.group else self.request_ids
+
+    @property
+    def all_num_tokens(self) -> tuple[int, ...]:
+        return (1,) * len(self.group) + self.num_tokens if self.group else self.num_tokens
 
 
 EMPTY_PLAN = StepPlan()

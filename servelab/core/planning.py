@@ -78,11 +78,17 @@ class PlanBuilder:
         self.swap_out: list[int] = []
         self.reject: list[tuple[int, str]] = []
         self.evicted: set[int] = set()  # preempted or swapped out by this plan
-        self.group_ids: tuple[int, ...] = ()  # the instance's decode group, decoding as one (plan prefix)
+        self.group = None  # the instance's decode group rows (GroupRows), decoding as one (plan prefix)
+        self.num_group_rows = 0
+
+    @property
+    def group_ids(self) -> tuple[int, ...]:
+        """The decode group members' ids when the group is planned (built on a membership change)."""
+        return self.group.ids if self.group is not None else ()
 
     @property
     def rows_left(self) -> int:
-        return self.state.max_num_seqs - len(self.ids) - len(self.group_ids)
+        return self.state.max_num_seqs - len(self.ids) - self.num_group_rows
 
     @property
     def tokens_left(self) -> int:
@@ -143,7 +149,7 @@ class PlanBuilder:
         added) when there is no group or something does not fit; use ``add_decodes`` then."""
         state = self.state
         group = getattr(state, "group", None)
-        if group is None or self.group_ids:
+        if group is None or self.group is not None:
             return False
         bs = self.blocks.block_size
         decodes = [r for r in state.running_others if r.num_generated_tokens and r.num_computed_tokens + 1 == r.num_tokens]
@@ -155,7 +161,8 @@ class PlanBuilder:
             return False
         self.free_blocks -= need
         self.num_tokens += n
-        self.group_ids = group.ids
+        if group.n:  # by reference: the plan copies none of the members (issue 29)
+            self.group, self.num_group_rows = group.rows(), group.n
         self.ids.extend(r.request_id for r in decodes)
         self.counts.extend([1] * len(decodes))
         return True
@@ -191,12 +198,8 @@ class PlanBuilder:
         self.evicted.add(victim.request_id)
 
     def build(self, **extra) -> StepPlan:
-        ids, counts = tuple(self.ids), tuple(self.counts)
-        if self.group_ids:  # the group's rows first: the runtime recognises them in O(1)
-            ids = self.group_ids + ids
-            counts = (1,) * len(self.group_ids) + counts
-        return StepPlan(ids, counts, preempt_ids=tuple(self.preempt), swap_out_ids=tuple(self.swap_out),
-                        reject=tuple(self.reject), **extra)
+        return StepPlan(tuple(self.ids), tuple(self.counts), preempt_ids=tuple(self.preempt),
+                        swap_out_ids=tuple(self.swap_out), reject=tuple(self.reject), group=self.group, **extra)
 
 
 def sorted_by(requests: Sequence[Request], key: OrderKey) -> Sequence[Request]:

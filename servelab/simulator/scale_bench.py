@@ -49,6 +49,7 @@ def run_point(instances: int, requests: int, rate: float, repeats: int = 1, data
     from servelab.costmodel.options import CostOptions
     from servelab.simulator import Simulation
     from servelab.simulator.hardware import cost_for_spec
+    from servelab.workloads.memory import run_shape
     from servelab.workloads.spec import parse_workload
 
     cost = cost_for_spec(InstanceSpec(GPU, MODEL), CostOptions())
@@ -57,7 +58,8 @@ def run_point(instances: int, requests: int, rate: float, repeats: int = 1, data
     build_s, makespans, prints, num_requests, rss_before = 0.0, [], [], 0, 0.0
     for seed in range(repeats):
         t0 = time.process_time()
-        workload = parse_workload(spec, data_dir, seed)
+        with run_shape(instances=instances, summary=False):  # the memory guard: no summary is built here
+            workload = parse_workload(spec, data_dir, seed)
         build_s += time.process_time() - t0
         rss_before = max(rss_before, peak_rss_gb())
         t0 = time.process_time()
