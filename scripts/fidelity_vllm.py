@@ -59,6 +59,16 @@ def _complete(path: Path) -> bool:
     return not any(json.loads(path.read_text())["metrics"]["failed"])
 
 
+def _priority(folder: Path, step: str, load_before: float) -> None:
+    """Record the priority a step ran at and the 1-minute load average around it (the doc's
+    header says both: on a shared machine they decide how much of the CPU the server got)."""
+    path = folder / "priority.json"
+    seen = json.loads(path.read_text()) if path.is_file() else {}
+    seen[step] = {"nice": os.nice(0), "load_before": load_before, "load_after": os.getloadavg()[0],
+                  "utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+    path.write_text(json.dumps(seen, indent=1))
+
+
 def one_server(setup: Setup, server: str, out: Path, budget_s: float, workloads) -> None:
     folder = out / server
     cost = folder / "cost_model.json"
@@ -73,13 +83,16 @@ def one_server(setup: Setup, server: str, out: Path, budget_s: float, workloads)
     try:
         tok = ["--tokenizer", str(setup.checkpoint)]
         if not cost.is_file():
+            load = os.getloadavg()[0]
             r = run(servelab("calibrate", "--base-url", url, "--out", str(cost), "--time-budget", f"{budget_s:g}",
                              *tok, "--max-num-seqs", str(setup.max_num_seqs), "--max-num-batched-tokens",
                              str(setup.max_num_batched_tokens), "--json"), folder / "calibrate.log", budget_s + 300)
             if r.returncode != 0:
                 raise RuntimeError(f"calibrate failed; see {folder / 'calibrate.log'}")
             (folder / "calibrate.json").write_text(r.stdout)
+            _priority(folder, "calibrate", load)
         for name, spec, max_prompt, max_output in pending:
+            load = os.getloadavg()[0]
             r = run(servelab("validate", "--base-url", url, "--cost-model", str(cost), "-w", spec,
                              "--max-prompt", str(max_prompt), "--max-output", str(max_output), *tok, "--rescale",
                              "--max-num-seqs", str(setup.max_num_seqs), "--max-batch-tokens",
@@ -87,6 +100,8 @@ def one_server(setup: Setup, server: str, out: Path, budget_s: float, workloads)
                     folder / f"validate-{name}.log", 1800)
             if r.returncode != 0:
                 print(f"    validate {name} failed; see {folder / f'validate-{name}.log'}", flush=True)
+            else:
+                _priority(folder, name, load)
     finally:
         stop_server(proc)
 
@@ -194,7 +209,42 @@ def _check_lines(folder: Path) -> list[str]:
                      + " | ".join(_pct((x["per_kind"].get(k) or {}).get("median")) for k in kinds)
                      + f" | {_pct(x['repeat_noise'])} | {_pct(x['line_vs_shape_medians'])} | "
                      f"{_pct(x['shape_median_noise'])} |")
-    return lines
+    return lines + _shape_lines(folder)
+
+
+def _shape_lines(folder: Path, top: int = 12) -> list[str]:
+    """The probe shapes that carry the held-out error (``probe_checks.shape_errors``)."""
+    from servelab.validate.probe_checks import load_runs, shape_errors
+
+    rows = shape_errors(load_runs(folder / "cost_model.probes.json"))
+    if not rows:
+        return []
+    return ["", f"Which shapes carry the held-out error (samples divided by the reference; the {min(top, len(rows))} "
+            f"of {len(rows)} shapes the line misses most): each shape's median sample against a fit without that "
+            "shape's repeats (error = predicted / measured - 1).", "",
+            "| probe shape | sample | n | measured ms | held-out prediction ms | error |",
+            "|---|---|---:|---:|---:|---:|",
+            *(f"| {r['shape']} | {r['kind']} | {r['n']} | {r['measured_s'] * 1e3:.1f} | {r['predicted_s'] * 1e3:.1f} | "
+              f"{100 * r['error']:+.1f}% |" for r in rows[:top])]
+
+
+def _priority_text(out: Path, servers: list[str]) -> str:
+    """What priority each server's steps ran at (``_priority``), and the load around them."""
+    parts = []
+    for server in servers:
+        path = out / server / "priority.json"
+        if not path.is_file():
+            parts.append(f"{server}: priority not recorded")
+            continue
+        steps = json.loads(path.read_text()).values()
+        nice = sorted({x["nice"] for x in steps})
+        loads = [v for x in steps for v in (x["load_before"], x["load_after"])]
+        parts.append(f"{server} at nice {', '.join(map(str, nice))} (1-minute load average {min(loads):.1f}-"
+                     f"{max(loads):.1f} at the steps' starts and ends)")
+    return ("Each server, and the calibration and validation clients, ran in the priority of the command that "
+            "started them: " + "; ".join(parts) + ". A negative nice (`flock /tmp/quiet.lock nice -n -15`, one "
+            "such benchmark at a time) puts them ahead of the other sessions' work, which runs at nice 19 on "
+            "this shared machine; they still share its 2 cores with it.")
 
 
 def render(out: Path, servers: list[str], setup: Setup, workloads, command: str) -> str:
@@ -207,10 +257,12 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
              f"weights); both servers: dtype {setup.dtype}, {setup.threads} torch thread, KV {setup.kv_gib:g} GiB, "
              f"max-num-seqs {setup.max_num_seqs}, max-num-batched-tokens {setup.max_num_batched_tokens}, block "
              f"{setup.block_size}, max-model-len {setup.max_model_len} (as in docs/benchmarks/vs_vllm.md); vLLM "
-             "without prefix caching, servelab `--policy vllm --enable-chunked-prefill`. The servers and clients ran under "
-             "`nice -n 10` (this shared machine's rule), so other sessions' work takes the CPU first.",
+             "without prefix caching, servelab `--policy vllm --enable-chunked-prefill`. "
+             + _priority_text(out, servers),
              "- Calibration: `servelab calibrate --base-url URL --time-budget S` (single prompts of 32-2,048 tokens "
-             "for prefill; 1-32 concurrent streams at contexts 128 and 512 for decode; 2 repeats; a decode step is "
+             "for prefill; 1-32 concurrent streams at contexts 128 and 512 for decode; a prompt of 128-1,536 tokens "
+             "sent while 4 or 16 streams decode at context 256, for the mixed step that runs it with them and the "
+             "step after; 2 repeats; a decode step is "
              "the mean gap over a window of token arrivals, and windows the client read in bursts, or a TTFT read in "
              "the same burst as the next token, give no sample). A reference probe (one stream, 11 decode gaps) runs between every two probes and each "
              "probe's samples are divided by its neighbouring references' ratio to their median (the load level of "

@@ -13,9 +13,9 @@ left out one sample at a time, the repeat of the same shape stays in the fit and
 is that of a shape the fit has already seen. The samples the fit sees are normalised to the
 load level of the reference probe (``probes.normalise``); the raw ones stay in the file.
 
-What the probes cannot see: mixed steps (a prefill chunk with decodes) are predicted by the
-sum of the line's terms, never timed as such; the HTTP hop and the server's tokenising are
-inside every TTFT sample and so in the fitted per-step cost (``c_step``) of every step.
+Mixed steps (a prefill with decodes) are timed by the mixed probes (``probes.MIXED``). The
+HTTP hop and the server's tokenising are inside every TTFT sample: ``request_overhead`` fits
+them apart and takes them off.
 """
 
 from __future__ import annotations
@@ -49,7 +49,13 @@ class RemoteCalibration:
 def sample_groups(runs: list) -> list[tuple]:
     """One key per sample: the probe's shape and the sample's place in it (not the repeat), so
     the held-out error leaves out every repeat of a shape together."""
-    return [(r.probe.kind, r.probe.prompt_len, r.probe.batch, _is_ttft(shape)) for r in runs for shape, _ in r.samples]
+    return [sample_key(r.probe, shape) for r in runs for shape, _ in r.samples]
+
+
+def sample_key(probe, shape) -> tuple:
+    """A sample's probe shape and its place in it (TTFT or decode; a mixed probe's mixed step or
+    the step after it): the same for every repeat."""
+    return (*probe.key, _is_ttft(shape), bool(shape.prefill_tokens))
 
 
 def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.0, repeats: int = 2,
@@ -135,9 +141,10 @@ REQUEST_OVERHEAD_KEY = "request_overhead_s"  # in the fit's meta: what validate 
 
 
 def _is_ttft(shape) -> bool:
-    """A prefill probe's TTFT sample (the only samples with prefill tokens): told by its shape,
-    not its place, since a TTFT read late is left out and the decode sample comes first."""
-    return bool(shape.prefill_tokens)
+    """A prefill probe's TTFT sample (prefill tokens, no decode rows; a mixed step has both):
+    told by its shape, not its place, since a TTFT read late is left out and the decode sample
+    comes first."""
+    return bool(shape.prefill_tokens) and not shape.num_decodes
 
 
 def request_overhead(runs: list) -> float:
@@ -177,9 +184,8 @@ def repeat_noise(runs: list) -> dict | None:
 
     groups: dict[tuple, list[float]] = {}
     for r in runs:
-        p = r.probe
         for shape, t in r.samples:
-            groups.setdefault((p.kind, p.prompt_len, p.batch, _is_ttft(shape)), []).append(t)
+            groups.setdefault(sample_key(r.probe, shape), []).append(t)
     devs = []
     for times in groups.values():
         if len(times) >= 2:

@@ -1,0 +1,85 @@
+"""The mixed probe (a prompt sent while streams decode: the step that runs a prefill with
+decode rows, which the prefill and decode probes never time), and the per-shape held-out
+table that says which probe shapes a fit misses."""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab.core.plan import StepShape
+from servelab.validate.probes import Probe, ProbeRun, probe_plan, samples_of
+
+
+def _req(times, start=0.0, prompt=256):
+    return {"start_s": start, "token_times_s": list(times), "prompt_len": prompt, "output_len": len(times), "error": ""}
+
+
+def test_the_gap_that_ends_with_the_prompts_first_token_is_the_mixed_step():
+    """Four streams decode at 20 ms a step; the prompt's first token comes out of a 300 ms step
+    (its prefill with the four decodes); the step after, with five rows, takes 25 ms. One
+    stream's token of the mixed step reached the client 1 ms before the prompt's first token
+    (the server hands one step's tokens out in any order)."""
+    steady = [0.02 * k for k in range(6)]  # 0.00 .. 0.10
+    mixed_end = 0.10 + 0.30
+    decodes = []
+    for i in range(4):
+        early = 0.001 if i == 0 else 0.0
+        decodes.append(_req(steady + [mixed_end - early, mixed_end + 0.025, mixed_end + 0.045]))
+    prompt = _req([mixed_end, mixed_end + 0.025, mixed_end + 0.045], start=0.07, prompt=512)
+    samples, note = samples_of(Probe("mixed", 256, 4, 9, 0, 512), decodes + [prompt])
+    assert note == ""
+    (mixed, t_mixed), (after, t_after) = samples
+    assert mixed.prefill_tokens == (512,) and mixed.num_decodes == 4
+    assert mixed.decode_context_sum == 4 * (256 + 6)  # the mixed step's token is each stream's 7th
+    assert t_mixed == pytest.approx(0.30, abs=1e-3)
+    assert after.num_decodes == 5 and after.prefill_tokens == () and t_after == pytest.approx(0.025, abs=1e-3)
+
+
+def test_a_mixed_step_is_not_a_ttft():
+    """The request overhead (HTTP hop, tokenising) is taken off TTFT samples only: a mixed
+    step has prefill tokens too, but its time is a decode stream's gap, which holds no hop."""
+    from servelab.validate.remote_calibrate import _is_ttft, adjusted_samples, sample_groups
+
+    mixed = StepShape((512,), (512,), 4, 4 * 262, 262)
+    ttft = StepShape((512,), (512,))
+    assert _is_ttft(ttft) and not _is_ttft(mixed)
+    runs = [ProbeRun(Probe("mixed", 256, 4, 9, r, 512), [], [(mixed, 0.3)]) for r in range(2)]
+    runs.append(ProbeRun(Probe("prefill", 512, 1, 8), [], [(ttft, 0.3)]))
+    assert [t for _, t in adjusted_samples(runs, 0.1)] == pytest.approx([0.3, 0.3, 0.2])
+    groups = sample_groups(runs)
+    assert groups[0] == groups[1] != groups[2]  # the repeats of one mixed shape; not the prefill's
+
+
+def test_mixed_probes_fit_the_step_token_limit():
+    limits = {"max_model_len": 4096, "max_num_batched_tokens": 1024, "max_num_seqs": 64}
+    plan = probe_plan(limits, mixed=((4, 256, 512), (16, 256, 1536)))
+    mixed = [p for p in plan if p.kind == "mixed"]
+    assert {(p.batch, p.prefill_len) for p in mixed} == {(4, 512)}  # 1,536 + 16 rows is over 1,024: not one step
+    assert len(mixed) == 2 and all(p.max_tokens >= 3 + 12 for p in mixed)
+    assert "mixed 512 tok + 4 rows @ ctx 256" in mixed[0].label
+
+
+def test_shape_errors_name_the_shape_the_line_misses():
+    """Steps on a line except the mixed step, which costs twice what the line's terms add up
+    to (a structure the line lacks): it tops the table, predicted at half by the line the
+    other shapes fit exactly."""
+    from servelab.validate.probe_checks import shape_errors
+
+    def line(shape):
+        return 0.010 + 0.0005 * shape.num_tokens + 1e-6 * shape.decode_context_sum
+
+    runs = []
+    for repeat in range(2):
+        for p in (32, 128, 512, 1024):
+            shape = StepShape((p,), (p,))
+            runs.append(ProbeRun(Probe("prefill", p, 1, 8, repeat), [], [(shape, line(shape))]))
+        for b in (1, 4, 16):
+            shape = StepShape(num_decodes=b, decode_context_sum=b * 128, decode_context_max=128)
+            runs.append(ProbeRun(Probe("decode", 128, b, 12, repeat), [], [(shape, line(shape))]))
+        shape = StepShape((512,), (512,), 4, 4 * 262, 262)
+        runs.append(ProbeRun(Probe("mixed", 256, 4, 9, repeat, 512), [], [(shape, 2 * line(shape))]))
+    table = shape_errors(runs, normalised=False)
+    assert table[0]["kind"] == "mixed step" and table[0]["n"] == 2
+    assert table[0]["error"] == pytest.approx(-0.5, abs=0.05)
+    assert table[0]["predicted_s"] == pytest.approx(line(StepShape((512,), (512,), 4, 4 * 262, 262)), rel=1e-3)
+    assert all(abs(row["error"]) < abs(table[0]["error"]) for row in table[1:])
