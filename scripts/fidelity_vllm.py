@@ -176,8 +176,9 @@ def _load_lines(cal: dict) -> list[str]:
         f"{avg['mean']:.1f} (min {avg['min']:.1f}, max {avg['max']:.1f})" if avg else "-")
     if ref:
         text += (f"; the reference probe took {ref['median_s'] * 1e3:.1f} ms (median) and {ref['min_ratio']:.2f}x-"
-                 f"{ref['max_ratio']:.2f}x of that around the probes. The fit is to the samples divided by it; "
-                 "the same checks on the samples as timed are in the table below")
+                 f"{ref['max_ratio']:.2f}x of that around the probes. The fit is to the samples "
+                 f"{load.get('fit_to', 'divided by the reference')} (`choose_samples`: whichever predicts left-out "
+                 "shapes better; both are checked in the table below)")
     return [text + "."]
 
 
@@ -264,9 +265,10 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
              "sent while 4 or 16 streams decode at context 256, for the mixed step that runs it with them and the "
              "step after; 2 repeats; a decode step is "
              "the mean gap over a window of token arrivals, and windows the client read in bursts, or a TTFT read in "
-             "the same burst as the next token, give no sample). A reference probe (one stream, 11 decode gaps) runs between every two probes and each "
-             "probe's samples are divided by its neighbouring references' ratio to their median (the load level of "
-             "that moment); the raw samples are kept and fitted too, for comparison. Held-out error: each sample "
+             "the same burst as the next token, give no sample). A reference probe (one stream, 11 decode gaps) "
+             "runs between every two probes; each probe's samples divided by its neighbouring references' ratio to "
+             "their median (the load level of that moment) and the samples as timed are both fitted, and the fit "
+             "kept is the one with the lower held-out error. Held-out error: each sample "
              "predicted by a fit without any repeat of its probe shape.",
              "- Validation: `servelab validate --base-url URL --cost-model FIT -w SPEC` replays the workload twice "
              "(arrival times kept) and simulates it with policy sarathi (token budget = max-num-batched-tokens: "
