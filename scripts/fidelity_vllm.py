@@ -182,6 +182,29 @@ def _load_lines(cal: dict) -> list[str]:
     return [text + "."]
 
 
+def _priority_study_lines(out: Path, server: str) -> list[str]:
+    """The same calibration run at another priority (``--priority-study``), beside this one:
+    the experiment that tells the machine's share of the held-out error from the model's."""
+    lines = []
+    for folder in sorted(out.glob(f"at-nice*/{server}")):
+        if not (folder / "calibrate.json").is_file():
+            continue
+        cal = json.loads((folder / "calibrate.json").read_text())
+        prio = json.loads((folder / "priority.json").read_text()).get("calibrate", {})
+        load, held = cal.get("load") or {}, cal.get("held_out") or {}
+        avg, ref = load.get("load_avg_1min") or {}, load.get("reference") or {}
+        lines.append(
+            f"- The same calibration at nice {prio.get('nice', '?')} (done at {_utc(folder / 'calibrate.json')} UTC, "
+            f"`--priority-study`, 1-minute load average {avg.get('min', 0):.1f}-{avg.get('max', 0):.1f}): "
+            f"{cal['num_probes']} probes in {cal['elapsed_s']:.0f} s ({cal['num_skipped']} skipped by the time "
+            f"budget), held-out median **{_pct(held.get('median_rel_error'))}** (p90 {_pct(held.get('p90_rel_error'))}), "
+            f"the same probe's repeats {_pct((cal.get('repeat_noise') or {}).get('median'))} apart (samples as timed: "
+            f"{_pct((load.get('raw_repeat_noise') or {}).get('median'))}), the reference probe "
+            f"{ref.get('min_ratio', 0):.2f}x-{ref.get('max_ratio', 0):.2f}x of its median; fitted to the samples "
+            f"{load.get('fit_to', 'divided by the reference')}.")
+    return lines
+
+
 def _check_lines(folder: Path) -> list[str]:
     """``probe_checks`` on this run's raw probe timings: what part of the held-out error is the
     machine's noise and what part the line's misfit."""
@@ -217,10 +240,12 @@ def _shape_lines(folder: Path, top: int = 12) -> list[str]:
     """The probe shapes that carry the held-out error (``probe_checks.shape_errors``)."""
     from servelab.validate.probe_checks import load_runs, shape_errors
 
-    rows = shape_errors(load_runs(folder / "cost_model.probes.json"))
+    raw = json.loads((folder / "cost_model.probes.json").read_text())
+    fit_to = (raw.get("load") or {}).get("fit_to", "divided by the reference")
+    rows = shape_errors(load_runs(folder / "cost_model.probes.json"), normalised=fit_to != "as timed")
     if not rows:
         return []
-    return ["", f"Which shapes carry the held-out error (samples divided by the reference; the {min(top, len(rows))} "
+    return ["", f"Which shapes carry the held-out error (the samples {fit_to}, as fitted; the {min(top, len(rows))} "
             f"of {len(rows)} shapes the line misses most): each shape's median sample against a fit without that "
             "shape's repeats (error = predicted / measured - 1).", "",
             "| probe shape | sample | n | measured ms | held-out prediction ms | error |",
@@ -297,6 +322,7 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                   "(median): the part of the held-out error that is the machine's noise. Request overhead (TTFT "
                   f"no step explains, kept out of the step costs and added to every simulated TTFT and e2e): "
                   f"{1e3 * cal.get('request_overhead_s', 0.0):.1f} ms.", *_load_lines(cal),
+                  *_priority_study_lines(out, server),
                   "- Limits read: " + ", ".join(f"{k} {v} ({cal['limits']['sources'][k]})"
                                                for k, v in cal["limits"]["values"].items()), "",
                   "A run that stops (a server killed, the machine out of memory) resumes where it stopped with a fresh "
@@ -437,6 +463,9 @@ def main() -> int:
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--workloads", default="", help="Only these workloads (comma-separated names; 'none': only the "
                     "calibration) this time, so a long run can go in pieces; the doc reports every one that has run.")
+    ap.add_argument("--priority-study", action="store_true", help="Only the calibration, into "
+                    "OUT/at-niceN/SERVER (N: this command's nice): run it at another priority than the main run to "
+                    "see what the priority does to the fit; the doc reports it beside the main fit.")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     servers = [s for s in args.servers.split(",") if s]
@@ -460,7 +489,10 @@ def main() -> int:
                 why = f"no vLLM venv at {setup.vllm_python} (scripts/setup_vllm_venv.sh did not finish)"
             else:
                 try:
-                    one_server(setup, server, args.out, args.time_budget, chosen)
+                    if args.priority_study:
+                        one_server(setup, server, args.out / f"at-nice{os.nice(0)}", args.time_budget, [])
+                    else:
+                        one_server(setup, server, args.out, args.time_budget, chosen)
                     continue
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     why = str(e)
