@@ -193,15 +193,28 @@ def _priority_study_lines(out: Path, server: str) -> list[str]:
         prio = json.loads((folder / "priority.json").read_text()).get("calibrate", {})
         load, held = cal.get("load") or {}, cal.get("held_out") or {}
         avg, ref = load.get("load_avg_1min") or {}, load.get("reference") or {}
+        import numpy as np
+
+        from servelab.costmodel.linear import LinearCostModel
+        from servelab.validate.probe_checks import load_runs
+        from servelab.validate.remote_calibrate import sample_groups
+
+        runs = load_runs(folder / "cost_model.probes.json")
+        main = out / server / "cost_model.json"
+        ratio = ""
+        if main.is_file():  # the starved server's samples against the main run's fit
+            fit = LinearCostModel.load(main)
+            r = [t / fit.step_time_s(shape) for run in runs for shape, t in run.samples if fit.step_time_s(shape) > 0]
+            ratio = f"; its samples took {float(np.median(r)):.1f}x (median) what the main fit predicts" if r else ""
         lines.append(
             f"- The same calibration at nice {prio.get('nice', '?')} (done at {_utc(folder / 'calibrate.json')} UTC, "
             f"`--priority-study`, 1-minute load average {avg.get('min', 0):.1f}-{avg.get('max', 0):.1f}): "
             f"{cal['num_probes']} probes in {cal['elapsed_s']:.0f} s ({cal['num_skipped']} skipped by the time "
-            f"budget), held-out median **{_pct(held.get('median_rel_error'))}** (p90 {_pct(held.get('p90_rel_error'))}), "
-            f"the same probe's repeats {_pct((cal.get('repeat_noise') or {}).get('median'))} apart (samples as timed: "
-            f"{_pct((load.get('raw_repeat_noise') or {}).get('median'))}), the reference probe "
-            f"{ref.get('min_ratio', 0):.2f}x-{ref.get('max_ratio', 0):.2f}x of its median; fitted to the samples "
-            f"{load.get('fit_to', 'divided by the reference')}.")
+            f"budget; {len(set(sample_groups(runs)))} sample shapes), the reference probe "
+            f"{ref.get('median_s', 0) * 1e3:.1f} ms (median) and {ref.get('min_ratio', 0):.2f}x-"
+            f"{ref.get('max_ratio', 0):.2f}x of that{ratio}; held-out median {_pct(held.get('median_rel_error'))} "
+            f"(p90 {_pct(held.get('p90_rel_error'))}; over so few shapes not comparable with the main fit's), "
+            f"fitted to the samples {load.get('fit_to', 'divided by the reference')}.")
     return lines
 
 
