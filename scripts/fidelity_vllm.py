@@ -59,6 +59,16 @@ def _complete(path: Path) -> bool:
     return not any(json.loads(path.read_text())["metrics"]["failed"])
 
 
+def _priority(folder: Path, step: str, load_before: float) -> None:
+    """Record the priority a step ran at and the 1-minute load average around it (the doc's
+    header says both: on a shared machine they decide how much of the CPU the server got)."""
+    path = folder / "priority.json"
+    seen = json.loads(path.read_text()) if path.is_file() else {}
+    seen[step] = {"nice": os.nice(0), "load_before": load_before, "load_after": os.getloadavg()[0],
+                  "utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+    path.write_text(json.dumps(seen, indent=1))
+
+
 def one_server(setup: Setup, server: str, out: Path, budget_s: float, workloads) -> None:
     folder = out / server
     cost = folder / "cost_model.json"
@@ -73,13 +83,16 @@ def one_server(setup: Setup, server: str, out: Path, budget_s: float, workloads)
     try:
         tok = ["--tokenizer", str(setup.checkpoint)]
         if not cost.is_file():
+            load = os.getloadavg()[0]
             r = run(servelab("calibrate", "--base-url", url, "--out", str(cost), "--time-budget", f"{budget_s:g}",
                              *tok, "--max-num-seqs", str(setup.max_num_seqs), "--max-num-batched-tokens",
                              str(setup.max_num_batched_tokens), "--json"), folder / "calibrate.log", budget_s + 300)
             if r.returncode != 0:
                 raise RuntimeError(f"calibrate failed; see {folder / 'calibrate.log'}")
             (folder / "calibrate.json").write_text(r.stdout)
+            _priority(folder, "calibrate", load)
         for name, spec, max_prompt, max_output in pending:
+            load = os.getloadavg()[0]
             r = run(servelab("validate", "--base-url", url, "--cost-model", str(cost), "-w", spec,
                              "--max-prompt", str(max_prompt), "--max-output", str(max_output), *tok, "--rescale",
                              "--max-num-seqs", str(setup.max_num_seqs), "--max-batch-tokens",
@@ -87,6 +100,8 @@ def one_server(setup: Setup, server: str, out: Path, budget_s: float, workloads)
                     folder / f"validate-{name}.log", 1800)
             if r.returncode != 0:
                 print(f"    validate {name} failed; see {folder / f'validate-{name}.log'}", flush=True)
+            else:
+                _priority(folder, name, load)
     finally:
         stop_server(proc)
 
@@ -161,9 +176,46 @@ def _load_lines(cal: dict) -> list[str]:
         f"{avg['mean']:.1f} (min {avg['min']:.1f}, max {avg['max']:.1f})" if avg else "-")
     if ref:
         text += (f"; the reference probe took {ref['median_s'] * 1e3:.1f} ms (median) and {ref['min_ratio']:.2f}x-"
-                 f"{ref['max_ratio']:.2f}x of that around the probes. The fit is to the samples divided by it; "
-                 "the same checks on the samples as timed are in the table below")
+                 f"{ref['max_ratio']:.2f}x of that around the probes. The fit is to the samples "
+                 f"{load.get('fit_to', 'divided by the reference')} (`choose_samples`: whichever predicts left-out "
+                 "shapes better; both are checked in the table below)")
     return [text + "."]
+
+
+def _priority_study_lines(out: Path, server: str) -> list[str]:
+    """The same calibration run at another priority (``--priority-study``), beside this one:
+    the experiment that tells the machine's share of the held-out error from the model's."""
+    lines = []
+    for folder in sorted(out.glob(f"at-nice*/{server}")):
+        if not (folder / "calibrate.json").is_file():
+            continue
+        cal = json.loads((folder / "calibrate.json").read_text())
+        prio = json.loads((folder / "priority.json").read_text()).get("calibrate", {})
+        load, held = cal.get("load") or {}, cal.get("held_out") or {}
+        avg, ref = load.get("load_avg_1min") or {}, load.get("reference") or {}
+        import numpy as np
+
+        from servelab.costmodel.linear import LinearCostModel
+        from servelab.validate.probe_checks import load_runs
+        from servelab.validate.remote_calibrate import sample_groups
+
+        runs = load_runs(folder / "cost_model.probes.json")
+        main = out / server / "cost_model.json"
+        ratio = ""
+        if main.is_file():  # the starved server's samples against the main run's fit
+            fit = LinearCostModel.load(main)
+            r = [t / fit.step_time_s(shape) for run in runs for shape, t in run.samples if fit.step_time_s(shape) > 0]
+            ratio = f"; its samples took {float(np.median(r)):.1f}x (median) what the main fit predicts" if r else ""
+        lines.append(
+            f"- The same calibration at nice {prio.get('nice', '?')} (done at {_utc(folder / 'calibrate.json')} UTC, "
+            f"`--priority-study`, 1-minute load average {avg.get('min', 0):.1f}-{avg.get('max', 0):.1f}): "
+            f"{cal['num_probes']} probes in {cal['elapsed_s']:.0f} s ({cal['num_skipped']} skipped by the time "
+            f"budget; {len(set(sample_groups(runs)))} sample shapes), the reference probe "
+            f"{ref.get('median_s', 0) * 1e3:.1f} ms (median) and {ref.get('min_ratio', 0):.2f}x-"
+            f"{ref.get('max_ratio', 0):.2f}x of that{ratio}; held-out median {_pct(held.get('median_rel_error'))} "
+            f"(p90 {_pct(held.get('p90_rel_error'))}; over so few shapes not comparable with the main fit's), "
+            f"fitted to the samples {load.get('fit_to', 'divided by the reference')}.")
+    return lines
 
 
 def _check_lines(folder: Path) -> list[str]:
@@ -194,7 +246,44 @@ def _check_lines(folder: Path) -> list[str]:
                      + " | ".join(_pct((x["per_kind"].get(k) or {}).get("median")) for k in kinds)
                      + f" | {_pct(x['repeat_noise'])} | {_pct(x['line_vs_shape_medians'])} | "
                      f"{_pct(x['shape_median_noise'])} |")
-    return lines
+    return lines + _shape_lines(folder)
+
+
+def _shape_lines(folder: Path, top: int = 12) -> list[str]:
+    """The probe shapes that carry the held-out error (``probe_checks.shape_errors``)."""
+    from servelab.validate.probe_checks import load_runs, shape_errors
+
+    raw = json.loads((folder / "cost_model.probes.json").read_text())
+    fit_to = (raw.get("load") or {}).get("fit_to", "divided by the reference")
+    rows = shape_errors(load_runs(folder / "cost_model.probes.json"), normalised=fit_to != "as timed")
+    if not rows:
+        return []
+    return ["", f"Which shapes carry the held-out error (the samples {fit_to}, as fitted; the {min(top, len(rows))} "
+            f"of {len(rows)} shapes the line misses most): each shape's median sample against a fit without that "
+            "shape's repeats (error = predicted / measured - 1).", "",
+            "| probe shape | sample | n | measured ms | held-out prediction ms | error |",
+            "|---|---|---:|---:|---:|---:|",
+            *(f"| {r['shape']} | {r['kind']} | {r['n']} | {r['measured_s'] * 1e3:.1f} | {r['predicted_s'] * 1e3:.1f} | "
+              f"{100 * r['error']:+.1f}% |" for r in rows[:top])]
+
+
+def _priority_text(out: Path, servers: list[str]) -> str:
+    """What priority each server's steps ran at (``_priority``), and the load around them."""
+    parts = []
+    for server in servers:
+        path = out / server / "priority.json"
+        if not path.is_file():
+            parts.append(f"{server}: priority not recorded")
+            continue
+        steps = json.loads(path.read_text()).values()
+        nice = sorted({x["nice"] for x in steps})
+        loads = [v for x in steps for v in (x["load_before"], x["load_after"])]
+        parts.append(f"{server} at nice {', '.join(map(str, nice))} (1-minute load average {min(loads):.1f}-"
+                     f"{max(loads):.1f} at the steps' starts and ends)")
+    return ("Each server, and the calibration and validation clients, ran in the priority of the command that "
+            "started them: " + "; ".join(parts) + ". A negative nice (`flock /tmp/quiet.lock nice -n -15`, one "
+            "such benchmark at a time) puts them ahead of the other sessions' work, which runs at nice 19 on "
+            "this shared machine; they still share its 2 cores with it.")
 
 
 def render(out: Path, servers: list[str], setup: Setup, workloads, command: str) -> str:
@@ -207,14 +296,17 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
              f"weights); both servers: dtype {setup.dtype}, {setup.threads} torch thread, KV {setup.kv_gib:g} GiB, "
              f"max-num-seqs {setup.max_num_seqs}, max-num-batched-tokens {setup.max_num_batched_tokens}, block "
              f"{setup.block_size}, max-model-len {setup.max_model_len} (as in docs/benchmarks/vs_vllm.md); vLLM "
-             "without prefix caching, servelab `--policy vllm --enable-chunked-prefill`. The servers and clients ran under "
-             "`nice -n 10` (this shared machine's rule), so other sessions' work takes the CPU first.",
+             "without prefix caching, servelab `--policy vllm --enable-chunked-prefill`. "
+             + _priority_text(out, servers),
              "- Calibration: `servelab calibrate --base-url URL --time-budget S` (single prompts of 32-2,048 tokens "
-             "for prefill; 1-32 concurrent streams at contexts 128 and 512 for decode; 2 repeats; a decode step is "
+             "for prefill; 1-32 concurrent streams at contexts 128 and 512 for decode; a prompt of 128-1,536 tokens "
+             "sent while 4 or 16 streams decode at context 256, for the mixed step that runs it with them and the "
+             "step after; 2 repeats; a decode step is "
              "the mean gap over a window of token arrivals, and windows the client read in bursts, or a TTFT read in "
-             "the same burst as the next token, give no sample). A reference probe (one stream, 11 decode gaps) runs between every two probes and each "
-             "probe's samples are divided by its neighbouring references' ratio to their median (the load level of "
-             "that moment); the raw samples are kept and fitted too, for comparison. Held-out error: each sample "
+             "the same burst as the next token, give no sample). A reference probe (one stream, 11 decode gaps) "
+             "runs between every two probes; each probe's samples divided by its neighbouring references' ratio to "
+             "their median (the load level of that moment) and the samples as timed are both fitted, and the fit "
+             "kept is the one with the lower held-out error. Held-out error: each sample "
              "predicted by a fit without any repeat of its probe shape.",
              "- Validation: `servelab validate --base-url URL --cost-model FIT -w SPEC` replays the workload twice "
              "(arrival times kept) and simulates it with policy sarathi (token budget = max-num-batched-tokens: "
@@ -243,6 +335,7 @@ def render(out: Path, servers: list[str], setup: Setup, workloads, command: str)
                   "(median): the part of the held-out error that is the machine's noise. Request overhead (TTFT "
                   f"no step explains, kept out of the step costs and added to every simulated TTFT and e2e): "
                   f"{1e3 * cal.get('request_overhead_s', 0.0):.1f} ms.", *_load_lines(cal),
+                  *_priority_study_lines(out, server),
                   "- Limits read: " + ", ".join(f"{k} {v} ({cal['limits']['sources'][k]})"
                                                for k, v in cal["limits"]["values"].items()), "",
                   "A run that stops (a server killed, the machine out of memory) resumes where it stopped with a fresh "
@@ -381,9 +474,21 @@ def main() -> int:
     ap.add_argument("--servers", default="vllm,servelab")
     ap.add_argument("--time-budget", type=float, default=360.0, help="Seconds for each calibration's probes.")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--workloads", default="", help="Only these workloads (comma-separated names; 'none': only the "
+                    "calibration) this time, so a long run can go in pieces; the doc reports every one that has run.")
+    ap.add_argument("--priority-study", action="store_true", help="Only the calibration, into "
+                    "OUT/at-niceN/SERVER (N: this command's nice): run it at another priority than the main run to "
+                    "see what the priority does to the fit; the doc reports it beside the main fit.")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     servers = [s for s in args.servers.split(",") if s]
+    names = [w for w in args.workloads.split(",") if w]
+    unknown = sorted(set(names) - {w[0] for w in WORKLOADS} - {"none"})
+    if unknown:
+        print(f"--workloads: unknown {', '.join(unknown)} (known: {', '.join(w[0] for w in WORKLOADS)})",
+              file=sys.stderr)
+        return 2
+    chosen = [w for w in WORKLOADS if not names or w[0] in names]  # none: the calibration alone
     setup = Setup(checkpoint=args.checkpoint, vllm_python=args.vllm_venv / "bin" / "python",
                   servelab_python=Path(sys.executable), ports=(8241, 8242))
     if not args.report_only:
@@ -397,7 +502,10 @@ def main() -> int:
                 why = f"no vLLM venv at {setup.vllm_python} (scripts/setup_vllm_venv.sh did not finish)"
             else:
                 try:
-                    one_server(setup, server, args.out, args.time_budget, WORKLOADS)
+                    if args.priority_study:
+                        one_server(setup, server, args.out / f"at-nice{os.nice(0)}", args.time_budget, [])
+                    else:
+                        one_server(setup, server, args.out, args.time_budget, chosen)
                     continue
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     why = str(e)

@@ -88,7 +88,9 @@ async def sse_lines(response: httpx.Response):
 
 
 async def send(client: httpx.AsyncClient, url: str, body: dict, req: PlannedRequest,
-               headers: dict | None = None) -> RequestResult:
+               headers: dict | None = None, on_token=None) -> RequestResult:
+    """``on_token``: called with no argument as each content chunk arrives (a probe that must
+    act while a stream runs, ``validate.probes``' mixed step, waits on it)."""
     out = RequestResult(req.index, prompt_len=req.prompt_len)
     num_chunks = 0
     usage = None
@@ -117,6 +119,8 @@ async def send(client: httpx.AsyncClient, url: str, body: dict, req: PlannedRequ
                         out.itl_s.append(now - last)
                     num_chunks += 1
                     last = now
+                    if on_token is not None:
+                        on_token()
                     out.finish_reason = (chunk["choices"][0].get("finish_reason") or out.finish_reason)
                     out.response_id = chunk.get("id", out.response_id)
                 if chunk.get("usage"):

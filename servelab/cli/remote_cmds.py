@@ -54,7 +54,9 @@ def calibrate_remote_cmd(base_url: Optional[str], model: Optional[Path], out: Pa
                     + (f"the same probe's repeats differed by {cal.noise['median']:.1%} (median), so " if cal.noise
                        else "")
                     + "the server's steps were too noisy (a loaded machine?) or are not linear in these features; "
-                    "rerun with more --repeats or on an idle machine before trusting simulations with it",
+                    "rerun with more --repeats, on an idle machine, or with the server and this command at a higher "
+                    "priority (against vLLM-CPU on a shared 2-core machine the held-out error was 36% at nice 10 and "
+                    "3% at nice -15) before trusting simulations with it",
                     fg=typer.colors.YELLOW, err=True)
     payload = {"out": str(out), "probes": str(cal.probes_path), "elapsed_s": cal.elapsed_s,
                "num_probes": len(cal.runs), "num_skipped": len(cal.skipped),

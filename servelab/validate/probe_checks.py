@@ -39,6 +39,8 @@ def load_runs(path: Path) -> list:
 def _kind(run, shape) -> str:
     if run.probe.kind == "decode":
         return "decode batch"
+    if run.probe.kind == "mixed":
+        return "mixed step" if shape.prefill_tokens else "after mixed"
     return "TTFT" if shape.prefill_tokens else "1-row decode"
 
 
@@ -115,3 +117,32 @@ def _median_fit_held_out(samples, groups, factors: bool) -> float | None:
         out = index == k
         errs += list(np.abs(_predict(features[out], coef, table) / measured[out] - 1))
     return float(np.median(errs))
+
+
+def shape_errors(runs: list, normalised: bool = True) -> list[dict]:
+    """Which probe shapes carry the held-out error: per shape (its repeats together), its kind,
+    the median sample, what a fit without that shape predicts for it, and the signed error
+    of that prediction against the median (``predicted / measured - 1``), largest first."""
+    from servelab.costmodel.linear import _fit_arrays, _predict, fit_linear_cost_model, step_features
+    from servelab.validate.probes import normalise
+    from servelab.validate.remote_calibrate import adjusted_samples, request_overhead, sample_groups
+
+    use = normalise(runs)[0] if normalised else runs
+    samples = adjusted_samples(use, request_overhead(use))
+    groups = sample_groups(use)
+    if len(set(groups)) < 3:
+        return []
+    labels = [(r.probe.label.rsplit(" (#", 1)[0], _kind(r, shape)) for r in use for shape, _ in r.samples]
+    factors = bool(fit_linear_cost_model(samples, attention_kernel="split-kv")[0].token_factors)
+    features = np.array([step_features(s) for s, _ in samples], dtype=float)
+    measured = np.array([t for _, t in samples], dtype=float)
+    out = []
+    for g in dict.fromkeys(groups):
+        mask = np.array([x == g for x in groups])
+        coef, table = _fit_arrays(features[~mask], features[~mask, 1], measured[~mask], "split-kv", factors)
+        i = int(np.argmax(mask))
+        predicted = float(_predict(features[i:i + 1], coef, table)[0])
+        median = float(np.median(measured[mask]))
+        out.append({"shape": labels[i][0], "kind": labels[i][1], "n": int(mask.sum()), "measured_s": median,
+                    "predicted_s": predicted, "error": predicted / median - 1})
+    return sorted(out, key=lambda x: -abs(x["error"]))

