@@ -28,6 +28,11 @@ def _lines(res: dict) -> list[str]:
         f"kernel unless a table names another, OPT models, one GPU per instance) "
         "unless marked **measured**. Do not edit: rerun the command.",
         "",
+        *([f"**Reduced run**: {sz['num_gpus']} GPUs, {sz['regime_requests']} requests per headline-grid cell and "
+           f"{sz['seeds']} seeds, {sz['num_requests']} synthetic and {sz['app_requests']} application requests, "
+           f"models {', '.join(sz['models'])}: the full sizes (8 GPUs, 2000 requests x 3 seeds, 1200 requests) "
+           "are `" + CMD + "`; a full run did not fit the session's time on the shared machine (about 0.1 of a "
+           "core at nice 19 under load).", ""] if res["reduced"] else []),
         "## Setting and choices the paper leaves open",
         "",
         f"- Server: {sz['num_gpus']} x H100 with NVLink (the paper: 8), host KV pool 800 GB, PCIe 5.0 to the pool "
