@@ -180,16 +180,19 @@ class PoolBuffers:
         self._owner[rid] = slot.iid
         queue.append(req)
         if self._prefetching(slot, cluster):
+            blocks = cluster.instance(slot.buffer_iid).blocks
+            capacity = blocks.num_gpu_blocks - blocks.num_gpu_blocks // 10  # a tenth stays free for prefills
             room = self._room.get(slot.buffer_iid)
-            if room is None:  # a tenth of the prefill GPU stays free for its prefills
-                blocks = cluster.instance(slot.buffer_iid).blocks
+            if room is None:
                 room = blocks.num_free_gpu_blocks - blocks.num_gpu_blocks // 10
-            need = -(-req.num_computed_tokens // blocks_size(cluster, slot.buffer_iid))
+            need = -(-req.num_computed_tokens // blocks.block_size)
             if need <= room:
                 self._room[slot.buffer_iid] = room - need
+                self.stats.num_prefetched += 1
                 return [Move(req, slot.buffer_iid, hold=True, reason="alignedserve prefetch")]
             self._room[slot.buffer_iid] = room
             self.stats.num_prefetch_skipped += 1
+            self.stats.prefetch_skips.append((need, room, capacity))
         slot.ready.add(rid)  # released from the pool directly (over PCIe)
         return []
 
@@ -220,6 +223,3 @@ class PoolBuffers:
             return self.config.leaf_width
         return cluster.instance(slot.iid).blocks.block_size
 
-
-def blocks_size(cluster: ClusterState, instance_id: int) -> int:
-    return cluster.instance(instance_id).blocks.block_size

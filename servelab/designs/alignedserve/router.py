@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Sequence
 
 from servelab.core.policy import POOL, ROUTERS, ClusterState, InstanceState, Move, Placement, Router
@@ -104,7 +105,11 @@ class AlignedServeRouter(PoolBuffers, Router):
             self.stats.num_switch_iterations += 1
         self.stats.step_contexts.append((shape.num_decodes, shape.decode_context_sum, shape.decode_context_max))
         if inst.cost_model is not None:
-            self.stats.step_s.append(inst.cost_model.step_time_s(shape))
+            took = inst.cost_model.step_time_s(shape)
+            self.stats.step_s.append(took)
+            # the iteration bubble: the same rows and KV reads with the context spread evenly (no long row)
+            even = replace(shape, decode_context_max=-(-shape.decode_context_sum // shape.num_decodes))
+            self.stats.step_even_s.append(took if even == shape else inst.cost_model.step_time_s(even))
         actions = self._schedule(slot, now_s, cluster)
         self.stats.schedule_s.append(time.thread_time() - t0)
         return actions

@@ -38,10 +38,15 @@ class AlignedStats:
     pool_wait_s: list[float] = field(default_factory=list)  # KV into the pool after prefill -> on a decode GPU
     rejoin_wait_s: list[float] = field(default_factory=list)  # evicted from a decode GPU -> back on one
     num_prefetch_skipped: int = 0  # the buffer GPU had no room: released from the pool over PCIe
+    num_prefetched: int = 0  # requests whose KV was prefetched into a buffer GPU (candidate or requests buffer)
+    # at each skipped prefetch: (the request's blocks, the buffer's room then, the buffer's whole room:
+    # its blocks less the tenth kept for prefills) -- says whether the buffer was occupied or too small
+    prefetch_skips: list[tuple[int, int, int]] = field(default_factory=list)
     pool_samples: list[tuple[float, float]] = field(default_factory=list)  # (time, bytes)
     release_s: list[float] = field(default_factory=list)  # schedule decision -> KV on the decode GPU
     step_contexts: list[tuple[int, int, int]] = field(default_factory=list)  # (rows, sum, max) per iteration
     step_s: list[float] = field(default_factory=list)  # each decode iteration's forward time (cost model)
+    step_even_s: list[float] = field(default_factory=list)  # ... with its context spread evenly over its rows
 
     def sample_pool(self, now_s: float, used_bytes: float) -> None:
         if not self.pool_samples or self.pool_samples[-1][1] != used_bytes:
@@ -69,6 +74,9 @@ class AlignedStats:
             "release_p95_ms": 1e3 * pct(self.release_s, 95),
             "num_iterations": self.num_iterations,
             "step_p50_ms": 1e3 * pct(self.step_s, 50),
+            # the paper's iteration-level bubble: how much longer the decode iterations took than the same
+            # iterations with each one's context spread evenly over its rows (same KV reads, no long row)
+            "iteration_bubble": (sum(self.step_s) / sum(self.step_even_s) - 1) if sum(self.step_even_s) else 0.0,
             "switch_share": self.num_switch_iterations / self.num_iterations if self.num_iterations else 0.0,
             "num_evictions": self.num_evictions,
             "num_evictions_to_pool": self.num_evictions_to_pool,
@@ -89,11 +97,23 @@ class AlignedStats:
             "kv_wait_total_s": float(np.sum(self.kv_wait_s)) if self.kv_wait_s else 0.0,
             "kv_wait_p50_p95_ms": [1e3 * pct(self.kv_wait_s, q) for q in (50, 95)],
             "num_prefetch_skipped": self.num_prefetch_skipped,
+            "num_prefetched": self.num_prefetched,
+            "prefetch_skips": _skips(self.prefetch_skips),
             # the wait before decoding (TTFT's in the paper, Fig. 15), and an evicted request's wait to rejoin
             "pool_wait_s": _dist(self.pool_wait_s),
             "rejoin_wait_s": _dist(self.rejoin_wait_s),
             "pool_peak_gb": max((b for _, b in self.pool_samples), default=0.0) / 2**30,
         }
+
+
+def _skips(skips: list[tuple[int, int, int]]) -> dict:
+    """Why prefetches were skipped: the request alone exceeded the buffer's whole room (no
+    setting of the buffer's occupancy could have taken it) or the room left at that moment."""
+    if not skips:
+        return {"count": 0, "too_big": 0, "need_blocks_p50": 0.0, "room_blocks_p50": 0.0, "capacity_blocks": 0}
+    a = np.asarray(skips, dtype=float)
+    return {"count": len(a), "too_big": int(np.sum(a[:, 0] > a[:, 2])), "need_blocks_p50": float(np.median(a[:, 0])),
+            "room_blocks_p50": float(np.median(a[:, 1])), "capacity_blocks": int(a[:, 2].max())}
 
 
 def _dist(xs: list[float]) -> dict:

@@ -243,3 +243,30 @@ def test_no_released_kv_waits_at_a_decode_gpu_for_memory(monkeypatch):
     assert res.conserved and all(r.status is RequestStatus.FINISHED for r in res.requests)
     assert router.stats.summary()["pool_wait_s"]["count"] == 60
     assert blocked == []
+
+
+def test_prefetch_statistics_count_prefetches_and_say_why_one_was_skipped():
+    """Issue 25 (prefetch must matter): the report needs how many prefetches had room, and for a
+    skipped one whether the buffer was occupied or the request larger than the buffer could be."""
+    from types import SimpleNamespace
+
+    from servelab.core.request import Request
+    from servelab.designs.alignedserve.buffers import Slot
+    from servelab.designs.alignedserve.router import AlignedServeRouter
+
+    blocks = SimpleNamespace(block_size=16, num_free_gpu_blocks=150, num_gpu_blocks=1000)
+    cluster = SimpleNamespace(instance=lambda iid: SimpleNamespace(blocks=blocks))  # no topology: prefetch on
+    router = AlignedServeRouter()
+    slot = Slot(iid=1, buffer_iid=0)
+    reqs = []
+    for i, n_blocks in enumerate((40, 40, 950)):  # room: 150 free - 100 kept for prefills = 50 blocks
+        req = Request(RequestSpec(i, 0.0, 16 * n_blocks, 10))
+        req.num_computed_tokens = 16 * n_blocks
+        reqs.append(req)
+    moves = [m for req in reqs for m in router._to_buffer(slot, req, slot.candidate, cluster)]
+    assert [m.request for m in moves] == reqs[:1] and moves[0].destination == 0
+    s = router.stats.summary()
+    assert s["num_prefetched"] == 1 and s["num_prefetch_skipped"] == 2
+    skips = s["prefetch_skips"]  # the second: room 10 of 900 left; the third: larger than the whole 900
+    assert skips["count"] == 2 and skips["too_big"] == 1 and skips["capacity_blocks"] == 900
+    assert slot.ready == {1, 2}  # skipped requests are released from the pool directly

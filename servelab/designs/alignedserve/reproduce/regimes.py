@@ -32,7 +32,7 @@ from servelab.designs.alignedserve.reproduce import setting as st
 from servelab.reproduce.stats import t_interval
 
 VARIANTS = {  # label -> spec
-    "vLLM": "vllm",
+    "vLLM": st.VLLM_CHUNKED,
     "DistServe": "distserve",
     "AlignedServe": "alignedserve",
     "AlignedServe, FCFS pool": "alignedserve:prefix_aware=false",
@@ -46,7 +46,7 @@ POISSON = f"ShareGPT-like, Poisson {POISSON_RATE:g} req/s"
 WORKLOADS = ("synthetic 95% short", "ShareGPT-like", POISSON)
 ROUTER_KEYS = ("switch_share", "rows_per_iteration_mean", "pool_depth_at_cut", "num_starved", "num_starved_batches",
                "num_kv_waits", "kv_wait_total_s", "kv_wait_p50_p95_ms", "batch_size_mean", "batch_span_median",
-               "num_batches", "num_joins_small", "num_joins_completions")
+               "num_batches", "num_joins_small", "num_joins_completions", "iteration_bubble")
 
 
 def _specs(workload: str, n: int, seed: int):
@@ -83,7 +83,8 @@ def headline_grid(sizes, seed: int, model: str = "OPT-6.7B") -> list[dict]:
                                              "conserved", "cpu_s", "model", "num_gpus")}
                     row.update(label=label, workload=workload, kernel=kernel, seed=s,
                                decode_rows_mean=r["decode_step_ms"].get("rows_mean"),
-                               decode_step_mean_ms=r["decode_step_ms"].get("mean"))
+                               decode_step_mean_ms=r["decode_step_ms"].get("mean"),
+                               decode_busy=r["decode_step_ms"].get("busy_share"))
                     if "router" in r:
                         row["router"] = {k: r["router"][k] for k in ROUTER_KEYS}
                     rows.append(row)
@@ -113,8 +114,15 @@ def summarise(rows: list[dict]) -> list[dict]:
                                         for s in seeds]) for lab in by if lab != "AlignedServe"}
             premise = {lab: _premise([v[s].get("router", {}) for s in seeds], [v[s] for s in seeds])
                        for lab, v in by.items()}
+            dist = by.get("DistServe", {})
+            # every variant over DistServe (throughput) and DistServe's P99 TPOT over each variant's, per seed
+            over_dist = {lab: t_interval([v[s]["decode_tok_s"] / dist[s]["decode_tok_s"] for s in seeds
+                                          if s in v and s in dist]) for lab, v in by.items() if lab != "DistServe"}
+            tpot_dist = {lab: t_interval([dist[s]["tpot_p99_ms"] / v[s]["tpot_p99_ms"] for s in seeds
+                                          if s in v and s in dist]) for lab, v in by.items() if lab != "DistServe"}
             out.append({"workload": workload, "kernel": kernel, "seeds": seeds, "tput": tput, "ratios": ratios,
-                        "first90": first90, "pool_share": pool_share, "premise": premise})
+                        "first90": first90, "pool_share": pool_share, "premise": premise,
+                        "over_distserve": over_dist, "tpot_distserve_over": tpot_dist})
     return out
 
 
@@ -124,8 +132,10 @@ def _premise(reports: list[dict], runs: list[dict]) -> dict:
     steps = [r.get("decode_rows_mean") for r in runs]
     base = {}
     if all(v is not None for v in steps):
+        busy = [r.get("decode_busy") for r in runs]
         base = {"decode_rows": sum(steps) / len(steps),
-                "decode_ms": sum(r["decode_step_mean_ms"] for r in runs) / len(runs)}
+                "decode_ms": sum(r["decode_step_mean_ms"] for r in runs) / len(runs),
+                "busy": sum(busy) / len(busy) if all(b is not None for b in busy) else None}
     if not reports or not reports[0]:
         return base
 
@@ -142,4 +152,5 @@ def _premise(reports: list[dict], runs: list[dict]) -> dict:
         "span": mean(lambda r: r["batch_span_median"]),
         "starved": mean(lambda r: r["num_starved"]),
         "kv_wait_s": mean(lambda r: r["kv_wait_total_s"]),
+        **({"bubble": mean(lambda r: r["iteration_bubble"])} if all("iteration_bubble" in r for r in reports) else {}),
     }

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from servelab.designs.alignedserve.reproduce import setting as st
 from servelab.designs.alignedserve.reproduce.report_claims import _claims, _f, _ratio, kernel_claim_lines, switch_gap_lines
+from servelab.designs.alignedserve.reproduce.report_gaps import gap_verdict_lines
 from servelab.designs.alignedserve.reproduce.report_latency import fig15_gap_lines, tpot_gap_lines
 from servelab.designs.alignedserve.reproduce.report_regimes import regime_lines
 
@@ -27,11 +28,19 @@ def _lines(res: dict) -> list[str]:
         f"kernel unless a table names another, OPT models, one GPU per instance) "
         "unless marked **measured**. Do not edit: rerun the command.",
         "",
+        *([f"**Reduced run**: {sz['num_gpus']} GPUs, {sz['regime_requests']} requests per headline-grid cell and "
+           f"{sz['seeds']} seeds, {sz['num_requests']} synthetic and {sz['app_requests']} application requests, "
+           f"models {', '.join(sz['models'])}: the full sizes (8 GPUs, 2000 requests x 3 seeds, 1200 requests) "
+           "are `" + CMD + "`; a full run did not fit the session's time on the shared machine (about 0.1 of a "
+           "core at nice 19 under load).", ""] if res["reduced"] else []),
         "## Setting and choices the paper leaves open",
         "",
         f"- Server: {sz['num_gpus']} x H100 with NVLink (the paper: 8), host KV pool 800 GB, PCIe 5.0 to the pool "
         "(catalog figures fitted to the H100 send/recv profiles).",
-        "- Systems on the same GPUs: **vLLM** (`vllm`, one mixed instance per GPU, least-loaded router); "
+        f"- Systems on the same GPUs: **vLLM** (`{st.VLLM_CHUNKED}`: vLLM with chunked prefill, as the paper's vLLM "
+        "\"integrates the technologies proposed by Sarathi-Serve and Orca\", a 2048-token step budget with decodes in "
+        "every step; before issue 25's gap test our `vllm` without chunked prefill, see 'P99 TPOT range'; one "
+        "mixed instance per GPU, least-loaded router); "
         "**DistServe** (`distserve`, half prefill, half decode, KV over NVLink after the first token); "
         "**FastGen stand-in** (`sarathi:token_budget=512`: Sarathi-Serve's chunked prefill mixed with decodes, "
         "which is DeepSpeed-FastGen's Dynamic SplitFuse without FastGen's own kernels and its fixed forward "
@@ -68,6 +77,7 @@ def _lines(res: dict) -> list[str]:
     out += regime_lines(res)
     out += _claims(res)
     out += kernel_claim_lines(res)
+    out += gap_verdict_lines(res)
     out += _motivation(res)
     out += _tables(res)
     out += _gaps(res)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from servelab.costmodel.attention import KERNELS
 from servelab.designs.alignedserve.reproduce import experiments as ex
-from servelab.designs.alignedserve.reproduce import kernels, motivation, regimes
+from servelab.designs.alignedserve.reproduce import gaps, kernels, motivation, regimes
 from servelab.reproduce.runner import Reproduction, Run, Step
 
 FULL = ex.Sizes()
@@ -49,6 +49,8 @@ def _steps(run: Run) -> list[Step]:
         Step("gap: batch-switch share", lambda _: kernels.switch_gap(sizes, seed), "gap_switch"),
         Step("gap: P99 TPOT, pool wait vs decoding", lambda _: ex.gap_tpot(sizes, seed), "gap_tpot"),
         Step("gap: Fig. 15 below capacity", lambda _: ex.gap_fig15(sizes, seed), "gap_fig15"),
+        Step("gap: P99 TPOT range, both ends", lambda _: gaps.gap_tpot_range(sizes, seed), "gap_tpot_range"),
+        Step("gap: prefetch buffer room", lambda _: gaps.gap_prefetch(sizes, seed), "gap_prefetch"),
     ]
 
 
