@@ -48,9 +48,16 @@ NOTES = """## Reading
   (issue 27: 2.6-4.5x) set no dtype on vLLM, so it most likely compared vLLM in bf16 with servelab
   in fp32. Here both run the dtype in the set-up above (`--dtype` of this script).
 - **What changed in the engine for this** (issue 27): decode attention is the split-kv kernel
-  (each row's own blocks, 128-token splits merged by log-sum-exp, no [rows x longest] tensor),
-  the projections multiply with oneDNN-packed weights on CPU, and the decode micro-benchmarks
-  are in [decode_kernels.md](decode_kernels.md) (`python scripts/decode_kernels.py`).
+  (each row's own blocks in splits of 128 tokens, merged while the same rows reach them, partial
+  results combined by log-sum-exp, no [rows x longest] tensor); on the CPU each split gathers
+  its K and V head-major and attends with two batched matmuls (the fused flash kernel it
+  replaced was overhead-bound on a decode's 4 query rows per KV head); the projections multiply
+  with oneDNN-packed weights. Kernel timings: [decode_kernels.md](decode_kernels.md)
+  (`python scripts/decode_kernels.py`).
+- **Where the rest of the gap is**: [vs_vllm_steps.md](vs_vllm_steps.md)
+  (`python scripts/vs_vllm_steps.py`) times every model step of both engines offline on the
+  same prompts: the same number of steps of the same shapes, and the CPU per decode step and per
+  prefill token of each.
 - **GPU (issue 27 item 4: unmeasured).** No GPU was lent to this task, so the CUDA path (bf16 by default when torch sees a GPU)
   was written and its device and dtype choice tested on CPU, but nothing here is a GPU measurement.
 """
