@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "docs" / "benchmarks" / "decode_kernels.md"
 
+from servelab.engine import attention  # noqa: E402
 from servelab.engine.attention import GatherWorkspace  # noqa: E402
 from servelab.engine.bench import (  # noqa: E402
     median_cpu_ms as cpu_ms, random_model, read_bandwidth_bytes_per_s, step_bytes, step_flops)
@@ -55,7 +56,14 @@ def gemm_rates(repeats: int) -> list[tuple[str, int, str, float, float]]:
     return rows
 
 
-def attention_case(contexts: list[int], kernel: str, split_tokens: int, repeats: int) -> float:
+def _flash_splits(on: bool):
+    """The split-kv kernel's CPU path: head-major gather + batched matmuls (default), or with
+    ``on`` the fused flash kernel on each split's block-major gather (the kernel before issue 27's
+    last change, kept for CUDA)."""
+    attention.CPU_SPLIT_BMM = not on
+
+
+def attention_case(contexts: list[int], kernel: str, split_tokens: int, repeats: int, flash: bool = False) -> float:
     gen = torch.Generator().manual_seed(0)
     num_blocks = sum(-(-c // BLOCK) for c in contexts) + 1
     perm = torch.randperm(num_blocks, generator=gen).tolist()
@@ -70,7 +78,11 @@ def attention_case(contexts: list[int], kernel: str, split_tokens: int, repeats:
                                  split_tokens=split_tokens)
     q, k, v = torch.randn(len(contexts), HEADS, HEAD_DIM), torch.randn(len(contexts), KV_HEADS, HEAD_DIM), \
         torch.randn(len(contexts), KV_HEADS, HEAD_DIM)
-    return cpu_ms(lambda: meta.attend(kv, q, k, v, HEAD_DIM ** -0.5), repeats)
+    _flash_splits(flash)
+    try:
+        return cpu_ms(lambda: meta.attend(kv, q, k, v, HEAD_DIM ** -0.5), repeats)
+    finally:
+        _flash_splits(False)
 
 
 def flex_dense(contexts: list[int], repeats: int) -> tuple[float, float]:
@@ -93,15 +105,20 @@ def flex_dense(contexts: list[int], repeats: int) -> tuple[float, float]:
     return compile_s, cpu_ms(lambda: compiled(q, k, v, block_mask=block_mask), repeats)
 
 
-def decode_step_ms(model, batch: int, context: int, kernel: str, repeats: int) -> float:
+def decode_step_ms(model, batch: int, context: int, kernel: str, repeats: int, flash: bool = False) -> float:
     c = model.config
     per = -(-(context + 2) // BLOCK)
-    cache = PagedKVCache(c.num_layers, batch * per, BLOCK, c.num_kv_heads, c.head_dim)
+    cache = PagedKVCache(c.num_layers, batch * per, BLOCK, c.num_kv_heads, c.head_dim,
+                         dtype=model.embed_tokens.weight.dtype)
     cache.kv.normal_()
     order = torch.randperm(batch * per).tolist()
     runner = ModelRunner(model, cache, decode_kernel=kernel)
     chunks = [SeqChunk(i, [7 + i], context - 1, order[i * per:(i + 1) * per]) for i in range(batch)]
-    return cpu_ms(lambda: runner.run(chunks), repeats)
+    _flash_splits(flash)
+    try:
+        return cpu_ms(lambda: runner.run(chunks), repeats)
+    finally:
+        _flash_splits(False)
 
 
 def main() -> int:
@@ -124,29 +141,39 @@ def main() -> int:
     lines += ["", f"Best fp32 rate measured: {peak:.0f} GFLOP/s (the roofline's compute peak below).", "",
               "## 2. Decode attention, one layer (ms)", "",
               "Bench-200m heads (16 query, 4 KV, dim 64), 32 rows, block size 16, blocks scattered.", ""]
-    kernels = [("padded", 0), *(("split-kv", s) for s in (64, 128, 256, 512))]
-    header = "| contexts | " + " | ".join("padded" if k == "padded" else f"split-kv {s}" for k, s in kernels)
+    kernels = [("padded", 0, False), ("split-kv", 128, True), *(("split-kv", s, False) for s in (64, 128, 256, 512))]
+    header = "| contexts | " + " | ".join("padded" if k == "padded" else f"split-kv {s}" + (" flash" if f else "")
+                                         for k, s, f in kernels)
     lines += [header + (" | flex (dense KV, compiled) |" if not args.no_flex else " |"),
               "|---|" + "---:|" * (len(kernels) + (0 if args.no_flex else 1))]
     for name, contexts in CASES.items():
-        cells = [f"{attention_case(sorted(contexts, reverse=True), k, s or 128, args.repeats):.2f}" for k, s in kernels]
+        cells = [f"{attention_case(sorted(contexts, reverse=True), k, s or 128, args.repeats, f):.2f}"
+                 for k, s, f in kernels]
         if not args.no_flex:
             compile_s, ms = flex_dense(contexts, args.repeats)
             cells.append(f"{ms:.2f} (compile {compile_s:.0f} s)")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "## 3. Decode steps of bench-200m, fp32, batch 32 (ms)", ""]
+    lines += ["", "## 3. Decode steps of bench-200m, batch 32 (ms)", "",
+              "`split-kv` is the engine's kernel (on the CPU: head-major gather, batched matmuls); `split-kv flash` "
+              "the fused flash kernel on each split's block-major gather, as before. FLOPs against the best rate "
+              "of section 1 in the step's dtype.", ""]
     bandwidth = read_bandwidth_bytes_per_s()
-    model = random_model(torch.float32)
     lines += [f"Read bandwidth (tensor.sum over 512 MiB): {bandwidth / 1e9:.1f} GB/s.", "",
-              "| context | kernel | ms/step | tok/s | min bytes | bytes / BW (ms) | FLOPs / peak (ms) | "
-              "roofline / step |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for context in (256, 1152):
-        nbytes, flops = step_bytes(model, 32, context), step_flops(model, 32, context)
-        roof = max(nbytes / bandwidth, flops / (peak * 1e9)) * 1e3
-        for kernel in ("split-kv", "padded"):
-            ms = decode_step_ms(model, 32, context, kernel, args.repeats)
-            lines.append(f"| {context} | {kernel} | {ms:.1f} | {32e3 / ms:.1f} | {nbytes / 1e9:.3f} GB | "
-                         f"{nbytes / bandwidth * 1e3:.0f} | {flops / peak / 1e6:.0f} | {roof / ms:.0%} |")
+              "| dtype | context | kernel | ms/step | tok/s | min bytes | bytes / BW (ms) | FLOPs / peak (ms) | "
+              "roofline / step |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for dtype in (torch.float32, torch.bfloat16):
+        name = str(dtype).removeprefix("torch.")
+        model = random_model(dtype)
+        peak_d = max(b for d, _, _, _, b in gemms if d == name)
+        for context in (256, 1152):
+            nbytes, flops = step_bytes(model, 32, context), step_flops(model, 32, context)
+            roof = max(nbytes / bandwidth, flops / (peak_d * 1e9)) * 1e3
+            for kernel, flash in (("split-kv", False), ("split-kv", True), ("padded", False)):
+                ms = decode_step_ms(model, 32, context, kernel, args.repeats, flash)
+                label = kernel + (" flash" if flash else "")
+                lines.append(f"| {name} | {context} | {label} | {ms:.1f} | {32e3 / ms:.1f} | {nbytes / 1e9:.3f} GB | "
+                             f"{nbytes / bandwidth * 1e3:.0f} | {flops / peak_d / 1e6:.0f} | {roof / ms:.0%} |")
+        del model
     load1 = os.getloadavg()[0]
     lines[lines.index("LOADEND")] = f"and {load1:.2f} at the end; 2 cores)."
     lines += ["", "## GPU", "", "No GPU was lent to this task: the CUDA path (bf16 when torch sees a GPU; split-kv's "

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from servelab.bench.vs_vllm import (Setup, default_loads, plan_runs, poisson_rate,  # noqa: E402
+from servelab.bench.vs_vllm import (Setup, default_loads, plan_runs, poisson_rate, quiet_slot,  # noqa: E402
                                     read_records, run_client, start_server, stop_server)
 from servelab.bench.vs_vllm_report import render  # noqa: E402
 
@@ -48,9 +48,16 @@ NOTES = """## Reading
   (issue 27: 2.6-4.5x) set no dtype on vLLM, so it most likely compared vLLM in bf16 with servelab
   in fp32. Here both run the dtype in the set-up above (`--dtype` of this script).
 - **What changed in the engine for this** (issue 27): decode attention is the split-kv kernel
-  (each row's own blocks, 128-token splits merged by log-sum-exp, no [rows x longest] tensor),
-  the projections multiply with oneDNN-packed weights on CPU, and the decode micro-benchmarks
-  are in [decode_kernels.md](decode_kernels.md) (`python scripts/decode_kernels.py`).
+  (each row's own blocks in splits of 128 tokens, merged while the same rows reach them, partial
+  results combined by log-sum-exp, no [rows x longest] tensor); on the CPU each split gathers
+  its K and V head-major and attends with two batched matmuls (the fused flash kernel it
+  replaced was overhead-bound on a decode's 4 query rows per KV head); the projections multiply
+  with oneDNN-packed weights. Kernel timings: [decode_kernels.md](decode_kernels.md)
+  (`python scripts/decode_kernels.py`).
+- **Where the rest of the gap is**: [vs_vllm_steps.md](vs_vllm_steps.md)
+  (`python scripts/vs_vllm_steps.py`) times every model step of both engines offline on the
+  same prompts: the same number of steps of the same shapes, and the CPU per decode step and per
+  prefill token of each.
 - **GPU (issue 27 item 4: unmeasured).** No GPU was lent to this task, so the CUDA path (bf16 by default when torch sees a GPU)
   was written and its device and dtype choice tested on CPU, but nothing here is a GPU measurement.
 """
@@ -87,6 +94,22 @@ def context(setup: Setup, repeats_text: str) -> dict:
             "notes": NOTES}
 
 
+def priority_text(records, lock: Path | None) -> str:
+    """The nice values the runs in the report had (each record keeps its own)."""
+    nices = sorted({r.nice for r in records if r.nice is not None})
+    unknown = sum(r.nice is None for r in records)
+    text = (f"runs at nice {', '.join(str(n) for n in nices)} (the client, and every thread of both servers: "
+            "they start and idle at this script's nice value and are reniced for each run)" if nices else
+            "nice value not recorded")
+    if unknown and nices:
+        text += f"; {unknown} run(s) without a recorded nice value"
+    if lock is not None:
+        text += (f"; each run held `{lock}` (flock), the lock the sessions sharing this machine take for "
+                 "wall-clock benchmarks, so no other session's benchmark overlapped a run (their other work runs "
+                 "at nice 19 by the shared rules)")
+    return text
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", type=Path, default=ROOT / "results" / "vs_vllm" / "bench200m")
@@ -101,6 +124,17 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=None, help="Repeats of every load (default: 2 small, 1 large).")
     ap.add_argument("--loads", default=None, help="Comma-separated load names (default: all eight).")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--lock", type=Path, default=None,
+                    help="Hold this lock file (flock) for each run only, so that benchmarks of other sessions "
+                         "never overlap one of ours (e.g. /tmp/quiet.lock); servers start and idle without it.")
+    ap.add_argument("--run-nice", type=int, default=None,
+                    help="Nice value of both servers and the client during each run (e.g. -15; needs root to "
+                         "go below the start value); between runs they return to this script's nice value.")
+    ap.add_argument("--max-minutes", type=float, default=None,
+                    help="Start no new run after this many minutes (the rest resumes next time).")
+    ap.add_argument("--vllm-client-loads", default=None,
+                    help="Comma-separated loads that vLLM's client also sends, first repeat only "
+                         "(default: the 32-request loads; 'none' for none).")
     args = ap.parse_args()
 
     # stop the servers on Ctrl-C or kill, also when started in the background (where SIGINT is ignored)
@@ -121,6 +155,8 @@ def main() -> int:
     records_path = args.out / "runs.jsonl"
     records = read_records(records_path, setup)
     small = {ld.name for ld in loads if ld.num_requests <= 32}
+    if args.vllm_client_loads is not None:
+        small = set() if args.vllm_client_loads == "none" else set(args.vllm_client_loads.split(","))
     plan = plan_runs(loads, small, args.repeats)
     todo = [(k, ld) for k, ld in plan if k not in {r.key for r in records}]
     print(f"{len(plan)} runs planned, {len(plan) - len(todo)} already in {records_path}", flush=True)
@@ -131,12 +167,18 @@ def main() -> int:
             for name in ("servelab", "vllm"):
                 print(f"starting {name} server ...", flush=True)
                 servers[name] = start_server(setup, name, args.out / f"{name}-server.log")
+            pids = [proc.pid for proc in servers.values()]
+            t_runs = time.monotonic()  # the budget of --max-minutes counts runs, not server start-up
             for i, (key, load) in enumerate(todo):
+                if args.max_minutes is not None and time.monotonic() - t_runs > 60 * args.max_minutes:
+                    print(f"stopping after {args.max_minutes:g} min: {len(todo) - i} runs left for next time", flush=True)
+                    break
                 rate = poisson_rate(load, records, setup.rate_fraction) if load.poisson else float("inf")
                 if rate is None:
                     print(f"skip {key.stem}: its all-at-once twin has not run", flush=True)
                     continue
-                rec = run_client(setup, key, load, rate, args.out, servers[key.server].pid)
+                with quiet_slot(args.lock, pids, args.run_nice):
+                    rec = run_client(setup, key, load, rate, args.out, servers[key.server].pid)
                 records.append(rec)
                 with records_path.open("a") as f:
                     f.write(json.dumps(rec.to_json()) + "\n")
@@ -150,15 +192,28 @@ def main() -> int:
                 stop_server(proc)
     repeats_text = (f"{args.repeats} of every load planned" if args.repeats else
                     "2 planned for the 32-request loads, 1 for the 128-request loads (about 4x longer each)")
-    repeats_text += ("; vLLM's client on the 32-request loads, first repeat; the `runs` column says how many "
+    vllm_client = "the 32-request loads" if args.vllm_client_loads is None else (
+        "no load" if not small else ", ".join(sorted(small)))
+    repeats_text += (f"; vLLM's client on {vllm_client}, first repeat; the `runs` column says how many "
                      f"ran ({len(records)} of {len(plan)} planned runs are in this report)")
     command = "python scripts/vs_vllm.py" + (f" --dtype {args.dtype}" if args.dtype != "bfloat16" else "")
+    if args.repeats:
+        command += f" --repeats {args.repeats}"
+    if args.vllm_client_loads is not None:
+        command += f" --vllm-client-loads {args.vllm_client_loads}"
+    if args.lock is not None or args.run_nice is not None:  # how it ran, for whoever reruns it
+        command += (f" --lock {args.lock}" if args.lock else "") + (
+            f" --run-nice {args.run_nice}" if args.run_nice is not None else "")
     ctx = context(setup, repeats_text)
-    if len(loads) < len(all_loads):  # a subset: say which loads this report covers and which it does not
+    ctx["priority"] = priority_text(records, args.lock)
+    measured = {r.key.load for r in records if r.key.server == "vllm"} & {r.key.load for r in records
+                                                                         if r.key.server == "servelab"}
+    if len(loads) < len(all_loads):
         command += f" --loads {','.join(ld.name for ld in loads)}"
-        if args.repeats:
-            command += f" --repeats {args.repeats}"
-        left = [ld.name for ld in all_loads if ld not in loads]
+    if len(loads) < len(all_loads) or any(ld.name not in measured for ld in loads):
+        # a subset, or runs left for next time: say which loads this report covers and which it does not
+        left = [ld.name for ld in all_loads if ld.name not in measured]
+        loads = tuple(ld for ld in loads if ld.name in measured)
         ctx["loads_run"] = (f"Loads in this report: {len(loads)} of the issue's {len(all_loads)} "
                             f"({', '.join(ld.name for ld in loads)}); not run this time: {', '.join(left)}.")
         ctx["scope"] = f" that ran ({len(loads)} of {len(all_loads)})"

@@ -16,6 +16,7 @@ This module imports neither torch nor vllm: it starts processes and reads their 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -190,6 +191,7 @@ class Record:
     load_avg_after: tuple[float, float, float]
     wall_s: float
     setup: dict = field(default_factory=dict)
+    nice: int | None = None  # the client's nice value (the servers' too when reniced for the run)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -200,7 +202,7 @@ class Record:
     def from_json(cls, d: dict) -> Record:
         rate = math.inf if d["rate"] is None else d["rate"]
         return cls(RunKey(**d["key"]), rate, d["metrics"], tuple(d["load_avg_before"]), tuple(d["load_avg_after"]),
-                   d["wall_s"], d.get("setup", {}))
+                   d["wall_s"], d.get("setup", {}), d.get("nice"))
 
 
 def read_records(path: Path, setup: Setup) -> list[Record]:
@@ -211,9 +213,8 @@ def read_records(path: Path, setup: Setup) -> list[Record]:
     return [r for r in records if r.setup == setup.fingerprint()]
 
 
-def process_tree_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and every live descendant (Linux /proc): what a
-    server spent on a run, whatever else the shared machine was doing."""
+def _proc_stats() -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, utime + stime in clock ticks) of every process (Linux /proc)."""
     stats = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -222,13 +223,68 @@ def process_tree_cpu_s(pid: int) -> float:
             except OSError:
                 continue  # ended meanwhile
             stats[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))  # ppid, utime + stime
+    return stats
+
+
+def process_tree(pid: int, stats: dict[int, tuple[int, int]] | None = None) -> set[int]:
+    """``pid`` and every live descendant."""
+    stats = _proc_stats() if stats is None else stats
     tree, frontier = {pid}, [pid]
     while frontier:
         parent = frontier.pop()
         children = [p for p, (ppid, _) in stats.items() if ppid == parent and p not in tree]
         tree.update(children)
         frontier += children
-    return sum(stats[p][1] for p in tree if p in stats) / os.sysconf("SC_CLK_TCK")
+    return tree
+
+
+def process_tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and every live descendant (Linux /proc): what a
+    server spent on a run, whatever else the shared machine was doing."""
+    stats = _proc_stats()
+    return sum(stats[p][1] for p in process_tree(pid, stats) if p in stats) / os.sysconf("SC_CLK_TCK")
+
+
+def renice_trees(pids: list[int], value: int) -> None:
+    """Set the nice value of every thread of every process in the trees of ``pids`` (Linux nice
+    is per thread, and vLLM's processes have several); threads that end meanwhile are skipped."""
+    stats = _proc_stats()
+    for pid in {p for root in pids for p in process_tree(root, stats)}:
+        try:
+            tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, value)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+@contextlib.contextmanager
+def quiet_slot(lock_path: Path | None, pids: list[int], run_nice: int | None):
+    """One benchmark run's slot on a shared machine: hold ``lock_path`` (``flock``, shared with
+    other benchmarks, so no two overlap) and run the servers and this process (so the client it
+    starts) at ``run_nice``; between runs the lock is free and everything is back at the nice
+    value this process started with (the servers start at it, so their start-up, compile and
+    idle time do not hold the lock). ``run_nice`` None: no renicing; ``lock_path`` None: no lock."""
+    import fcntl
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    f = None
+    if lock_path is not None:
+        f = open(lock_path, "a")  # noqa: SIM115 - held across the yield
+        fcntl.flock(f, fcntl.LOCK_EX)
+    try:
+        if run_nice is not None:
+            renice_trees([*pids, os.getpid()], run_nice)
+        yield
+    finally:
+        if run_nice is not None:
+            renice_trees([*pids, os.getpid()], base)
+        if f is not None:
+            fcntl.flock(f, fcntl.LOCK_UN)
+            f.close()
 
 
 def run_client(setup: Setup, key: RunKey, load: Load, rate: float, out_dir: Path, server_pid: int | None = None
@@ -247,7 +303,8 @@ def run_client(setup: Setup, key: RunKey, load: Load, rate: float, out_dir: Path
     data = json.loads(out.read_text())
     metrics = {k: data.get(k) for k in METRICS}
     metrics["server_cpu_s"] = process_tree_cpu_s(server_pid) - cpu0 if server_pid else None
-    return Record(key, rate, metrics, before, os.getloadavg(), wall, setup.fingerprint())
+    return Record(key, rate, metrics, before, os.getloadavg(), wall, setup.fingerprint(),
+                  os.getpriority(os.PRIO_PROCESS, 0))
 
 
 def plan_runs(loads: tuple[Load, ...], vllm_client_loads: set[str], repeats: int | None) -> list[tuple[RunKey, Load]]:

@@ -146,6 +146,7 @@ def render(records: list[Record], loads: tuple[Load, ...], setup: dict, context:
         "(requests / duration, first repeat).",
         f"- Repeats: {context.get('repeats', '?')}. Each run is one client sending one load to one server while "
         "the other server idles; the servers alternate which goes first.",
+        *([f"- Priority: {context['priority']}."] if context.get("priority") else []),
         "",
         "## Per load (servelab's client; medians over repeats)",
         "",

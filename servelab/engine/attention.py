@@ -35,6 +35,8 @@ import torch
 import torch.nn.functional as F
 
 DECODE_KERNELS = ("split-kv", "padded")
+CPU_SPLIT_BMM = True  # split-kv on the CPU: head-major gather + batched matmuls (False: the flash kernel per split)
+SPLIT_MERGE = 4  # consecutive splits that the same rows reach merge into one, up to this many
 SPLIT_TOKENS = 128  # KV tokens per split: the best of 64-512 measured on CPU (docs/benchmarks/decode_kernels.md)
 
 
@@ -133,28 +135,74 @@ class DecodeSplit:
     num_rows: int  # rows are ordered longest context first, so the rows reaching this split are a prefix
     block_table: torch.Tensor  # [num_rows, num_blocks] long (block 0 past a row's last block)
     bias: torch.Tensor | None  # [num_rows, 1, 1, num_blocks * block_size]: -inf past a row's context, or None
+    head_index: torch.Tensor | None = None  # CPU kernel: ``head_index(block_table, ...)``, built once per step
+
+
+def head_index(block_table: torch.Tensor, block_size: int, kv_heads: int) -> torch.Tensor:
+    """Rows of a layer's K (or V) viewed as ``[num_blocks * block_size * kv_heads, head_dim]``
+    that hold ``block_table``'s tokens, ordered (row, head, token): one ``index_select`` with it
+    gathers ``[rows, kv_heads, tokens, head_dim]`` contiguous, the layout a batched matmul over
+    (row, head) takes without another copy."""
+    rows, blocks = block_table.shape
+    offsets = torch.arange(block_size, device=block_table.device)
+    slots = (block_table.unsqueeze(-1) * block_size + offsets).view(rows, 1, blocks * block_size)
+    heads = torch.arange(kv_heads, device=block_table.device).view(1, kv_heads, 1)
+    return (slots * kv_heads + heads).flatten()
 
 
 def split_kv_decode(kv_layer: torch.Tensor, q: torch.Tensor, splits: tuple[DecodeSplit, ...], scale: float,
                     workspace: GatherWorkspace | None) -> torch.Tensor:
     """Decode attention over each row's own blocks, split by split, merged by log-sum-exp.
-    q: [B, Hq, D] (rows ordered longest first); returns [B, Hq, D]."""
+    q: [B, Hq, D] (rows ordered longest first); returns [B, Hq, D].
+
+    On the CPU each split gathers its K and V head-major (``head_index``) and attends with two
+    batched matmuls over (row, KV head), the group's query heads as the rows of each: the fused
+    flash kernel, built for many query rows, spent 3-4x the time of the bytes it reads on the
+    4 query rows of a decode (docs/benchmarks/decode_kernels.md). Elsewhere (CUDA) each split
+    runs ``attention_with_lse`` on the block-major gather."""
     num_rows, num_heads, head_dim = q.shape
     kv_heads = kv_layer.shape[3]
     q = q.view(num_rows, kv_heads, num_heads // kv_heads, head_dim)  # GQA: a group's heads are query rows
     out = lse = None
     for split in splits:
         rows = split.num_rows
-        k, v = gather_kv(kv_layer, split.block_table, workspace)  # [rows, Hkv, num_blocks * block_size, D]
-        part, part_lse = attention_with_lse(q[:rows], k, v, split.bias, scale)
+        if q.device.type == "cpu" and CPU_SPLIT_BMM:
+            part, part_lse = _split_bmm(kv_layer, q[:rows], split, scale, workspace)
+        else:
+            k, v = gather_kv(kv_layer, split.block_table, workspace)  # [rows, Hkv, num_blocks * block_size, D]
+            part, part_lse = attention_with_lse(q[:rows], k, v, split.bias, scale)
+            part, part_lse = part.float(), part_lse.unsqueeze(-1)
         if out is None:  # the first split holds every row
-            out, lse = part.float(), part_lse.unsqueeze(-1)  # [B, Hkv, G, D], [B, Hkv, G, 1]
+            out, lse = part, part_lse  # [B, Hkv, G, D] float32, [B, Hkv, G, 1]
             continue
-        part_lse = part_lse.unsqueeze(-1)
         total = torch.logaddexp(lse[:rows], part_lse)
-        out[:rows].mul_(torch.exp(lse[:rows] - total)).add_(part.float() * torch.exp(part_lse - total))
+        out[:rows].mul_(torch.exp(lse[:rows] - total)).add_(part.mul_(torch.exp(part_lse - total)))
         lse[:rows] = total
     return out.to(q.dtype).view(num_rows, num_heads, head_dim)
+
+
+def _split_bmm(kv_layer: torch.Tensor, q: torch.Tensor, split: DecodeSplit, scale: float,
+               workspace: GatherWorkspace | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One split on the CPU: (attention [rows, Hkv, G, D] float32, its log-sum-exp [rows, Hkv, G, 1]).
+    Scores come out of the matmul in the cache's dtype and the softmax runs in float32 (as HF's
+    eager attention does)."""
+    rows, kv_heads, _, head_dim = q.shape
+    block_size = kv_layer.shape[2]
+    index = split.head_index
+    if index is None:
+        index = head_index(split.block_table, block_size, kv_heads)
+    shape = (2, index.numel(), head_dim)
+    buf = workspace.buffer(shape, kv_layer) if workspace is not None else kv_layer.new_empty(shape)
+    k = torch.index_select(kv_layer[0].view(-1, head_dim), 0, index, out=buf[0]).view(rows, kv_heads, -1, head_dim)
+    v = torch.index_select(kv_layer[1].view(-1, head_dim), 0, index, out=buf[1]).view(rows, kv_heads, -1, head_dim)
+    scores = torch.matmul(q, k.transpose(-1, -2)).float().mul_(scale)  # [rows, Hkv, G, tokens]
+    if split.bias is not None:
+        scores.add_(split.bias)  # [rows, 1, 1, tokens]: -inf past each row's context
+    peak = scores.amax(-1, keepdim=True)
+    weights = scores.sub_(peak).exp_()
+    total = weights.sum(-1, keepdim=True)
+    out = torch.matmul(weights.to(v.dtype), v).float().div_(total)  # [rows, Hkv, G, D]
+    return out, peak.add_(total.log_())
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from servelab.engine.attention import (DECODE_KERNELS, SPLIT_TOKENS, DecodeSplit, GatherWorkspace, PaddedMetadata,
-                                      PrefillChunk, RaggedMetadata)
+from servelab.engine.attention import (DECODE_KERNELS, SPLIT_MERGE, SPLIT_TOKENS, DecodeSplit, GatherWorkspace,
+                                      PaddedMetadata, PrefillChunk, RaggedMetadata, head_index)
 from servelab.engine.kv_cache import PagedKVCache
 from servelab.engine.model import Model
 from servelab.engine.sampling import GREEDY, Sampler, SamplingParams
@@ -60,9 +60,14 @@ def _padded_tables(tables: Sequence[Sequence[int]], width: int, device: torch.de
 
 
 def decode_splits(tables: torch.Tensor, ends: Sequence[int], block_size: int, split_tokens: int,
-                  dtype: torch.dtype) -> tuple[DecodeSplit, ...]:
+                  dtype: torch.dtype, kv_heads: int | None = None, merge: int = SPLIT_MERGE
+                  ) -> tuple[DecodeSplit, ...]:
     """The split-kv kernel's splits for decode rows ordered longest first. tables: [B, width]
-    padded block tables; ends: each row's context length (its position + 1)."""
+    padded block tables; ends: each row's context length (its position + 1). Units of
+    ``split_tokens`` that the same rows reach are merged, up to ``merge`` units a split (fewer
+    splits, each a larger batched matmul; a split still never holds a row that ends before it).
+    With ``kv_heads`` (on the CPU) each split also carries its head-major gather index, built
+    once for every layer."""
     per = max(1, split_tokens // block_size)
     width = tables.shape[1]
     keys = torch.arange(width * block_size, device=tables.device)
@@ -70,20 +75,27 @@ def decode_splits(tables: torch.Tensor, ends: Sequence[int], block_size: int, sp
     bias = torch.zeros(len(ends), width * block_size, dtype=dtype, device=tables.device)  # [B, C]
     bias.masked_fill_(keys.unsqueeze(0) >= ends_t.unsqueeze(1), float("-inf"))
     splits = []
-    for first in range(0, width, per):
+    first = 0
+    while first < width:
         rows = sum(1 for e in ends if e > first * block_size)
-        n = min(per, width - first)
+        n = per
+        while first + n < width and n < per * merge and ends[rows - 1] > (first + n) * block_size:
+            n += per  # the next unit holds the same rows (the shortest of them reaches past it)
+        n = min(n, width - first)
         split_bias = None
         if ends[rows - 1] < (first + n) * block_size:  # the shortest row ends inside this split
             split_bias = bias[:rows, first * block_size:(first + n) * block_size].reshape(rows, 1, 1, -1)
-        splits.append(DecodeSplit(rows, tables[:rows, first:first + n].contiguous(), split_bias))
+        table = tables[:rows, first:first + n].contiguous()
+        index = head_index(table, block_size, kv_heads) if kv_heads and tables.device.type == "cpu" else None
+        splits.append(DecodeSplit(rows, table, split_bias, index))
+        first += n
     return tuple(splits)
 
 
 def build_ragged(chunks: Sequence[SeqChunk], block_size: int, device: torch.device,
                  workspace: GatherWorkspace | None = None, *, decode_kernel: str = "split-kv",
-                 split_tokens: int = SPLIT_TOKENS, dtype: torch.dtype = torch.float32
-                 ) -> tuple[torch.Tensor, torch.Tensor, RaggedMetadata, list[SeqChunk]]:
+                 split_tokens: int = SPLIT_TOKENS, dtype: torch.dtype = torch.float32, kv_heads: int | None = None,
+                 split_merge: int = SPLIT_MERGE) -> tuple[torch.Tensor, torch.Tensor, RaggedMetadata, list[SeqChunk]]:
     """Flatten chunks (decodes first, longest first) into input_ids [T], positions [T] and
     metadata for ``decode_kernel`` (``dtype``: the cache's, for the split-kv mask)."""
     _check(chunks, block_size)
@@ -102,7 +114,8 @@ def build_ragged(chunks: Sequence[SeqChunk], block_size: int, device: torch.devi
         slots.append(decode_tables.gather(1, (pos // block_size).unsqueeze(1)).squeeze(1) * block_size
                      + pos % block_size)
         if decode_kernel == "split-kv":
-            splits = decode_splits(decode_tables, [c.end_pos for c in decodes], block_size, split_tokens, dtype)
+            splits = decode_splits(decode_tables, [c.end_pos for c in decodes], block_size, split_tokens, dtype,
+                                   kv_heads, split_merge)
             decode_tables = None
         else:
             keys = torch.arange(width * block_size, device=device)
@@ -199,7 +212,8 @@ class ModelRunner:
 
     def _build_ragged(self, chunks: Sequence[SeqChunk]):
         return build_ragged(chunks, self.kv_cache.block_size, self.device, self.workspace,
-                            decode_kernel=self.decode_kernel, split_tokens=self.split_tokens, dtype=self.kv_cache.dtype)
+                            decode_kernel=self.decode_kernel, split_tokens=self.split_tokens, dtype=self.kv_cache.dtype,
+                            kv_heads=self.kv_cache.num_kv_heads)
 
     @torch.inference_mode()
     def compute_logits(self, chunks: Sequence[SeqChunk]) -> tuple[list[int], torch.Tensor]:

@@ -17,7 +17,7 @@ from servelab.engine.runner import SeqChunk, build_ragged
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 8
 
 
-def _decode_step(contexts, block_size, split_tokens, kernel, dtype=torch.float32, seed=0):
+def _decode_step(contexts, block_size, split_tokens, kernel, dtype=torch.float32, seed=0, kv_heads=None):
     gen = torch.Generator().manual_seed(seed)
     tables, used = [], 1
     for ctx in contexts:
@@ -29,7 +29,7 @@ def _decode_step(contexts, block_size, split_tokens, kernel, dtype=torch.float32
     kv = torch.randn(2, used, block_size, KV_HEADS, HEAD_DIM, generator=gen).to(dtype)
     chunks = [SeqChunk(i, [3], ctx - 1, t) for i, (ctx, t) in enumerate(zip(contexts, tables))]
     _, _, meta, sampled = build_ragged(chunks, block_size, torch.device("cpu"), decode_kernel=kernel,
-                                       split_tokens=split_tokens, dtype=dtype)
+                                       split_tokens=split_tokens, dtype=dtype, kv_heads=kv_heads)
     q = torch.randn(len(contexts), HEADS, HEAD_DIM, generator=gen).to(dtype)
     k = torch.randn(len(contexts), KV_HEADS, HEAD_DIM, generator=gen).to(dtype)
     v = torch.randn(len(contexts), KV_HEADS, HEAD_DIM, generator=gen).to(dtype)
@@ -53,18 +53,42 @@ def test_split_kv_equals_padded(contexts, block_size, split_tokens):
 
 
 def test_split_rows_follow_the_contexts():
-    """One long row among short ones: later splits carry only the long row (no bubble)."""
+    """One long row among short ones: later splits carry only the long row (no bubble); units of
+    ``split_tokens`` that the same rows reach merge, up to ``SPLIT_MERGE`` a split."""
     _, meta = _decode_step([8] * 7 + [200], 4, 16, "split-kv")
-    assert [s.num_rows for s in meta.decode_splits] == [8] + [1] * 12
+    assert [s.num_rows for s in meta.decode_splits] == [8] + [1] * 3  # 12 units of the long row, 4 a split
+    assert [s.block_table.shape[1] for s in meta.decode_splits] == [4, 16, 16, 14]
+    _, meta = _decode_step([40, 40, 24], 4, 8, "split-kv")  # units of 2 blocks: the 24-token row ends in unit 3
+    assert [(s.num_rows, s.block_table.shape[1]) for s in meta.decode_splits] == [(3, 6), (2, 4)]
 
 
 def test_cuda_code_path_on_cpu(monkeypatch):
     """The non-CPU log-sum-exp path gives the same attention (it is what CUDA runs)."""
     contexts = [5, 33, 70, 1, 18]
     cpu, _ = _decode_step(contexts, 4, 8, "split-kv")
+    monkeypatch.setattr(attention, "CPU_SPLIT_BMM", False)  # the block-major gather per split, as on CUDA
+    flash, _ = _decode_step(contexts, 4, 8, "split-kv")
     monkeypatch.setattr(attention, "attention_with_lse", attention.attention_with_lse_matmul)
     generic, _ = _decode_step(contexts, 4, 8, "split-kv")
     assert torch.allclose(cpu, generic, atol=1e-5, rtol=1e-4)
+    assert torch.allclose(cpu, flash, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("precomputed", [False, True])
+def test_cpu_split_kernel_gathers_each_rows_own_blocks_head_major(precomputed):
+    """The CPU kernel's gather index (built once per step by the runner, or per layer when absent)
+    picks exactly a row's tokens, head by head; the attention equals the padded reference."""
+    table = torch.tensor([[5, 2], [0, 7]])
+    index = attention.head_index(table, 4, KV_HEADS)
+    assert index.shape == (2 * KV_HEADS * 8,)
+    slots = index.view(2, KV_HEADS, 8) // KV_HEADS
+    heads = index.view(2, KV_HEADS, 8) % KV_HEADS
+    assert slots[0, 1].tolist() == [20, 21, 22, 23, 8, 9, 10, 11] and heads[0, 1].eq(1).all()
+    contexts = [30, 3, 17, 9]
+    ref, _ = _decode_step(contexts, 4, 8, "padded")
+    got, meta = _decode_step(contexts, 4, 8, "split-kv", kv_heads=KV_HEADS if precomputed else None)
+    assert all((s.head_index is not None) == precomputed for s in meta.decode_splits)
+    assert torch.allclose(got, ref, atol=1e-5, rtol=1e-4)
 
 
 def test_bf16_split_kv_close_to_fp32():

@@ -103,3 +103,35 @@ def test_swap_out_and_in_keeps_generation_identical(loaded, prompts):
         pos = len(prompt) + len(tokens) - 1
         tokens.append(runner.run([chunk(blocks, 0, tokens[-1:], pos)])[0])
     assert tokens == expected
+
+
+def test_cpu_split_kv_kernels_give_the_same_greedy_tokens(loaded, prompts, monkeypatch):
+    """The CPU split-kv kernel (head-major gather + batched matmuls, merged splits) against the
+    fused flash kernel per split it replaced: identical greedy tokens (float32) over 16 requests
+    of mixed lengths, decoding beside chunked prefills, with splits small enough that rows span
+    several. (In bfloat16 both round differently, and near-ties of the random tiny model flip:
+    tests/engine/test_decode_kernels.py bounds the bf16 error instead.)"""
+    from servelab.engine import attention
+
+    model = loaded
+    tokens = {}
+    for bmm in (False, True):
+        monkeypatch.setattr(attention, "CPU_SPLIT_BMM", bmm)
+        runner, blocks = make_runner(model, num_blocks=512, split_tokens=8)
+        outputs = {i: [] for i in range(len(prompts))}
+        computed = {i: 0 for i in range(len(prompts))}
+        while any(len(o) < NUM_NEW for o in outputs.values()):
+            batch = []
+            for rid in range(len(prompts)):
+                if len(outputs[rid]) >= NUM_NEW:
+                    continue
+                known = list(prompts[rid]) + outputs[rid]
+                todo = known[computed[rid]:computed[rid] + 16]
+                batch.append(chunk(blocks, rid, todo, computed[rid], sample=computed[rid] + len(todo) == len(known)))
+            result = runner.run(batch)
+            for c in batch:
+                computed[c.request_id] = c.end_pos
+                if c.sample:
+                    outputs[c.request_id].append(result[c.request_id])
+        tokens[bmm] = outputs
+    assert tokens[True] == tokens[False]
