@@ -12,6 +12,11 @@ inflate every repeat of the few points it hit, and with them the fit's small-tok
 (back-to-back compact calibrations on the shared VM predicted a 1-row decode between 5.6 and
 10.6 ms and a 3-row decode cheaper than a 1-row one: docs/fidelity.md). Interleaved, a burst
 costs each point it hits one round of ``repeats``, which the median drops.
+A decode point is run once more right before each timed run (``in_streak``): a serving run's
+decodes come in streaks, each after a decode of the same batch, and timed after whatever the
+shuffle put before it (a 384-token prefill, say) the same 1-row decode cost 1.09-1.18x what
+it costs in a streak (bench-30m, CPU time, 2026-11-27), which the fit then charged every run's
+1-row decodes (docs/fidelity.md item 7: predicted 9.6-14.5% too slow, 91-94% of the steps).
 ``fit_linear_cost_model`` fits the coefficients; swap time per block is timed separately
 (the fit skips steps with no rows).
 
@@ -107,10 +112,13 @@ def grid_points(grid: CalibrationGrid) -> list[_Point]:
 
 def time_interleaved(steps: Sequence[Callable[[], None]], repeats: int, *, seed: int = 0,
                      clock: Callable[[], float] = time.perf_counter,
-                     progress: Callable[[int, int], None] | None = None) -> list[float]:
+                     progress: Callable[[int, int], None] | None = None,
+                     streak: Sequence[bool] = ()) -> list[float]:
     """Median seconds of each step over ``repeats`` rounds after one warm-up run of each; every
     round times every step once, in a seeded shuffled order (so a burst of load from other
-    processes lands on one round of several steps, not on every repeat of one)."""
+    processes lands on one round of several steps, not on every repeat of one). A step whose
+    ``streak`` flag is set runs once untimed right before each timed run, so it is timed after
+    itself, as a run's decode follows the previous decode of its batch."""
     for step in steps:
         step()
     rng = random.Random(seed)
@@ -119,6 +127,8 @@ def time_interleaved(steps: Sequence[Callable[[], None]], repeats: int, *, seed:
     for r in range(repeats):
         rng.shuffle(order)
         for k, i in enumerate(order):
+            if i < len(streak) and streak[i]:
+                steps[i]()
             t0 = clock()
             steps[i]()
             times[i].append(clock() - t0)
@@ -155,6 +165,13 @@ def step_of(runner, point: _Point, rng_order: Sequence[int]) -> Callable[[], Non
             runner.run_padded(chunks, pad.num_rows, pad.row_tokens, pad.context_tokens)
 
     return step
+
+
+def in_streak(point: _Point) -> bool:
+    """Whether ``time_steps`` times the point after itself: a ragged step of decodes only, the
+    step a serving run makes many times in a row (a padded or prefill step is timed after
+    whatever the shuffle put before it, as before: those kinds met their goals, docs/fidelity.md)."""
+    return point.padding is None and all(n == 1 and start > 0 for n, start in point.chunks)
 
 
 def _blocks_needed(points: list[_Point], block_size: int) -> int:
@@ -227,7 +244,7 @@ def time_steps(loaded, points: Sequence[_Point], repeats: int, *, block_size: in
     order = torch.randperm(num_blocks, generator=gen).tolist()  # scattered blocks, as after churn
     runner = ModelRunner(loaded.model, cache, decode_kernel=decode_kernel)
     times = time_interleaved([step_of(runner, p, order) for p in points], repeats, seed=seed, clock=clock,
-                             progress=progress)
+                             progress=progress, streak=[in_streak(p) for p in points])
     return times, cache
 
 

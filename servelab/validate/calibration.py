@@ -27,8 +27,12 @@ VALIDATION_GRID = replace(CalibrationGrid(), prefill_tokens=(16, 64, 192, 384),
 # the median of three drops a round that a burst of load hit; the median of two cannot. Three
 # padded decodes and three padded prefills of the sizes padded policies run fit the dense
 # attention term (``c_decode_pad``) that every padded step pays (costmodel.linear, version 4).
+# Decodes at contexts 16, 128 and 512 span the 1-row decodes the fidelity runs make (prompts
+# <= 256-512, outputs <= 24; 91-94% of vllm/sjf/alignedserve steps): with two contexts (64,
+# 512) the fit's line sat 5-10% above the measured 1-row decodes at 16-256 (bench-30m, CPU
+# time, split-kv with merged splits, 2026-11-27 21:00 UTC), with three 0-5%.
 COMPACT_GRID = CalibrationGrid(prefill_tokens=(16, 64, 192, 384), prefill_cached=(0, 256),
-                               decode_rows=(1, 2, 3, 4, 8, 16), decode_context=(64, 512),
+                               decode_rows=(1, 2, 3, 4, 8, 16), decode_context=(16, 128, 512),
                                decode_skewed=((8, 64, 512),), mixed_decodes=(4, 16),
                                padded_decode=((8, 128), (2, 256), (4, 448)),
                                padded_prefill=((4, 32), (4, 96), (2, 160)), repeats=3, swap_blocks=8)
@@ -73,8 +77,8 @@ def match_level(loaded: Any, path: Path, clock: str) -> float | None:
     step coefficients scaled by measured / predicted (``level_drift`` + 1); returns the drift
     it removed (None without a loaded model: nothing measured, nothing changed).
 
-    Why: the grid times 26 shapes of every size in shuffled rounds, and its level came out
-    above what the same machine charges a run's steps: on the quiet machine (fidelity-report at
+    Why: the grid times 26 shapes (35 since 2026-11-27 21:00) of every size in shuffled rounds,
+    and its level came out above what the same machine charges a run's steps: on the quiet machine (fidelity-report at
     load 1.1, 2026-11-27 19:32 UTC, 57 runs) the probes right after each calibration ran 5.2%
     below it (median; below in 55 of 57), and it over-predicted a run's 1-row decodes, the
     step runs mostly make, by 8.3% (median, 11,288 steps). The

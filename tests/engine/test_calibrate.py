@@ -56,3 +56,48 @@ def test_a_burst_of_load_hits_one_round_not_every_repeat_of_a_step():
     times = time_interleaved([step_of(i) for i in range(len(cost))], 3, clock=lambda: now[0])
     assert times == cost
     assert calls[0] == len(cost) * 4  # one warm-up and three rounds each
+
+
+def test_decode_points_are_timed_after_themselves():
+    """Regression (docs/fidelity.md item 7, vllm x1 1-row decodes predicted 14.5% too slow): a
+    step costs more right after a different step (measured on bench-30m: a 1-row decode after
+    a 384-token prefill 1.09-1.18x its cost in a streak), and a run's decodes come in streaks.
+    A ``streak`` step is timed right after an untimed run of itself; the others as before."""
+    from servelab.engine.calibrate import time_interleaved
+
+    warm, cold = [1.0, 2.0, 3.0], [1.5, 3.0, 4.5]
+    now, last = [0.0], [None]
+
+    def step_of(i):
+        def step():
+            now[0] += warm[i] if last[0] == i else cold[i]
+            last[0] = i
+        return step
+
+    steps = [step_of(i) for i in range(3)]
+    times = time_interleaved(steps, 3, clock=lambda: now[0], streak=[True, False, True])
+    assert times[0] == warm[0] and times[2] == warm[2]
+    assert times[1] == cold[1]  # not in a streak: after whatever the shuffle put before it
+
+
+def test_only_ragged_decode_points_run_in_a_streak():
+    from servelab.core.plan import PaddedBatch
+    from servelab.engine.calibrate import _Point, in_streak
+
+    assert in_streak(_Point(((1, 127),))) and in_streak(_Point(((1, 15),) * 4))
+    assert not in_streak(_Point(((64, 0),)))  # prefill
+    assert not in_streak(_Point(((64, 0), (1, 255))))  # prefill beside a decode
+    assert not in_streak(_Point(((1, 127),) * 2, PaddedBatch(2, 1, 128)))  # padded
+
+
+def test_compact_grid_covers_the_one_row_decodes_fidelity_runs_make():
+    """Regression (docs/fidelity.md item 7): the fidelity workloads' 1-row decodes sit at
+    contexts 1-536 (prompts <= 256-512, outputs <= 24). With 1-row decodes timed only at 64 and
+    512 the fit over-predicted them 5-10% at 16-256; the grid needs one at each end and one
+    inside."""
+    from servelab.validate.calibration import COMPACT_GRID
+
+    contexts = sorted(p.shape.decode_context_sum for p in grid_points(COMPACT_GRID)
+                      if p.padding is None and p.shape.num_decodes == 1 and not p.shape.prefill_tokens)
+    assert len(contexts) >= 3
+    assert contexts[0] <= 16 and contexts[-1] >= 512 and any(64 <= c <= 256 for c in contexts)
