@@ -77,7 +77,7 @@ class GroupRows:
 
 class DecodeGroup:
     __slots__ = ("blocks", "bs", "members", "_base", "epoch", "times", "_by_res", "_key_sum", "_max_heap",
-                 "_exit_heap", "_seq", "_ids", "_list", "in_flight", "_reserved_epoch", "_dirty", "_join_seq",
+                 "_exit_heap", "_seq", "_ids", "_list", "in_flight", "_reserved_epoch", "_dirty",
                  "version", "_rows")
 
     def __init__(self, blocks: BlockManager) -> None:
