@@ -50,6 +50,16 @@ from servelab.simulator.hardware import cost_for_spec
 from servelab.workloads.spec import parse_workload
 from servelab.paths import default_data_dir
 a = json.loads(sys.argv[1])
+def _funcs(profiler):
+    # (calls, own CPU-s) of every function the profiler saw, keyed 'file:line(name)'
+    if profiler is None:
+        return None
+    import pstats
+    out = {}
+    for (path, line, name), (_, calls, own, _, _) in pstats.Stats(profiler).stats.items():
+        short = path.split("servelab/", 1)[-1] if "servelab/" in path else path.rsplit("/", 1)[-1]
+        out[f"{short}:{line}({name})"] = (calls, own)
+    return out
 cost = cost_for_spec(InstanceSpec(scale_bench.GPU, scale_bench.MODEL), CostOptions())
 spec = scale_bench.workload_spec(a["instances"], a["requests"], 5.5)
 walk = [0.0]
@@ -67,6 +77,10 @@ if a["evict_kb"]:
     cluster_driver.ClusterDriver._dispatch = evicting
 if a["no_gc"]:
     gc.disable()
+profiler = None
+if a.get("profile"):
+    import cProfile
+    profiler = cProfile.Profile()
 load0 = os.getloadavg()[0]
 cpu = tokens = records = 0.0
 prints = []
@@ -75,9 +89,14 @@ for seed in range(a["repeats"]):
     config = cluster_for(scale_bench.POLICY, num_instances=a["instances"], gpu=scale_bench.GPU, model=scale_bench.MODEL)
     if a["router"]:
         config = dataclasses.replace(config, router=a["router"])
+    sim = Simulation(workload, config, cost_model=cost)
+    if profiler is not None:
+        profiler.enable()
     t0 = time.process_time()
-    result = Simulation(workload, config, cost_model=cost).run()
+    result = sim.run()
     cpu += time.process_time() - t0
+    if profiler is not None:
+        profiler.disable()
     tokens += result.num_output_tokens
     records += result.collector.num_steps
     prints.append(scale_bench.fingerprint(result))
@@ -86,14 +105,14 @@ net = cpu - walk[0]
 print(json.dumps({**a, "cpu_s": cpu, "walk_cpu_s": walk[0], "output_tokens": int(tokens),
                   "tokens_per_cpu_s": tokens / net, "records_per_ktok": records / tokens * 1e3,
                   "fingerprints": prints, "load": [load0, os.getloadavg()[0]],
-                  "peak_rss_gb": scale_bench.peak_rss_gb()}))
+                  "peak_rss_gb": scale_bench.peak_rss_gb(), "funcs": _funcs(profiler)}))
 """
 
 
 def point(instances: int, requests: int, repeats: int, *, router: str | None = None, no_gc: bool = False,
-          evict_kb: int = 0) -> dict:
+          evict_kb: int = 0, profile: bool = False) -> dict:
     args = {"instances": instances, "requests": requests, "repeats": repeats, "router": router, "no_gc": no_gc,
-            "evict_kb": evict_kb}
+            "evict_kb": evict_kb, "profile": profile}
     print("running", json.dumps(args), flush=True)
     proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], cwd=ROOT, capture_output=True, text=True)
     if proc.returncode:
@@ -206,9 +225,81 @@ def main() -> None:
               "working set of tens of instances, each with about 100 running requests as Python objects (the "
               "request, its id, its token-time list, its block table, its entries in the queues' dicts), no "
               "longer fits: every step of an instance starts on data the other instances' steps evicted.", ""]
+    prof_sizes = (1, 32, 256) if not args.quick else (1, 4, 16)
+    profiles = [point(n, per, max(prof_sizes[1] // n, 1) if n == 1 else 1, router="least_loaded", profile=True)
+                for n in prof_sizes]
+    plain = [point(n, per, max(prof_sizes[1] // n, 1) if n == 1 else 1, router="least_loaded") for n in prof_sizes]
+    lines += profile_section(profiles, plain)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines) + "\n")
     print(f"wrote {OUT}")
+
+
+def profile_section(profiles: list[dict], plain: list[dict], top: int = 22) -> list[str]:
+    """Section 6: per function, calls per 1k simulated output tokens and CPU per call, at each size,
+    and the growth in CPU per token split into more calls (algorithmic) and slower calls (locality)."""
+    sizes = [p["instances"] for p in profiles]
+    per_tok = []  # per size: function -> (calls per 1k tok, ns per call, ns per tok)
+    for p in profiles:
+        tok = p["output_tokens"]
+        per_tok.append({f: (c / tok * 1e3, own / c * 1e9 if c else 0.0, own / tok * 1e9)
+                        for f, (c, own) in p["funcs"].items()})
+    names = set().union(*per_tok)
+    zero = (0.0, 0.0, 0.0)
+    last = per_tok[-1]
+    ranked = sorted(names, key=lambda f: -max(last.get(f, zero)[2], per_tok[0].get(f, zero)[2]))[:top]
+    sz = " / ".join(f"{n:,}" for n in sizes)
+    lines = ["## 6. Where the CPU goes per simulated token: every function, at " + sz + " instances", "",
+             "The same workloads as above (one instance: " + f"{profiles[0]['repeats']} workloads back to back; "
+             "the others one workload), least-loaded router, each size in its own process under cProfile. "
+             "*calls per 1k tok*: how often the function ran per 1,000 simulated output tokens (exact, not "
+             "sampled: a count that grows with the instances is an algorithmic cost, O(instances) work "
+             "somewhere per event); *ns per call*: its own CPU time per call (without the functions it calls), "
+             "as profiled (cProfile adds a fixed cost to every call, so the absolute numbers are inflated and "
+             "the growth understated; the uninstrumented speed is in the last table); *ns per tok*: calls "
+             "x time, the function's share of a token's CPU. The " + f"{top}" + " functions with the largest "
+             f"share at {sizes[-1]:,} instances (or at one):", "",
+             f"| function | calls per 1k tok ({sz}) | ns per call ({sz}) | ns per tok ({sz}) | grows |",
+             "|---|---:|---:|---:|---|"]
+
+    def grows(f: str) -> str:
+        c0, t0, _ = per_tok[0].get(f, zero)
+        c1, t1, _ = last.get(f, zero)
+        if not c0:
+            return "new beyond one instance" if c1 else "-"
+        more, slower = c1 / c0 > 1.1, t0 > 0 and t1 / t0 > 1.25
+        return {(True, True): "calls and time per call", (True, False): "calls",
+                (False, True): "time per call", (False, False): "flat"}[(more, slower)]
+
+    for f in ranked:
+        vals = [d.get(f, zero) for d in per_tok]
+        lines.append(f"| `{f}` | " + " / ".join(f"{v[0]:.1f}" for v in vals) + " | "
+                     + " / ".join(f"{v[1]:,.0f}" for v in vals) + " | "
+                     + " / ".join(f"{v[2]:,.0f}" for v in vals) + f" | {grows(f)} |")
+    lines += ["", "Growth of the profiled CPU per token between sizes, split exactly into more calls per token "
+              "(at the smaller size's time per call) and slower calls (at the larger size's count), summed over "
+              "every function:", "",
+              "| from -> to instances | profiled ns per tok | of which more calls | of which slower calls "
+              "| largest count growth | largest time growth |", "|---|---:|---:|---:|---|---|"]
+    for a, b, pa, pb in zip(sizes, sizes[1:], per_tok, per_tok[1:]):
+        d_count = {f: (pb.get(f, zero)[0] - pa.get(f, zero)[0]) * pa.get(f, pb.get(f, zero))[1] / 1e3
+                   for f in names}
+        d_time = {f: pb.get(f, zero)[0] * (pb.get(f, zero)[1] - pa.get(f, pb.get(f, zero))[1]) / 1e3
+                  for f in names}
+        ta, tb = sum(v[2] for v in pa.values()), sum(v[2] for v in pb.values())
+        big_c = sorted(d_count, key=lambda f: -d_count[f])[:3]
+        big_t = sorted(d_time, key=lambda f: -d_time[f])[:3]
+        lines.append(f"| {a:,} -> {b:,} | {ta:,.0f} -> {tb:,.0f} | {sum(d_count.values()):+,.0f} | "
+                     f"{sum(d_time.values()):+,.0f} | " + ", ".join(f"`{f}` {d_count[f]:+.0f}" for f in big_c)
+                     + " | " + ", ".join(f"`{f}` {d_time[f]:+.0f}" for f in big_t) + " |")
+    one = plain[0]["tokens_per_cpu_s"]
+    lines += ["", "The same sizes without the profiler (the speed that counts):", "",
+              "| instances | output tok per CPU-s | vs one instance | step records per 1k tok "
+              "| CPU us per step record | load avg (start-end) |", "|---:|---:|---:|---:|---:|---|"]
+    for p in plain:
+        lines.append(f"| {p['instances']:,} | {p['tokens_per_cpu_s']:,.0f} | {p['tokens_per_cpu_s'] / one:.2f} | "
+                     f"{p['records_per_ktok']:.2f} | {us_per_record(p):.1f} | {p['load'][0]:.1f}-{p['load'][1]:.1f} |")
+    return lines + [""]
 
 
 def _cache(level: str) -> str:
