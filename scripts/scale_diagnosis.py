@@ -237,6 +237,22 @@ def main() -> None:
     print(f"wrote {OUT}")
 
 
+def split_growth(a: dict, b: dict) -> tuple[dict, dict]:
+    """Per function, the change of its ns per token from profile ``a`` to ``b`` (each function ->
+    (calls per 1k tok, ns per call, ns per tok)), split exactly into more calls at ``a``'s time per
+    call and slower calls at ``b``'s count (a function missing from one side has 0 calls there)."""
+    zero = (0.0, 0.0, 0.0)
+    count, time = {}, {}
+    for f in set(a) | set(b):
+        ca, ta, _ = a.get(f, zero)
+        cb, tb, _ = b.get(f, zero)
+        if not ca:
+            ta = tb
+        count[f] = (cb - ca) * ta / 1e3
+        time[f] = cb * (tb - ta) / 1e3
+    return count, time
+
+
 def profile_section(profiles: list[dict], plain: list[dict], top: int = 22) -> list[str]:
     """Section 6: per function, calls per 1k simulated output tokens and CPU per call, at each size,
     and the growth in CPU per token split into more calls (algorithmic) and slower calls (locality)."""
@@ -284,10 +300,7 @@ def profile_section(profiles: list[dict], plain: list[dict], top: int = 22) -> l
               "| from -> to instances | profiled ns per tok | of which more calls | of which slower calls "
               "| largest count growth | largest time growth |", "|---|---:|---:|---:|---|---|"]
     for a, b, pa, pb in zip(sizes, sizes[1:], per_tok, per_tok[1:]):
-        d_count = {f: (pb.get(f, zero)[0] - pa.get(f, zero)[0]) * pa.get(f, pb.get(f, zero))[1] / 1e3
-                   for f in names}
-        d_time = {f: pb.get(f, zero)[0] * (pb.get(f, zero)[1] - pa.get(f, pb.get(f, zero))[1]) / 1e3
-                  for f in names}
+        d_count, d_time = split_growth(pa, pb)
         ta, tb = sum(v[2] for v in pa.values()), sum(v[2] for v in pb.values())
         big_c = sorted(d_count, key=lambda f: -d_count[f])[:3]
         big_t = sorted(d_time, key=lambda f: -d_time[f])[:3]
@@ -332,8 +345,7 @@ def _profile_verdict(sizes: list[int], per_tok: list[dict], names: set, plain: l
     growing = sorted((f for f in names if a.get(f, zero)[0] > 0.5 and b.get(f, zero)[2] > 5
                       and b.get(f, zero)[0] / a[f][0] > 1.05 * steps),
                      key=lambda f: -(b[f][0] - a[f][0]) * a[f][1])
-    d_count = sum((b.get(f, zero)[0] - a.get(f, zero)[0]) * a.get(f, b.get(f, zero))[1] / 1e3 for f in names)
-    d_time = sum(b.get(f, zero)[0] * (b.get(f, zero)[1] - a.get(f, b.get(f, zero))[1]) / 1e3 for f in names)
+    d_count, d_time = (sum(d.values()) for d in split_growth(a, b))
     out.append(f"From {sizes[-2]:,} to {sizes[-1]:,} instances the step path runs {steps - 1:+.1%} as often per "
                "token; functions whose calls per token grow more than 5% beyond that (and cost over 5 ns per "
                "token): " + (", ".join(f"`{f}` {a[f][0]:.2f} -> {b[f][0]:.2f}" for f in growing[:6])
