@@ -156,7 +156,7 @@ def main() -> None:
              "Written by `python scripts/scale_diagnosis.py" + (" --quick" if args.quick else "")
              + "`; do not edit by hand.", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, Python {platform.python_version()}, "
-             f"load average {os.getloadavg()[0]:.1f} when written; each run's load average at its start and end "
+             f"load average {os.getloadavg()[0]:.1f} when written, run at nice {os.nice(0)} on the shared machine; each run's load average at its start and end "
              "is in its row (the cores are shared with other work: CPU seconds, not wall time, but caches and "
              "memory bandwidth are shared too). Every run is in its own process.", "",
              f"Workload (simulated): docs/benchmarks/scale.md's, {per:,} requests per instance at 5.5 req/s per "
