@@ -112,11 +112,12 @@ print(json.dumps({**a, "cpu_s": cpu, "walk_cpu_s": walk[0], "output_tokens": int
 
 
 def point(instances: int, requests: int, repeats: int, *, router: str | None = None, no_gc: bool = False,
-          evict_kb: int = 0, profile: bool = False) -> dict:
+          evict_kb: int = 0, profile: bool = False, env: dict | None = None) -> dict:
     args = {"instances": instances, "requests": requests, "repeats": repeats, "router": router, "no_gc": no_gc,
-            "evict_kb": evict_kb, "profile": profile}
+            "evict_kb": evict_kb, "profile": profile, "env": env}
     print("running", json.dumps(args), flush=True)
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **env} if env else None)
     if proc.returncode:
         raise SystemExit(f"scale_diagnosis: the run {json.dumps(args)} failed:\n{proc.stderr.strip()[-2000:]}")
     return json.loads(proc.stdout)
@@ -232,9 +233,43 @@ def main() -> None:
                 for n in prof_sizes]
     plain = [point(n, per, max(prof_sizes[1] // n, 1) if n == 1 else 1, router="least_loaded") for n in prof_sizes]
     lines += profile_section(profiles, plain)
+    lines += page_section([plain[-1]] + [point(prof_sizes[-1], per, 1, router="least_loaded", env=e) for e in PAGES])
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines) + "\n")
     print(f"wrote {OUT}")
+
+
+PAGES = [{"PYTHONMALLOC": "malloc"}, {"PYTHONMALLOC": "malloc", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}]
+
+
+def page_section(runs: list[dict]) -> list[str]:
+    """Section 7: the largest profiled point with Python's own allocator, with glibc malloc, and with
+    glibc malloc on transparent huge pages: if the slower calls are address translation (TLB misses
+    over a few hundred MB of objects), huge pages make them faster; what is left is the caches."""
+    labels = ["Python's allocator (pymalloc, 4 KiB pages)", "glibc malloc (PYTHONMALLOC=malloc)",
+              "glibc malloc on transparent huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1)"]
+    lines = [f"## 7. Page size: {runs[0]['instances']:,} instances with another allocator", "",
+             "| allocator | output tok per CPU-s | vs pymalloc | same results | peak RSS (GB) | load avg (start-end) |",
+             "|---|---:|---:|---|---:|---|"]
+    base = runs[0]
+    for label, r in zip(labels, runs):
+        lines.append(f"| {label} | {r['tokens_per_cpu_s']:,.0f} | {r['tokens_per_cpu_s'] / base['tokens_per_cpu_s']:.2f} | "
+                     f"{'yes' if r['fingerprints'] == base['fingerprints'] else 'no'} | {r['peak_rss_gb']:.2f} | "
+                     f"{r['load'][0]:.1f}-{r['load'][1]:.1f} |")
+    gain = runs[2]["tokens_per_cpu_s"] / runs[1]["tokens_per_cpu_s"] - 1
+    lines += ["", f"Huge pages change glibc malloc's speed by {gain:+.0%}"
+              + (" (the machine's THP mode is `" + _thp() + "`)") + ": address translation is "
+              + ("part of the slower calls" if gain > 0.05 else "not what makes the calls slower")
+              + "; the rest is data falling out of the caches between two events of the same instance.", ""]
+    return lines
+
+
+def _thp() -> str:
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return "?"
+    return next((w.strip("[]") for w in text.split() if w.startswith("[")), "?")
 
 
 def split_growth(a: dict, b: dict) -> tuple[dict, dict]:
