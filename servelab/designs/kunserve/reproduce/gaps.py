@@ -14,7 +14,9 @@
   instances' steps from the first drop to the last arrival.
   Three more variants test what the baselines do differently: KunServe pipelined from t=0
   (vLLM-PP's configuration with KunServe's former: is the gap the reactive drop or the
-  pipelined steady state?), vLLM-PP with a prompt never cut between microbatches (vLLM's
+  pipelined steady state?) with KunServe's lookahead former, with vLLM-PP's token chunking and
+  with whole rows (the former's share of it), the reactive KunServe with either former, vLLM-PP
+  with a prompt never cut between microbatches (vLLM's
   virtual engines), and InferCept under the queue-first rule (``swapped_first=false``: new
   requests take the memory swapping freed; the default is vLLM v0's swapped-first rule). Every
   run's worst 1% are placed by the phase KunServe was in at their arrival (``waits``).
@@ -33,6 +35,11 @@ from servelab.designs.kunserve.reproduce import waits
 # only, no restore): vLLM-PP's configuration with KunServe's former, so KunServe's pipelined
 # steady state is compared with vLLM-PP's apart from the reactive drop
 PIPELINED_T0 = "kunserve pipelined from t=0"
+_T0 = "kunserve:trigger_share=0.01,max_group_size=2,restore=false"
+# the same with vLLM-PP's microbatch former (token chunking) and with whole rows: if the steady
+# state then matches vLLM-PP's (and vLLM-PP's with rows), the former alone separates them
+T0_TOKENS = "kunserve pipelined from t=0, token chunking"
+T0_ROWS = "kunserve pipelined from t=0, whole rows"
 # vLLM-PP whose microbatches take whole rows: a prompt chunk never cut between two microbatches
 # of one step, as in vLLM's virtual engines (a request belongs to one engine, one chunk a pass)
 PP_ROWS = "vllm-pp, prompt not cut"
@@ -47,7 +54,8 @@ GAP_SYSTEMS = {"vllm-pp": "vllm-pp", "infercept": "infercept", "kunserve": "kuns
                "trigger + watermark": "kunserve:trigger_watermark=true",
                "dispatch kv": "kunserve:dispatch=kv", "dispatch kv+compute": "kunserve:dispatch=kv+compute",
                "kv+compute + watermark": "kunserve:dispatch=kv+compute,trigger_watermark=true",
-               PIPELINED_T0: "kunserve:trigger_share=0.01,max_group_size=2,restore=false",
+               "former: token chunking": "kunserve:former=tokens", "former: whole rows": "kunserve:former=rows",
+               PIPELINED_T0: _T0, T0_TOKENS: _T0 + ",former=tokens", T0_ROWS: _T0 + ",former=rows",
                PP_ROWS: "vllm-pp:former=rows", IC_QUEUE: "infercept:swapped_first=false"}
 FAST_LINK = "10x link (exchange ~free)"
 
