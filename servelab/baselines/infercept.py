@@ -3,7 +3,7 @@ throttling is handled by swapping running requests' KV to host memory, the copy 
 with compute (InferCept's point: no idle GPU while KV moves), and swapped requests brought
 back when memory frees.
 
-- Dispatch: the lowest KV load (as every system in this comparison).
+- Dispatch: Llumnix's, the most remaining steps (``llumnix.least_loaded``, as every system in this comparison).
 - Swap out, checked after every step of an instance: when its running requests cannot keep
   growing (fewer free blocks than running decodes, each of which may open a block on its
   next token), its most recently arrived running requests (vLLM's preemption order) are
@@ -23,10 +23,16 @@ back when memory frees.
   before it may leave again, so swapping never undoes itself. The instance's own scheduler
   (Sarathi, as vLLM 0.6's chunked prefill) still admits a queued request whenever its blocks
   fit, so new requests may take memory a parked one waits for.
-- ``swapped_first`` (off by default; a gap test of the KunServe reproduction): vLLM v0's rule,
-  that of InferCept's base (v0.2.0): while requests an instance swapped out wait in host
-  memory, no new request is placed on it; arrivals are held by the router and placed on the
-  least loaded instance with none away (those already queued on an instance stay there).
+- ``swapped_first`` (on by default): vLLM v0's rule, that of InferCept's base (v0.2.0, which
+  the KunServe paper's InferCept keeps, with its scheduler and attention backend put in,
+  section 5): while requests an instance swapped out wait in host memory, no new request is
+  placed on it; arrivals are held by the router and placed on the least loaded instance with
+  none away (those already queued on an instance stay there). This is the behaviour the paper
+  measures (section 2.3, Fig. 3b: "the queued requests are still waiting for ongoing requests
+  to finish") and issue 24 asks for ("InferCept serves swapped requests first, as vLLM
+  does"). ``swapped_first=false`` (the default before issue 24, kept as a named variant for
+  the KunServe reproduction's gap test) lets new requests take the memory swapping freed, so
+  the swapped requests, not the queue, wait.
 - Why a run ends: a request swapped back in waits in its instance's queue with its KV, and
   Sarathi runs such KV holders whenever its step would otherwise be empty. It used to do so
   only when nothing ran: with a recompute-preempted request at the queue's head (it cannot
@@ -69,8 +75,9 @@ class InferCeptConfig:
     headroom: float = 0.0  # of capacity kept free when swapping in, beyond the watermark new requests keep
     poll_s: float = 0.05
     # vLLM v0's rule (InferCept's base, v0.2.0): no new request goes to an instance while requests
-    # it swapped out wait in host memory (held by the router; placed once one has none away)
-    swapped_first: bool = False
+    # it swapped out wait in host memory (held by the router; placed once one has none away);
+    # False: new requests take the memory swapping freed (a variant, the default before issue 24)
+    swapped_first: bool = True
 
     def __post_init__(self) -> None:
         if not self.host_gb > 0 or not 0 <= self.headroom < 1 or not self.poll_s > 0:

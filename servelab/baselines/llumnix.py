@@ -3,8 +3,13 @@ migration of running requests with their KV between instances to balance load an
 room for a queue's head (de-fragmentation).
 
 - Load of an instance: ``(used KV blocks + blocks its queue needs) / capacity`` (Llumnix's
-  virtual usage, with the queued demand counted as its head-of-line term).
-- Dispatch: the lowest load.
+  virtual usage, with the queued demand counted as its head-of-line term; its
+  ``kv_blocks_ratio``), read by migration.
+- Dispatch: the most remaining steps, ``(free blocks - blocks the queue needs) / (running +
+  queued requests)`` (``remaining_steps``, the default ``dispatch_load_metric`` of Llumnix
+  v0.1.0, the release the KunServe paper compares with: the Llumnix paper's freeness
+  ``(M - sum V) / B``, decode steps the instance can still run). It used to be the lowest KV
+  load (``kv_blocks_ratio``), which ignores how many requests share the free memory.
 - Migration, checked after every step of an instance: when it is throttled (running plus
   queued KV beyond its capacity) or its load exceeds the lightest instance's by
   ``imbalance``, its running request with the fewest tokens (cheapest to move) migrates to
@@ -20,6 +25,7 @@ Qwen-2.5-14B request takes about 50 ms, much shorter than the queueing it reliev
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +53,19 @@ def kv_load(view) -> float:
     return (b.num_used_gpu_blocks + queued_blocks(view)) / max(1, b.num_gpu_blocks)
 
 
+def remaining_steps(view) -> float:
+    """Llumnix's dispatch metric (``remaining_steps``, the default ``dispatch_load_metric`` of its
+    v0.1.0 release; the paper's freeness ``(M - sum V) / B``): KV blocks left once the queue's
+    demand is counted, per running or queued request; an idle instance has infinitely many."""
+    b = view.blocks
+    n = view.num_running + len(view.waiting)
+    return math.inf if n == 0 else (b.num_gpu_blocks - b.num_used_gpu_blocks - queued_blocks(view)) / n
+
+
 def least_loaded(instances) -> Any:
-    return min(instances, key=lambda v: (kv_load(v), v.instance_id))
+    """The dispatch target: the most remaining steps (Llumnix's dispatch; ties by the lowest
+    KV load, then id)."""
+    return min(instances, key=lambda v: (-remaining_steps(v), kv_load(v), v.instance_id))
 
 
 @dataclass(frozen=True)
@@ -82,7 +99,8 @@ class LlumnixRouter(Router):
         if not self.config.migrate or len(cluster.instances) < 2 or instance_id in self._moving.values():
             return []
         src = cluster.instance(instance_id)
-        dst = least_loaded([v for v in cluster.instances if v.instance_id != instance_id])
+        dst = min((v for v in cluster.instances if v.instance_id != instance_id),
+                  key=lambda v: (kv_load(v), v.instance_id))  # the lightest by KV load (migration's reading)
         throttled = excess_blocks(src) > 0
         if not throttled and kv_load(src) - kv_load(dst) < self.config.imbalance:
             return []

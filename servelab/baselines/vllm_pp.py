@@ -3,10 +3,10 @@ from the start into static two-stage pipelines, each stage holding half the laye
 GPU frees half its parameter memory for KV, at the cost of pipelined execution.
 
 The ``vllm-pp`` router forms the pairs on the first arrival (``SetLayers`` + ``FormPipeline``;
-an odd instance out stays whole) and then dispatches by KV load. Each pipeline step is
-scheduled by chunked prefill with a budget of ``stages x token_budget`` (vLLM runs one
-virtual engine per stage, each with its own budget and its own ``max_num_seqs``) and cut into ``num_microbatches``
-microbatches by token count (the paper's Fig. 17a token chunking; ``former=rows``: whole rows
+an odd instance out stays whole) and then dispatches as Llumnix does (the most remaining
+steps, ``llumnix.least_loaded``). Each pipeline step is scheduled by chunked prefill with a
+budget of ``stages x token_budget`` (vLLM runs one virtual engine per stage, each with its own
+budget and its own ``max_num_seqs``) and cut into ``num_microbatches`` microbatches by token count (the paper's Fig. 17a token chunking; ``former=rows``: whole rows
 dealt by size, so one request's prompt never occupies two microbatches of a step, as vLLM's
 virtual engines bind a request to one engine).
 

@@ -106,7 +106,7 @@ REPRODUCTIONS: tuple[Entry, ...] = (
     Entry("kunserve", "KunServe", "kunserve.md", "servelab.designs.kunserve.reproduce.run",
           "KunServe: Figs. 12-16 (P99 TTFT, TPOT, SLO violation, ablation, restore, extreme bursts) and the "
           "drop-plan time against vllm, vllm-pp, infercept and llumnix, with the gap tests (simulated).",
-          {"reduced": 246, "full": 780}),
+          {"reduced": 246, "full": 1239}),
 )
 
 

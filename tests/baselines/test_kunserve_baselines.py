@@ -90,14 +90,18 @@ def test_vllm_pp_rows_keeps_a_prompt_in_one_microbatch():
 
 
 def test_infercept_swapped_first_holds_arrivals_while_swapped_requests_are_away():
-    """vLLM v0's rule: no new request on an instance while requests it swapped out are away;
-    by default new requests take the memory swapping freed, so they wait less."""
+    """vLLM v0's rule, the default (issue 24: InferCept serves swapped requests first, as vLLM
+    does): no new request on an instance while requests it swapped out are away; with
+    ``swapped_first=false`` new requests take the memory swapping freed, so they wait less."""
+    from servelab.baselines.infercept import InferCeptConfig
+
+    assert InferCeptConfig().swapped_first  # fails before issue 24's default change
     specs = [RequestSpec(i, 0.2 * i, 2500 if i % 2 else 600, 300 if i % 3 else 60) for i in range(60)]
-    worst = {}
-    for spec in ("infercept", "infercept:swapped_first=true"):
+    mean = {}
+    for spec in ("infercept", "infercept:swapped_first=false"):
         sim, res = _run(spec, specs)
         r = sim.router
         assert r.num_swap_outs > 0 and r.num_swap_ins == r.num_swap_outs
-        assert (r.num_held > 0) == spec.endswith("true")
-        worst[spec] = max(q.token_times_s[0] - q.arrival_time_s for q in res.requests)
-    assert worst["infercept:swapped_first=true"] > 2 * worst["infercept"]
+        assert (r.num_held > 0) == (spec == "infercept")
+        mean[spec] = sum(q.token_times_s[0] - q.arrival_time_s for q in res.requests) / len(specs)
+    assert mean["infercept"] > 1.5 * mean["infercept:swapped_first=false"]  # held arrivals wait (0.79 vs 0.41 s)

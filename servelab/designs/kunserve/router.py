@@ -1,7 +1,17 @@
 """KunServe's global dispatcher, monitor and memory manager (the paper's Figure 4).
 
 - Dispatch (as Llumnix): a new request goes to the unit (instance or pipeline group) with
-  the lowest KV load, ``(used blocks + blocks the queue needs) / capacity``.
+  the most remaining steps, ``(free blocks - blocks the queue needs) / (running + queued
+  requests)`` (``dispatch="freeness"``, the default). The paper, section 3: "Requests are
+  routed through a global dispatcher, which enqueues them to the local executor of each
+  instance for execution. Our dispatcher incorporates the load-balancing design from Llumnix
+  [41]. The global monitor collects usage information and calculates the load metric for
+  each instance." Llumnix's load metric for dispatch is its freeness (``remaining_steps``,
+  the default of the v0.1.0 release the paper compares with), so that is the rule here;
+  after a drop the enlarged group's freed memory is shared by its members' requests, so it
+  draws new requests only while it has more free blocks per request than a single instance.
+  ``kv``: the lowest KV load, ``(used blocks + blocks the queue needs) / capacity`` (Llumnix's
+  ``kv_blocks_ratio``; the default before issue 24, a variant); ``kv+compute``: a gap test.
 - Monitor (``monitor``): after every step of a unit (an instance or a group: a throttled
   group triggers too), throttling is checked: the KV of its running requests plus its
   head-of-line queued request exceeds its capacity. The need ``R`` is the sum over all
@@ -42,6 +52,7 @@ from typing import Any, Callable
 
 # KunServe's dispatcher balances by KV-use load as Llumnix does: one definition of load
 from servelab.baselines.llumnix import kv_load as _load
+from servelab.baselines.llumnix import least_loaded
 from servelab.cluster.config import ClusterConfig, InstanceGroup
 from servelab.cluster.presets import register_preset
 from servelab.cluster.reconfig import FormPipeline, SetLayers, SplitPipeline
@@ -79,9 +90,10 @@ class KunServeConfig:
     # lower: an earlier trigger, a gap test of the trigger's timing)
     trigger_share: float = 1.0
     trigger_watermark: bool = False
-    # kv: the least KV-loaded unit (Llumnix, the paper's dispatcher) | kv+compute: a gap test, while a
-    # group exists, units whose steps fill their budget only when no unit with compute and KV to spare is left
-    dispatch: str = "kv"
+    # freeness: the most remaining steps (Llumnix's dispatch metric, the paper's dispatcher) | kv: the
+    # least KV-loaded unit | kv+compute: a gap test, while a group exists, units whose steps fill their
+    # budget only when no unit with compute and KV to spare is left
+    dispatch: str = "freeness"
     cooldown_s: float = 1.0  # between two drop decisions
     max_group_size: int = 0  # 0: up to the model's layers
     # when a formed group merges again (the second drop): spare = only while its steps leave
@@ -99,8 +111,8 @@ class KunServeConfig:
         if self.merge not in ("spare", "always") or not 0 < self.merge_utilization <= 1:
             raise ValueError(f"merge must be spare or always and merge_utilization in (0, 1], got {self.merge!r}, "
                              f"{self.merge_utilization}")
-        if self.dispatch not in ("kv", "kv+compute"):
-            raise ValueError(f"dispatch must be kv or kv+compute, got {self.dispatch!r}")
+        if self.dispatch not in ("freeness", "kv", "kv+compute"):
+            raise ValueError(f"dispatch must be freeness, kv or kv+compute, got {self.dispatch!r}")
         if self.lookahead_scope not in ("queue", "step"):
             raise ValueError(f"lookahead_scope must be queue or step, got {self.lookahead_scope!r}")
         if self.num_microbatches < 0 or self.token_budget < 1 or self.max_group_size < 0:
@@ -148,8 +160,10 @@ class KunServeRouter(Router):
             full = self.config.merge_utilization
             spare = [v for v in units if self._util.get(v.instance_id, 0.0) < full and _load(v) < 1.0]
             target = min(spare or units, key=lambda v: (_load(v), v.instance_id))
-        else:
+        elif self.config.dispatch == "kv":
             target = min(units, key=lambda v: (_load(v), v.instance_id))
+        else:
+            target = least_loaded(units)
         return [Placement(request, target.instance_id)]
 
     # ---- monitor ----

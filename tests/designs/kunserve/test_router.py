@@ -219,3 +219,28 @@ def test_an_idle_restore_wake_up_leaves_a_unit_that_is_no_longer_a_group():
     assert router.on_timer(1.05, SimpleNamespace(instances=[single])) == []
     assert router.next_wakeup_s(1.1) is None
     assert router.report()["groups_idle_while_restoring"] == 1 and router.report()["splits_after_idle_restore"] == 0
+
+
+def test_dispatch_is_llumnix_remaining_steps_not_kv_load():
+    """The paper's dispatcher is Llumnix's load balancing (section 3), whose dispatch metric is
+    its freeness, ``remaining_steps`` (free blocks after the queue's demand per running or
+    queued request): a unit with a lower KV load but many requests sharing its free memory
+    loses to one with fewer. Before issue 24's change the default was the lowest KV load."""
+    from types import SimpleNamespace as NS
+
+    from servelab.core.request import Request, RequestSpec
+
+    def unit(iid, used, running):
+        blocks = NS(num_gpu_blocks=1000, num_used_gpu_blocks=used, block_size=16)
+        return NS(instance_id=iid, blocks=blocks, waiting=[], running=[None] * running, num_running=running,
+                  members=((iid, None),))
+
+    crowded, roomy = unit(0, 300, 70), unit(1, 500, 5)  # KV load 0.3 vs 0.5; remaining steps 10 vs 100
+    router = KunServeRouter()
+    router._learn = lambda cluster: None
+    req = Request(RequestSpec(0, 0.0, 100, 10))
+    place = router.on_arrival(0.0, req, NS(instances=[crowded, roomy]))
+    assert router.config.dispatch == "freeness" and place[0].instance_id == 1
+    kv = KunServeRouter(KunServeConfig(dispatch="kv"))
+    kv._learn = lambda cluster: None
+    assert kv.on_arrival(0.0, req, NS(instances=[crowded, roomy]))[0].instance_id == 0

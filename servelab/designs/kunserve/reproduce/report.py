@@ -44,7 +44,13 @@ def _lines(res: dict) -> list[str]:
            f"{DEFAULT_COST_MODEL} (no GPU), on the paper's clusters: "
            f"A = {res['clusters']['A']['num_instances']} x A800-80GB, one per server, 200 Gb/s RDMA, no NVLink, "
            "Qwen-2.5-14B per GPU; B = 2 servers x 8 H800-80GB (NVLink 300 GB/s, 400 Gb/s RDMA), Qwen-2.5-72B TP 4 "
-           "(4 instances). Do not read them as measurements.", ""]
+           "(4 instances). Do not read them as measurements.", "",
+           "Runs are deterministic: a run at a fixed seed is identical in every process, whatever PYTHONHASHSEED "
+           "(`tests/designs/kunserve/test_determinism.py`). Rates below are printed rounded; to rerun a point, use "
+           "the exact rate printed under each end-to-end section (or in kunserve.json) with the reproduction's "
+           "cluster and workload (`setting.cluster`, `setting.workload`): `servelab simulate` cannot express this "
+           "workload (Azure timestamps rescaled, bursts replayed, lognormal lengths) or topology, and a rate rounded "
+           "to two decimals already moves a P99.", ""]
     if res["reduced"]:
         out += [f"**Reduced sizes** ({res['clusters']['A']['num_instances']} instances on cluster A, "
                 f"{sz['duration_s']:.0f} s runs, seeds {list(sz['seeds'])}): the full run, `servelab reproduce "
@@ -64,9 +70,13 @@ def _lines(res: dict) -> list[str]:
            "none passes, the highest prompt one, marked *premise fails*. The check's numbers are printed beside "
            f"every claim. Every claim is over seeds {list(sz['seeds'])} (mean and min-max).", "",
            "Systems (all chunked prefill with the cluster's token budget, 512 on A and 2,048 for 72B TP 4 on B, "
-           "the same roofline kernels): `vllm` = DP, recompute on "
-           "throttling, KV-load dispatch; `vllm-pp` = static two-stage pipelines; `infercept` = swap to host over "
-           "PCIe overlapped with compute, swapped requests back before new ones; `llumnix` = KV-load dispatch + migration; `kunserve` = drop plan, "
+           "the same roofline kernels, the same dispatcher: Llumnix's, the most remaining steps, free KV blocks "
+           "after the queue's demand per running or queued request, as the paper's dispatcher incorporates "
+           "Llumnix's load balancing): `vllm` = DP, recompute on "
+           "throttling; `vllm-pp` = static two-stage pipelines; `infercept` = swap to host over "
+           "PCIe overlapped with compute, swapped requests back before new ones (vLLM v0's rule, InferCept's base: "
+           "no new request on an instance while requests it swapped out wait); `llumnix` = migration on top; "
+           "`kunserve` = drop plan, "
            "pipeline groups (microbatches = stages), coordinated exchange, lookahead microbatches planned over "
            "the whole queue, restore, trigger and restore on head-of-line KV demand, a formed group merging again "
            "only while its steps leave compute to spare. Stand-ins are described in "

@@ -56,6 +56,7 @@ def e2e_tables(res: dict) -> list[str]:
         seeds = e["seeds"]
         out += [f"### {key} ({e['hardware']}, {e['rate']:.2f} req/s base, premise "
                 f"{'holds' if e['premise_holds'] else 'fails'})", "",
+                f"Base rate exactly {e['rate']!r} req/s (a rerun at the rounded rate is another run).", "",
                 f"Mean [min-max] over seeds {[s['seed'] for s in seeds]}; requests per seed "
                 f"{[s['num_requests'] for s in seeds]}.", "",
                 "| system | TTFT P50 (s) | TTFT P99 (s) | TPOT P50 (ms) | TPOT P99 (ms) | preempt. | groups formed / "

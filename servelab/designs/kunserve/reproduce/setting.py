@@ -77,7 +77,7 @@ LENGTHS = {
 }
 
 SYSTEMS = {  # name -> cluster spec; every system schedules with chunked prefill (the cluster's budget)
-    "vllm": "kunserve:drop=false",  # vLLM 0.6.3 DP: chunked prefill, recompute, KV-load dispatch
+    "vllm": "kunserve:drop=false",  # vLLM 0.6.3 DP: chunked prefill, recompute, Llumnix's dispatch (as all)
     "vllm-pp": "vllm-pp",
     "infercept": "infercept",
     "llumnix": "llumnix",
