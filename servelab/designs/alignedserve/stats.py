@@ -32,7 +32,7 @@ class AlignedStats:
     num_starved_batches: int = 0  # batches cut from a starving subtree (each with its own id)
     cut_pool: list[tuple[int, int, int]] = field(default_factory=list)  # (requests, blocks, threshold) at each cut
     num_joins: int = 0  # requests released to a decode instance
-    num_joins_completions: int = 0  # ... replacing completed requests one for one (the paper's case 1/2)
+    num_joins_completions: int = 0  # ... after completions (the paper's case 1/2)
     num_joins_small: int = 0  # ... because the running batch was under its minimum size
     kv_wait_s: list[float] = field(default_factory=list)  # a decode instance paused for joining KV
     pool_wait_s: list[float] = field(default_factory=list)  # KV into the pool after prefill -> on a decode GPU
