@@ -16,7 +16,7 @@ from servelab.reproduce.runner import Reproduction, Run, Step
 FULL = ex.Sizes()
 REDUCED = ex.Sizes(num_gpus=4, num_requests=400, app_requests=300, models=("OPT-2.7B",), short_shares=(0.7, 0.95),
                    long_lengths=(2000, 10000), applications=("ShareGPT-like", "LongBench-like (arXiv)", "Azure conv"),
-                   dfs_searches=500, seeds=2, regime_requests=200)
+                   dfs_searches=500, seeds=2, seeds_split_kv=2, regime_requests=200)
 
 
 def _start(run: Run) -> None:
