@@ -212,6 +212,7 @@ class PoolBuffers:
         self.stats.batch_spans.append(batch.max_len - batch.min_len)
         self.stats.num_forced_batches += batch.forced
         self.stats.cut_pool.append((len(self.tree), self.tree.num_blocks, self._max_blocks(slot, cluster)))
+        self.stats.batch_fill.append(batch.num_blocks / self._max_blocks(slot, cluster))
 
     # ---- helpers ----
     def _max_blocks(self, slot: Slot, cluster: ClusterState) -> int:

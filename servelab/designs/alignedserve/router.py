@@ -105,6 +105,7 @@ class AlignedServeRouter(PoolBuffers, Router):
         if len(tags) > 1:
             self.stats.num_switch_iterations += 1
         self.stats.step_contexts.append((shape.num_decodes, shape.decode_context_sum, shape.decode_context_max))
+        self.stats.used_share.append(inst.blocks.num_used_gpu_blocks / max(1, inst.blocks.num_gpu_blocks))
         if inst.cost_model is not None:
             took = inst.cost_model.step_time_s(shape)
             self.stats.step_s.append(took)

@@ -231,6 +231,9 @@ def test_the_designs_statistics_reach_every_runs_summary():
     assert 0.0 <= depth["share_over_threshold"] <= 1.0 and 0.0 < report["switch_share"] <= 1.0
     assert report["rows_per_iteration_mean"] > 1 and report["num_kv_waits"] > 0
     assert report["num_joins"] == 150 and "num_starved_batches" in report
+    # what the join rule fills: cut batches against the threshold, the decode GPU's blocks per iteration
+    assert 0 < report["gpu_blocks_used_p10_p50_p90"][1] <= 1
+    assert 0 < report["batch_blocks_over_threshold_p10_p50_p90"][1]
     waits = report["pool_wait_s"]  # prefill -> pool -> on a decode GPU, once per request
     assert waits["count"] == 150 and 0 < waits["p50"] <= waits["p99"] <= waits["max"]
     assert report["rejoin_wait_s"]["count"] <= report["num_evictions"]

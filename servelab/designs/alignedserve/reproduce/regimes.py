@@ -49,7 +49,8 @@ POISSON = f"ShareGPT-like, Poisson {POISSON_RATE:g} req/s"
 WORKLOADS = ("synthetic 95% short", "ShareGPT-like", POISSON)
 ROUTER_KEYS = ("switch_share", "rows_per_iteration_mean", "pool_depth_at_cut", "num_starved", "num_starved_batches",
                "num_kv_waits", "kv_wait_total_s", "kv_wait_p50_p95_ms", "batch_size_mean", "batch_span_median",
-               "num_batches", "num_joins_small", "num_joins_completions", "iteration_bubble")
+               "num_batches", "num_joins_small", "num_joins_completions", "iteration_bubble",
+               "batch_blocks_over_threshold_p10_p50_p90", "gpu_blocks_used_p10_p50_p90")
 
 
 def _specs(workload: str, n: int, seed: int):
@@ -155,6 +156,8 @@ def _premise(reports: list[dict], runs: list[dict]) -> dict:
         "switch": mean(lambda r: r["switch_share"]),
         "rows": mean(lambda r: r["rows_per_iteration_mean"]),
         "span": mean(lambda r: r["batch_span_median"]),
+        "fill": mean(lambda r: r["batch_blocks_over_threshold_p10_p50_p90"][1]),
+        "used": mean(lambda r: r["gpu_blocks_used_p10_p50_p90"][1]),
         "starved": mean(lambda r: r["num_starved"]),
         "kv_wait_s": mean(lambda r: r["kv_wait_total_s"]),
         **({"bubble": mean(lambda r: r["iteration_bubble"])} if all("iteration_bubble" in r for r in reports) else {}),

@@ -64,21 +64,24 @@ def regime_lines(res: dict) -> list[str]:
             "KV blocks over the block threshold (Density First Search narrows only above 1.0), the share of cuts "
             "above it, the batch-switch share, rows per decode iteration, the median batch span, requests "
             "released by the starvation bound, the time decode iterations waited for joining KV, and the decode GPUs' "
-            "busy share (their time in steps over the makespan).", "",
+            "busy share (their time in steps over the makespan); what the join rule fills: a cut batch's blocks "
+            "over the threshold (p50) and the decode GPU's used blocks at an iteration (p50, of all its blocks; the "
+            "threshold is 40%).", "",
             "| workload | kernel | variant | depth at cut p50 | cuts over threshold | switch share | rows/iter | "
-            "decode iteration ms | batch span | starved | KV wait (s) | busy |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "decode iteration ms | batch span | starved | KV wait (s) | busy | batch / threshold | GPU blocks used |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         for lab, p in c["premise"].items():
             if not p:
                 continue
             if "depth_p50" not in p:  # DistServe: its decode iterations only
                 out.append(f"| {c['workload']} | {c['kernel']} | {lab} | n/a | n/a | n/a | {p['decode_rows']:.1f} | "
-                           f"{p['decode_ms']:.2f} | n/a | n/a | n/a | {_pct(p.get('busy'))} |")
+                           f"{p['decode_ms']:.2f} | n/a | n/a | n/a | {_pct(p.get('busy'))} | n/a | n/a |")
                 continue
             out.append(f"| {c['workload']} | {c['kernel']} | {lab} | {p['depth_p50']:.2f} | {p['share_over']:.0%} | "
                        f"{p['switch']:.1%} | {p['rows']:.1f} | {_ms(p.get('decode_ms'))} | {p['span']:.0f} | "
-                       f"{p['starved']:.0f} | {p['kv_wait_s']:.2f} | {_pct(p.get('busy'))} |")
+                       f"{p['starved']:.0f} | {p['kv_wait_s']:.2f} | {_pct(p.get('busy'))} | {p['fill']:.2f} | "
+                       f"{_pct(p['used'])} |")
     out += ["", _reading(cells), ""]
     return out
 
