@@ -9,6 +9,7 @@ from servelab.designs.alignedserve.reproduce.report_claims import _claims, _f, _
 from servelab.designs.alignedserve.reproduce.report_gaps import gap_verdict_lines
 from servelab.designs.alignedserve.reproduce.report_latency import fig15_gap_lines, tpot_gap_lines
 from servelab.designs.alignedserve.reproduce.report_regimes import regime_lines
+from servelab.designs.alignedserve.reproduce.report_seeds import seed_lines
 
 CMD = "servelab reproduce alignedserve --out docs/reproduction"
 
@@ -30,7 +31,8 @@ def _lines(res: dict) -> list[str]:
         "",
         *([f"**Reduced run**: {sz['num_gpus']} GPUs, {sz['regime_requests']} requests per headline-grid cell and "
            f"{sz['seeds']} seeds, {sz['num_requests']} synthetic and {sz['app_requests']} application requests, "
-           f"models {', '.join(sz['models'])}: the full sizes (8 GPUs, 2000 requests x 3 seeds, 1200 requests) "
+           f"models {', '.join(sz['models'])}: the full sizes (8 GPUs, 2000 requests x 5 seeds under split-kv and 3 "
+           "under per-seq and padded, 1200 requests) "
            "are `" + CMD + "`; a full run did not fit the session's time on the shared machine (about 0.1 of a "
            "core at nice 19 under load).", ""] if res["reduced"] else []),
         "## Setting and choices the paper leaves open",
@@ -78,6 +80,7 @@ def _lines(res: dict) -> list[str]:
     out += _claims(res)
     out += kernel_claim_lines(res)
     out += gap_verdict_lines(res)
+    out += seed_lines(res)
     out += _motivation(res)
     out += _tables(res)
     out += _gaps(res)
