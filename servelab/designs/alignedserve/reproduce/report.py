@@ -249,13 +249,16 @@ def _gaps(res: dict) -> list[str]:
         for w in dict.fromkeys(r["workload"] for r in gg):
             gate = _ratio(gg, "decode_tok_s", "AlignedServe, min batch 1", "AlignedServe", workload=w)
             hops = _ratio(gg, "decode_tok_s", "pool detour only", "DistServe", workload=w)
+            rows = _ratio([{**r, "rows": r["decode_step_ms"].get("rows_mean")} for r in gg], "rows",
+                          "AlignedServe, min batch 1", "AlignedServe", workload=w)
             parts.append(f"{w}: min batch 1 / AlignedServe {_f(gate, '{:.2f}x')} ("
                          + ("the wait for 36 costs throughput" if gate and gate > 1.05 else "refutes the wait for 36 "
-                            "as the loss") + f"), pool detour only / DistServe {_f(hops, '{:.2f}x')}")
+                            "as the loss") + f"; rows per iteration {_f(rows, '{:.2f}x')}), pool detour only / "
+                         f"DistServe {_f(hops, '{:.2f}x')}")
         out += ["", "Reading (from the numbers above): " + "; ".join(parts) + ". The pool-detour variant also runs "
                 "minimum batch 1 under the paper's join rule, so it does not isolate the PCIe hops (the headline "
-                "grid's 'w/o prefetch' column does). Rows per iteration fall with the minimum batch (last column): "
-                "under the paper's join rule a running batch under its minimum fills as blocks allow, above it "
+                "grid's 'w/o prefetch' column does). Under the paper's join rule a running batch under its minimum "
+                "fills as blocks allow, above it "
                 "only after completions up to the batch's block threshold; the headline grid's greedy-join, "
                 "one-for-one and min-batch-128 variants test rows against throughput."]
     return out
