@@ -14,6 +14,10 @@ paper, one-line summary, its own command-line options, and the CPU time it took 
   this code, 1,012 CPU-s (31 min wall) while other sessions loaded the machine: its torch steps
   slow down under load (the committed run, on a quieter machine, states 5 min of Figure 7).
 
+AlignedServe since issue 25 (headline grid over kernels and seeds, figures over seeds): reduced
+104 and full 591 CPU-s (the committed run; 644 in the run before it), each the sum of its steps
+measured on this code (nice 19, shared machine).
+
 DynaServe since issue 26 (capacity on a rate grid over 3 seeds, both delay rules, nine variants):
 reduced measured on this code (the sum of its steps, rounded up); full not run on this code,
 estimated as 9x the reduced (the ratio of the two sizes before, 560 / 60).
@@ -101,7 +105,7 @@ REPRODUCTIONS: tuple[Entry, ...] = (
           "AlignedServe: Figs. 1/3 (simulated, and measured on the CPU engine), 7-15, the batch-switch share, pool "
           "occupancy and Density First Search time against vllm, distserve and a FastGen stand-in, with the gap "
           "tests (simulated).",
-          {"reduced": 30, "full": 95},
+          {"reduced": 104, "full": 591},
           options=(Option("engine", True, "Also measure Figure 1's trend on the real engine (CPU, needs torch)."),)),
     Entry("kunserve", "KunServe", "kunserve.md", "servelab.designs.kunserve.reproduce.run",
           "KunServe: Figs. 12-16 (P99 TTFT, TPOT, SLO violation, ablation, restore, extreme bursts) and the "

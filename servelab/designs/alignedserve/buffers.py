@@ -38,7 +38,7 @@ class Slot:
     incoming: dict = field(default_factory=dict)  # request id -> time the release was decided
     evicting: set = field(default_factory=set)
     dynamic_left: int = 0  # pool requests the running batch may still pull in (bounds a switch's delay)
-    credit: int = 0  # completions not yet replaced (the paper's join rule: one for one)
+    credit: int = 0  # completions since the last join (the paper's trigger; ``one-for-one``: a count)
     small: bool = True  # the running batch was under min_batch when this event began
     wait_since: float | None = None  # the instance has waited for joining KV since then
 
@@ -212,6 +212,7 @@ class PoolBuffers:
         self.stats.batch_spans.append(batch.max_len - batch.min_len)
         self.stats.num_forced_batches += batch.forced
         self.stats.cut_pool.append((len(self.tree), self.tree.num_blocks, self._max_blocks(slot, cluster)))
+        self.stats.batch_fill.append(batch.num_blocks / self._max_blocks(slot, cluster))
 
     # ---- helpers ----
     def _max_blocks(self, slot: Slot, cluster: ClusterState) -> int:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from servelab.core.errors import UserError
 
-JOIN_RULES = ("paper", "greedy")
+JOIN_RULES = ("paper", "one-for-one", "greedy")
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,13 @@ class AlignedServeConfig:
 
     block_fraction: a batch's KV blocks stay under this share of the decode GPU's blocks
         (Algorithm 1's block threshold, 40%).
-    min_batch: Algorithm 1's minimum batch (36 requests).
+    min_batch: Algorithm 1's minimum batch. The paper's evaluation (Section 4.1): "[the block
+        threshold] in Algorithm 1 is specifically set to 40% of total GPU blocks, and [the
+        request threshold] is set to 36"; Section 3.3's "(e.g., 128)" is an example in the
+        description of case 3, so the default is 36 (``min_batch=128`` is a gap-test variant).
+        The same number is the scheduler's "batch is too small" trigger (Section 3.2: "the
+        running batch is unable to saturate the computing capability ... since the batch is
+        too small"), which names no other size.
     max_len / leaf_width: the quad-tree's range of prefix lengths and its leaf width.
     max_wait_s: starvation bound: a request parked this long in the pool is scheduled
         regardless of batching (0 disables, as the paper's Figure 15 does).
@@ -33,10 +39,16 @@ class AlignedServeConfig:
     idle_force: a decode instance with nothing to run takes the best batch the pool has even
         if it holds fewer than ``min_batch`` requests.
     join: when buffered requests join the running batch. ``paper`` (Algorithm 2's cases 1
-        and 2): after an iteration in which requests completed, as many join (one for one),
-        and while the running batch is under ``min_batch`` as many as blocks allow (an idle
-        instance takes a whole batch). ``greedy`` (the rule before issue 25): whenever blocks
-        are free, so the running batch fills the decode GPU and the pool stays shallow.
+        and 2, Section 3.4: "some requests have completed in this iteration, the HBM capacity
+        occupied by these completed requests will be released. Accordingly, we try to select
+        some requests ... to join the running batch"): after an iteration in which requests
+        completed, requests join while the decode GPU's used blocks stay within the batch's
+        block threshold (``block_fraction``, the most a batch may hold), and while the running
+        batch is under ``min_batch`` as many as blocks allow (an idle instance takes a whole
+        batch). ``one-for-one`` (issue 25's first reading): as many join as completed, which
+        keeps a decode GPU at the size of the first batch it took (54 rows on 16% of its
+        blocks, ShareGPT-like, OPT-6.7B). ``greedy`` (the rule before issue 25): whenever
+        blocks are free, so the running batch fills the decode GPU and the pool stays shallow.
     wait_for_kv: the decode instance's next iteration waits for joining KV in flight
         (the preset passes it to the ``alignedserve-decode`` policy; the router counts waits).
     """

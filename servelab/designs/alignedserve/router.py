@@ -15,8 +15,9 @@ old batch during a switch) to the requests buffer over NVLink while the next ste
 growth would not fit; case 1, requests from the requests buffer join; case 2, when that
 buffer is empty, requests of the candidate batch join (a batch switch); once the candidate
 batch has all joined, the next one is cut and prefetched. Joins follow ``config.join``:
-the paper's rule replaces completed requests one for one and fills a running batch that is
-under ``min_batch``; ``greedy`` joins whenever blocks are free. A quad-tree subtree that
+the paper's rule refills the blocks completed requests released, up to the batch's block
+threshold, and fills a running batch that is under ``min_batch``; ``one-for-one`` replaces
+completions by count; ``greedy`` joins whenever blocks are free. A quad-tree subtree that
 has generated no batch for ``max_wait_s`` gets the next batch (starvation). Without
 prefetch (or without NVLink) batches go from the pool straight to the decode GPU; with
 ``wait_for_kv`` the decode instance's next iteration waits until joining KV has landed.
@@ -104,6 +105,7 @@ class AlignedServeRouter(PoolBuffers, Router):
         if len(tags) > 1:
             self.stats.num_switch_iterations += 1
         self.stats.step_contexts.append((shape.num_decodes, shape.decode_context_sum, shape.decode_context_max))
+        self.stats.used_share.append(inst.blocks.num_used_gpu_blocks / max(1, inst.blocks.num_gpu_blocks))
         if inst.cost_model is not None:
             took = inst.cost_model.step_time_s(shape)
             self.stats.step_s.append(took)
@@ -175,7 +177,11 @@ class AlignedServeRouter(PoolBuffers, Router):
         bs = inst.blocks.block_size
         free = inst.blocks.num_free_gpu_blocks
         num_seqs = inst.num_running + len(inst.waiting) + len(slot.incoming)
-        paper = self.config.join == "paper"
+        rule = self.config.join
+        # the paper's batch holds at most block_fraction of the decode GPU's blocks (Algorithm 1's
+        # threshold); after completions the released HBM is refilled up to it, not one row per row
+        budget = int(self.config.block_fraction * inst.blocks.num_gpu_blocks)
+        used = inst.blocks.num_gpu_blocks - free
         headroom = -(-(num_seqs * self.config.growth_tokens) // bs) + 1
         kept: list[Request] = []  # not ready yet (in transit): those behind them may go first
         if inst.swapped:  # the instance admits no KV while its own swapped requests wait to come back
@@ -197,18 +203,23 @@ class AlignedServeRouter(PoolBuffers, Router):
             if not empty and (need + max(headroom, floor) > free or num_seqs >= inst.max_num_seqs):
                 break
             small = slot.small
-            if paper and not small and slot.credit <= 0:
-                break  # the paper's rule: no completion to replace and the batch is not small
+            if rule != "greedy" and not small and slot.credit <= 0:
+                break  # the paper's triggers: no completion since the last join and the batch is not small
+            if rule == "paper" and not small and used + need > budget:
+                slot.credit = 0  # the released HBM is refilled up to the batch's block threshold
+                break
             self.stats.num_joins += 1
             self.stats.num_joins_small += small
             self.stats.num_joins_completions += not small
-            slot.credit = max(0, slot.credit - 1)
+            if rule == "one-for-one":
+                slot.credit = max(0, slot.credit - 1)
             if self.config.wait_for_kv and inst.num_running and slot.wait_since is None:
                 slot.wait_since = now_s
             queue.popleft()
             slot.ready.discard(rid)
             slot.incoming[rid] = now_s
             free -= need
+            used += need
             num_seqs += 1
             headroom = -(-(num_seqs * self.config.growth_tokens) // bs) + 1
             actions.append(Move(req, slot.iid, reason="alignedserve schedule"))

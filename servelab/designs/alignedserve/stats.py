@@ -32,7 +32,7 @@ class AlignedStats:
     num_starved_batches: int = 0  # batches cut from a starving subtree (each with its own id)
     cut_pool: list[tuple[int, int, int]] = field(default_factory=list)  # (requests, blocks, threshold) at each cut
     num_joins: int = 0  # requests released to a decode instance
-    num_joins_completions: int = 0  # ... replacing completed requests one for one (the paper's case 1/2)
+    num_joins_completions: int = 0  # ... after completions (the paper's case 1/2)
     num_joins_small: int = 0  # ... because the running batch was under its minimum size
     kv_wait_s: list[float] = field(default_factory=list)  # a decode instance paused for joining KV
     pool_wait_s: list[float] = field(default_factory=list)  # KV into the pool after prefill -> on a decode GPU
@@ -45,6 +45,8 @@ class AlignedStats:
     pool_samples: list[tuple[float, float]] = field(default_factory=list)  # (time, bytes)
     release_s: list[float] = field(default_factory=list)  # schedule decision -> KV on the decode GPU
     step_contexts: list[tuple[int, int, int]] = field(default_factory=list)  # (rows, sum, max) per iteration
+    batch_fill: list[float] = field(default_factory=list)  # each cut batch's blocks / the block threshold
+    used_share: list[float] = field(default_factory=list)  # the decode GPU's used blocks / its blocks, per iteration
     step_s: list[float] = field(default_factory=list)  # each decode iteration's forward time (cost model)
     step_even_s: list[float] = field(default_factory=list)  # ... with its context spread evenly over its rows
 
@@ -89,6 +91,9 @@ class AlignedStats:
                 "share_over_threshold": float(np.mean(depth > 1.0)) if len(depth) else 0.0,
             },
             "rows_per_iteration_mean": float(np.mean(rows)) if rows else 0.0,
+            # what the join rule fills: a cut batch against the threshold, the decode GPU's blocks per iteration
+            "batch_blocks_over_threshold_p10_p50_p90": [pct(self.batch_fill, q) for q in (10, 50, 90)],
+            "gpu_blocks_used_p10_p50_p90": [pct(self.used_share, q) for q in (10, 50, 90)],
             "rows_per_iteration_p10_p50_p90": [pct(rows, q) for q in (10, 50, 90)],
             "num_joins": self.num_joins,
             "num_joins_completions": self.num_joins_completions,

@@ -115,19 +115,46 @@ def _held(num_running, credit, small, join="paper", free=5000, watermark=100):
     return router._release(slot, slot.candidate, inst, 0.0), slot
 
 
-def test_the_paper_join_rule_replaces_completions_one_for_one():
+def test_the_paper_join_rule_joins_only_after_completions_or_under_the_minimum():
     """Regression (issue 25): the next batch joined whenever blocks were free, so the decode
-    GPU took the whole pool and Density First Search never narrowed. The paper's rule: a
-    full running batch takes as many as completed; a batch under min_batch takes what fits;
-    the old rule stays as ``join=greedy``."""
-    moves, slot = _held(num_running=40, credit=0, small=False)
+    GPU took the whole pool and Density First Search never narrowed. The paper's triggers: a
+    running batch takes requests only after completions or while under min_batch; the old
+    rule stays as ``join=greedy``."""
+    moves, slot = _held(num_running=40, credit=0, small=False, free=9000)
     assert moves == []  # nothing completed, the batch is not small: nobody joins
-    moves, slot = _held(num_running=40, credit=3, small=False)
-    assert len(moves) == 3 and slot.credit == 0
     moves, _ = _held(num_running=10, credit=0, small=True)
     assert len(moves) == 20  # under the minimum: the batch fills as blocks allow
     moves, _ = _held(num_running=40, credit=0, small=False, join="greedy")
     assert len(moves) == 20
+
+
+def test_completions_refill_the_batch_up_to_its_block_threshold_not_one_for_one():
+    """Regression (issue 25, session 4): one join per completion locked a decode GPU's rows at
+    the size of the first batch it took at start-up (ShareGPT-like, OPT-6.7B, 2000 requests:
+    54 rows on 16% of the GPU's blocks for most of the run, against the 40% a batch may hold).
+    The paper: completed requests release HBM and "we try to select some requests ... to join";
+    a batch holds at most the block threshold, so a completion refills the released blocks up
+    to it. The one-for-one reading stays as ``join=one-for-one``."""
+    # 10000 blocks, threshold 40% = 4000; each candidate (no KV computed yet) needs 1 block
+    moves, slot = _held(num_running=40, credit=1, small=False, free=9000)
+    assert len(moves) == 20  # one completion, 1000 blocks used: all 20 fit under 4000
+    moves, slot = _held(num_running=40, credit=1, small=False, free=6010)
+    assert len(moves) == 10 and slot.credit == 0  # 3990 + 10 = 4000; an eleventh would pass it
+    moves, slot = _held(num_running=40, credit=1, small=False, free=5000)
+    assert moves == []  # above the threshold already: completions free blocks, nobody joins yet
+    moves, slot = _held(num_running=40, credit=3, small=False, free=9000, join="one-for-one")
+    assert len(moves) == 3 and slot.credit == 0
+
+
+def test_paper_joins_keep_more_rows_than_one_for_one():
+    # OPT-2.7B, 600 requests at time 0, two prefill GPUs and one decode GPU: one for one keeps
+    # the first batch's 45 rows, refilling to the threshold about 82 (measured when written)
+    specs = _mixed(600, gap_s=0.0)
+    rows = {}
+    for join in ("paper", "one-for-one"):
+        _, router = _run(specs, f"alignedserve:join={join},max_wait_s=0", n=3)
+        rows[join] = router.stats.summary()["rows_per_iteration_mean"]
+    assert rows["paper"] > 1.4 * rows["one-for-one"]
 
 
 def test_paper_joins_run_one_batch_at_a_time_and_greedy_joins_fill_the_gpu():
@@ -164,7 +191,7 @@ def test_bad_parameters_are_one_clear_error():
         cluster_for("alignedserve", num_instances=1)
     with pytest.raises(Exception, match="block_fraction"):
         Simulation(_mixed(3), cluster_for("alignedserve:block_fraction=2", num_instances=2, **HW))
-    with pytest.raises(Exception, match="join must be one of paper, greedy"):
+    with pytest.raises(Exception, match="join must be one of paper, one-for-one, greedy"):
         Simulation(_mixed(3), cluster_for("alignedserve:join=fifo", num_instances=2, **HW))
 
 
@@ -204,6 +231,9 @@ def test_the_designs_statistics_reach_every_runs_summary():
     assert 0.0 <= depth["share_over_threshold"] <= 1.0 and 0.0 < report["switch_share"] <= 1.0
     assert report["rows_per_iteration_mean"] > 1 and report["num_kv_waits"] > 0
     assert report["num_joins"] == 150 and "num_starved_batches" in report
+    # what the join rule fills: cut batches against the threshold, the decode GPU's blocks per iteration
+    assert 0 < report["gpu_blocks_used_p10_p50_p90"][1] <= 1
+    assert 0 < report["batch_blocks_over_threshold_p10_p50_p90"][1]
     waits = report["pool_wait_s"]  # prefill -> pool -> on a decode GPU, once per request
     assert waits["count"] == 150 and 0 < waits["p50"] <= waits["p99"] <= waits["max"]
     assert report["rejoin_wait_s"]["count"] <= report["num_evictions"]

@@ -34,6 +34,7 @@ class Sizes:
     dfs_requests: int = 100_000
     dfs_searches: int = 2000
     seeds: int = 3  # the headline grid (regimes.py): seeds per cell
+    seeds_split_kv: int = 5  # ... under the default (split-kv) kernel, the headline's own
     regime_requests: int = 2000
 
 

@@ -7,10 +7,11 @@ at equal sizes (the split-kv column at full size is the main claims table).
 
 ``switch_gap``: why our batch-switch share (50-80%) is far above the paper's <= 8.61%. The
 paper counts "the fraction of iterations that contain requests from different batches", as
-we do, so the count is not the difference. Hypothesis: a new batch joins one for one as the
-running one completes, so if requests completed in join order, the R running rows would hold
-one batch only while the last R joins came from one batch, i.e. in (B - R) / B of the time
-for batches of B requests: the share is at least about min(1, R / B), and above it when output
+we do, so the count is not the difference. Hypothesis: a new batch joins as the running
+one's completions release blocks (about one for one while the rows hold steady), so if
+requests completed in join order, the R running rows would hold one batch only while the
+last R joins came from one batch, i.e. in (B - R) / B of the time for batches of B requests:
+the share is at least about min(1, R / B), and above it when output
 lengths vary (long requests of old batches linger). The paper's share needs batches about 12x
 its rows per iteration. Test: the same batch cut with the decode GPU's rows capped (16, 8),
 and the same prompts with every output 180 tokens (completions close to join order).

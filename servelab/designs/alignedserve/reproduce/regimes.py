@@ -12,7 +12,9 @@ Each (workload, kernel, seed) runs the same requests on the same GPUs through:
   on the system it is built on" (the paper's prototype is DistServe plus the pool);
 - AlignedServe with FCFS batches from the pool (``prefix_aware=false``): the pool, the join
   rule and prefetch without alignment, so AlignedServe / this = alignment's own share;
-- AlignedServe with today's greedy join (``join=greedy``), the rule before issue 25;
+- AlignedServe with the greedy join (``join=greedy``), the rule before issue 25;
+- AlignedServe with one join per completion (``join=one-for-one``), the first reading of
+  the paper's rule in issue 25 (rows stay at the first batch's size);
 - AlignedServe without GPU prefetch (``prefetch=false``): iterations wait for PCIe;
 - AlignedServe with a 90% block threshold: a gap test (are rows per iteration and the
   switch share set by the paper's 40% batch size?);
@@ -37,6 +39,7 @@ VARIANTS = {  # label -> spec
     "AlignedServe": "alignedserve",
     "AlignedServe, FCFS pool": "alignedserve:prefix_aware=false",
     "AlignedServe, greedy join": "alignedserve:join=greedy",
+    "AlignedServe, one for one": "alignedserve:join=one-for-one",
     "AlignedServe w/o prefetch": "alignedserve:prefetch=false",
     "AlignedServe, 90% threshold": "alignedserve:block_fraction=0.9",
     "AlignedServe, min batch 128": "alignedserve:min_batch=128",
@@ -46,7 +49,8 @@ POISSON = f"ShareGPT-like, Poisson {POISSON_RATE:g} req/s"
 WORKLOADS = ("synthetic 95% short", "ShareGPT-like", POISSON)
 ROUTER_KEYS = ("switch_share", "rows_per_iteration_mean", "pool_depth_at_cut", "num_starved", "num_starved_batches",
                "num_kv_waits", "kv_wait_total_s", "kv_wait_p50_p95_ms", "batch_size_mean", "batch_span_median",
-               "num_batches", "num_joins_small", "num_joins_completions", "iteration_bubble")
+               "num_batches", "num_joins_small", "num_joins_completions", "iteration_bubble",
+               "batch_blocks_over_threshold_p10_p50_p90", "gpu_blocks_used_p10_p50_p90")
 
 
 def _specs(workload: str, n: int, seed: int):
@@ -70,12 +74,14 @@ def offline_capacity(rows: list[dict], kernel: str, label: str = "DistServe") ->
 
 
 def headline_grid(sizes, seed: int, model: str = "OPT-6.7B") -> list[dict]:
-    """Every variant x workload x kernel x seed (seeds ``seed .. seed + sizes.seeds - 1``)."""
+    """Every variant x workload x kernel x seed (seeds ``seed .. seed + sizes.seeds - 1``; under
+    split-kv, the default kernel and the headline, ``sizes.seeds_split_kv``)."""
     rows = []
     for workload in WORKLOADS:
         for kernel in KERNELS:
             cost = CostOptions(attention_kernel=kernel)
-            for s in range(seed, seed + sizes.seeds):
+            n_seeds = sizes.seeds_split_kv if kernel == "split-kv" else sizes.seeds
+            for s in range(seed, seed + n_seeds):
                 specs = _specs(workload, sizes.regime_requests, s)
                 for label, spec in VARIANTS.items():
                     r = st.run(specs, spec, model, sizes.num_gpus, cost_model=cost)
@@ -150,6 +156,8 @@ def _premise(reports: list[dict], runs: list[dict]) -> dict:
         "switch": mean(lambda r: r["switch_share"]),
         "rows": mean(lambda r: r["rows_per_iteration_mean"]),
         "span": mean(lambda r: r["batch_span_median"]),
+        "fill": mean(lambda r: r["batch_blocks_over_threshold_p10_p50_p90"][1]),
+        "used": mean(lambda r: r["gpu_blocks_used_p10_p50_p90"][1]),
         "starved": mean(lambda r: r["num_starved"]),
         "kv_wait_s": mean(lambda r: r["kv_wait_total_s"]),
         **({"bubble": mean(lambda r: r["iteration_bubble"])} if all("iteration_bubble" in r for r in reports) else {}),
