@@ -7,8 +7,8 @@ sequence's context gathered from its blocks.
 Ragged layout (``RaggedMetadata``): the first ``num_decodes`` rows are single-token decodes;
 prefill chunks follow, one contiguous row range each, attended per sequence with a causal mask
 inside the chunk. A chunk that starts at position 0 attends to its own fresh K/V and skips the
-gather; on the CPU a chunk runs the kernel of its dtype (``prefill_kernels``: bf16 matmul tiles,
-float32 the fused flash kernel). Decodes run one of two kernels (``DECODE_KERNELS``, the cost model's names):
+gather; on the CPU a chunk runs the kernel of its dtype (``prefill_kernels``: query tiles of
+matmuls in bf16 and float32). Decodes run one of two kernels (``DECODE_KERNELS``, the cost model's names):
 
 - ``split-kv`` (default): the KV of every row is cut into splits of ``SPLIT_TOKENS`` tokens;
   split ``j`` gathers its blocks for only the rows that reach it (rows are ordered longest

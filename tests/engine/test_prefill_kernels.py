@@ -66,8 +66,8 @@ def test_bf16_tiles_match_reference_to_bf16_rounding(n, start):
 
 
 def test_kernel_choice_per_dtype():
-    assert cpu_prefill_kernel(torch.bfloat16) == "matmul-tiles"
-    assert cpu_prefill_kernel(torch.float32) == "flash"
+    assert cpu_prefill_kernel(torch.bfloat16) == cpu_prefill_kernel(torch.float32) == "matmul-tiles"
+    assert cpu_prefill_kernel(torch.float16) == "flash"
     assert set(prefill_kernels.CPU_PREFILL_KERNELS.values()) <= set(prefill_kernels.PREFILL_KERNEL_NAMES)
 
 
