@@ -267,9 +267,10 @@ def _prefill_attention(kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     else:
         k_c, v_c = gather_kv(kv_layer, chunk.block_table.unsqueeze(0), workspace)  # [1, Hkv, nb * bs, D]
         k_c, v_c = k_c[0, :, :chunk.context_len], v_c[0, :, :chunk.context_len]  # [Hkv, ctx, D]
-    if q.device.type == "cpu":
-        if cpu_prefill_kernel(q.dtype) == "matmul-tiles":
-            return tiled_causal_attention(q[rows], k_c, v_c, start, scale)
+    kernel = cpu_prefill_kernel(q.dtype) if q.device.type == "cpu" else "sdpa"
+    if kernel == "matmul-tiles":
+        return tiled_causal_attention(q[rows], k_c, v_c, start, scale)
+    if kernel == "flash":
         return flash_causal_attention(q[rows], k_c, v_c, start, scale)
     group = q.shape[1] // k.shape[1]
     q_c = q[rows].transpose(0, 1).unsqueeze(0)  # [1, Hq, n, D]: the fused kernels take 4-D inputs only

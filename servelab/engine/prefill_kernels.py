@@ -26,7 +26,7 @@ import torch
 # query rows per tile, of 64/128/256 measured the best geometric mean over the shapes (bf16: 64 within 2%)
 PREFILL_TILES = {torch.bfloat16: 128, torch.float32: 64}
 CPU_PREFILL_KERNELS = {torch.bfloat16: "matmul-tiles", torch.float32: "matmul-tiles"}  # any other dtype: "flash"
-PREFILL_KERNEL_NAMES = ("matmul-tiles", "flash")
+PREFILL_KERNEL_NAMES = ("matmul-tiles", "flash", "sdpa")  # sdpa: off the CPU (attention._prefill_attention)
 
 
 def cpu_prefill_kernel(dtype: torch.dtype) -> str:

@@ -71,13 +71,16 @@ def test_kernel_choice_per_dtype():
     assert set(prefill_kernels.CPU_PREFILL_KERNELS.values()) <= set(prefill_kernels.PREFILL_KERNEL_NAMES)
 
 
-@pytest.mark.parametrize("kernel", ["matmul-tiles", "flash"])
+@pytest.mark.parametrize("kernel", ["matmul-tiles", "flash", "sdpa"])
 def test_chunked_prefill_through_the_engine_equals_one_pass(kernel, monkeypatch):
     """A prompt prefilled in three chunks (the later two over cached blocks) gives, row for row,
-    the attention of one causal pass over the whole prompt, under either CPU kernel."""
+    the attention of one causal pass over the whole prompt, under either CPU kernel and under
+    the SDPA path that CUDA takes (swapped in on the CPU)."""
+    from servelab.engine import attention
     from servelab.engine.runner import SeqChunk, build_ragged
 
-    monkeypatch.setitem(prefill_kernels.CPU_PREFILL_KERNELS, torch.float32, kernel)
+    monkeypatch.setattr(attention, "cpu_prefill_kernel", lambda dtype: kernel)
+    monkeypatch.setitem(prefill_kernels.PREFILL_TILES, torch.float32, 8)  # several tiles a chunk
     block, length = 4, 45
     gen = torch.Generator().manual_seed(1)
     q = torch.randn(length, HEADS, HEAD_DIM, generator=gen)
