@@ -250,7 +250,8 @@ def main() -> int:
              f"Bench-200m heads ({HEADS} query, {KV_HEADS} KV, dim {HEAD_DIM}); `n / start`: new tokens / cached "
              "tokens before them. `previous` is the engine's kernel before this change. The SDPA path column is "
              "torch's dispatch choice (`torch._fused_sdp_choice`) for the previous call, causal_lower_right "
-             "(materialised to a boolean mask on CPU) and enable_gqa.", ""]
+             "(materialised to a boolean mask on CPU) and enable_gqa. flex: `compile` is the seconds to its first "
+             "result, with torch's on-disk compile caches warm from earlier runs of this script.", ""]
     lines += kernel_table(args)
     if not args.no_steps:
         lines += ["", "## 2. Whole prefill steps of bench-200m (ms of CPU per step)", "",
