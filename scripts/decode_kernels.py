@@ -56,11 +56,15 @@ def gemm_rates(repeats: int) -> list[tuple[str, int, str, float, float]]:
     return rows
 
 
-def _flash_splits(on: bool):
-    """The split-kv kernel's CPU path: head-major gather + batched matmuls (default), or with
-    ``on`` the fused flash kernel on each split's block-major gather (the kernel before issue 27's
-    last change, kept for CUDA)."""
-    attention.CPU_SPLIT_BMM = not on
+def _flash_splits(on: bool | None):
+    """The split-kv kernel's CPU path: head-major gather + batched matmuls (False), the fused
+    flash kernel on each split's block-major gather (True; also CUDA's path), or None: the
+    engine's choice per dtype (``attention.cpu_split_bmm``)."""
+    attention.CPU_SPLIT_BMM = None if on is None else not on
+
+
+def _engine_split(dtype: torch.dtype) -> str:
+    return "split-kv bmm" if attention.cpu_split_bmm(dtype) else "split-kv flash"
 
 
 def attention_case(contexts: list[int], kernel: str, split_tokens: int, repeats: int, flash: bool = False) -> float:
@@ -82,7 +86,7 @@ def attention_case(contexts: list[int], kernel: str, split_tokens: int, repeats:
     try:
         return cpu_ms(lambda: meta.attend(kv, q, k, v, HEAD_DIM ** -0.5), repeats)
     finally:
-        _flash_splits(False)
+        _flash_splits(None)
 
 
 def flex_dense(contexts: list[int], repeats: int) -> tuple[float, float]:
@@ -118,7 +122,7 @@ def decode_step_ms(model, batch: int, context: int, kernel: str, repeats: int, f
     try:
         return cpu_ms(lambda: runner.run(chunks), repeats)
     finally:
-        _flash_splits(False)
+        _flash_splits(None)
 
 
 def main() -> int:
@@ -142,7 +146,7 @@ def main() -> int:
               "## 2. Decode attention, one layer (ms)", "",
               "Bench-200m heads (16 query, 4 KV, dim 64), 32 rows, block size 16, blocks scattered.", ""]
     kernels = [("padded", 0, False), ("split-kv", 128, True), *(("split-kv", s, False) for s in (64, 128, 256, 512))]
-    header = "| contexts | " + " | ".join("padded" if k == "padded" else f"split-kv {s}" + (" flash" if f else "")
+    header = "| contexts | " + " | ".join("padded" if k == "padded" else f"split-kv {s}" + (" flash" if f else " bmm")
                                          for k, s, f in kernels)
     lines += [header + (" | flex (dense KV, compiled) |" if not args.no_flex else " |"),
               "|---|" + "---:|" * (len(kernels) + (0 if args.no_flex else 1))]
@@ -154,9 +158,11 @@ def main() -> int:
             cells.append(f"{ms:.2f} (compile {compile_s:.0f} s)")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "## 3. Decode steps of bench-200m, batch 32 (ms)", "",
-              "`split-kv` is the engine's kernel (on the CPU: head-major gather, batched matmuls); `split-kv flash` "
-              "the fused flash kernel on each split's block-major gather, as before. FLOPs against the best rate "
-              "of section 1 in the step's dtype.", ""]
+              "`split-kv bmm`: head-major gather, batched matmuls; `split-kv flash`: the fused flash kernel on each "
+              "split's block-major gather. The engine runs "
+              + ", ".join(f"{n} in {str(d).removeprefix('torch.')}" for d, n in
+                          ((torch.float32, _engine_split(torch.float32)), (torch.bfloat16, _engine_split(torch.bfloat16))))
+              + " (`attention.cpu_split_bmm`). FLOPs against the best rate of section 1 in the step's dtype.", ""]
     bandwidth = read_bandwidth_bytes_per_s()
     lines += [f"Read bandwidth (tensor.sum over 512 MiB): {bandwidth / 1e9:.1f} GB/s.", "",
               "| dtype | context | kernel | ms/step | tok/s | min bytes | bytes / BW (ms) | FLOPs / peak (ms) | "
@@ -170,7 +176,7 @@ def main() -> int:
             roof = max(nbytes / bandwidth, flops / (peak_d * 1e9)) * 1e3
             for kernel, flash in (("split-kv", False), ("split-kv", True), ("padded", False)):
                 ms = decode_step_ms(model, 32, context, kernel, args.repeats, flash)
-                label = kernel + (" flash" if flash else "")
+                label = kernel + ((" flash" if flash else " bmm") if kernel == "split-kv" else "")
                 lines.append(f"| {name} | {context} | {label} | {ms:.1f} | {32e3 / ms:.1f} | {nbytes / 1e9:.3f} GB | "
                              f"{nbytes / bandwidth * 1e3:.0f} | {flops / peak_d / 1e6:.0f} | {roof / ms:.0%} |")
         del model

@@ -52,8 +52,12 @@ NOTES = """## Reading
   results combined by log-sum-exp, no [rows x longest] tensor); on the CPU each split gathers
   its K and V head-major and attends with two batched matmuls (the fused flash kernel it
   replaced was overhead-bound on a decode's 4 query rows per KV head); the projections multiply
-  with oneDNN-packed weights. Kernel timings: [decode_kernels.md](decode_kernels.md)
-  (`python scripts/decode_kernels.py`).
+  with oneDNN-packed weights. A prefill chunk's attention in bf16 runs query tiles of two
+  matmuls each (bf16 scores, softmax in float32, as HF's eager attention) instead of torch's
+  fused CPU flash kernel, which ran at 56-75 GFLOP/s on these shapes in bf16 and float32 alike
+  (and with a mask, after a cached prefix, computed the masked half too). Kernel timings:
+  [decode_kernels.md](decode_kernels.md) (`python scripts/decode_kernels.py`) and
+  [prefill_kernels.md](prefill_kernels.md) (`python scripts/prefill_kernels.py`).
 - **Where the rest of the gap is**: [vs_vllm_steps.md](vs_vllm_steps.md)
   (`python scripts/vs_vllm_steps.py`) times every model step of both engines offline on the
   same prompts: the same number of steps of the same shapes, and the CPU per decode step and per

@@ -7,7 +7,8 @@ sequence's context gathered from its blocks.
 Ragged layout (``RaggedMetadata``): the first ``num_decodes`` rows are single-token decodes;
 prefill chunks follow, one contiguous row range each, attended per sequence with a causal mask
 inside the chunk. A chunk that starts at position 0 attends to its own fresh K/V and skips the
-gather. Decodes run one of two kernels (``DECODE_KERNELS``, the cost model's names):
+gather; on the CPU a chunk runs the kernel of its dtype (``prefill_kernels``: query tiles of
+matmuls in bf16 and float32). Decodes run one of two kernels (``DECODE_KERNELS``, the cost model's names):
 
 - ``split-kv`` (default): the KV of every row is cut into splits of ``SPLIT_TOKENS`` tokens;
   split ``j`` gathers its blocks for only the rows that reach it (rows are ordered longest
@@ -34,10 +35,21 @@ import math
 import torch
 import torch.nn.functional as F
 
+from servelab.engine.prefill_kernels import cpu_prefill_kernel, flash_causal_attention, tiled_causal_attention
+
 DECODE_KERNELS = ("split-kv", "padded")
-CPU_SPLIT_BMM = True  # split-kv on the CPU: head-major gather + batched matmuls (False: the flash kernel per split)
+# split-kv on the CPU: True head-major gather + batched matmuls, False the fused flash kernel per split,
+# None the dtype's choice: batched matmuls in bf16 (decode step at batch 32, context 1,152: 181 vs 199 ms),
+# flash in float32, where the matmuls were 4-9% slower (docs/benchmarks/decode_kernels.md)
+CPU_SPLIT_BMM: bool | None = None
+CPU_SPLIT_BMM_DTYPES = (torch.bfloat16,)
 SPLIT_MERGE = 4  # consecutive splits that the same rows reach merge into one, up to this many
 SPLIT_TOKENS = 128  # KV tokens per split: the best of 64-512 measured on CPU (docs/benchmarks/decode_kernels.md)
+
+
+def cpu_split_bmm(dtype: torch.dtype) -> bool:
+    """Whether split-kv on the CPU runs the batched-matmul kernel for this dtype (``CPU_SPLIT_BMM``)."""
+    return dtype in CPU_SPLIT_BMM_DTYPES if CPU_SPLIT_BMM is None else CPU_SPLIT_BMM
 
 
 def write_kv(kv_layer: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -155,18 +167,19 @@ def split_kv_decode(kv_layer: torch.Tensor, q: torch.Tensor, splits: tuple[Decod
     """Decode attention over each row's own blocks, split by split, merged by log-sum-exp.
     q: [B, Hq, D] (rows ordered longest first); returns [B, Hq, D].
 
-    On the CPU each split gathers its K and V head-major (``head_index``) and attends with two
-    batched matmuls over (row, KV head), the group's query heads as the rows of each: the fused
-    flash kernel, built for many query rows, spent 3-4x the time of the bytes it reads on the
-    4 query rows of a decode (docs/benchmarks/decode_kernels.md). Elsewhere (CUDA) each split
-    runs ``attention_with_lse`` on the block-major gather."""
+    On the CPU in bf16 (``cpu_split_bmm``) each split gathers its K and V head-major
+    (``head_index``) and attends with two batched matmuls over (row, KV head), the group's query
+    heads as the rows of each: the fused flash kernel, built for many query rows, spent 3-4x the
+    time of the bytes it reads on the 4 query rows of a decode (docs/benchmarks/decode_kernels.md).
+    Otherwise (float32 on the CPU, CUDA) each split runs ``attention_with_lse`` on the
+    block-major gather."""
     num_rows, num_heads, head_dim = q.shape
     kv_heads = kv_layer.shape[3]
     q = q.view(num_rows, kv_heads, num_heads // kv_heads, head_dim)  # GQA: a group's heads are query rows
     out = lse = None
     for split in splits:
         rows = split.num_rows
-        if q.device.type == "cpu" and CPU_SPLIT_BMM:
+        if q.device.type == "cpu" and cpu_split_bmm(q.dtype):
             part, part_lse = _split_bmm(kv_layer, q[:rows], split, scale, workspace)
         else:
             k, v = gather_kv(kv_layer, split.block_table, workspace)  # [rows, Hkv, num_blocks * block_size, D]
@@ -243,23 +256,29 @@ class RaggedMetadata:
 
 def _prefill_attention(kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        chunk: PrefillChunk, scale: float, workspace: GatherWorkspace | None) -> torch.Tensor:
-    """One prefill chunk. K/V heads are repeated to the query heads and the tensors are 4-D: SDPA
-    falls back to its unfused math kernel on CPU for GQA or 3-D inputs (measured 1.2-2.8x slower)."""
+    """One prefill chunk, bottom-right causal over its context. On the CPU the kernel of the
+    dtype (``prefill_kernels.cpu_prefill_kernel``); elsewhere (CUDA) SDPA with K/V heads
+    repeated to the query heads and 4-D inputs, ``is_causal`` from position 0, the chunk's
+    additive mask after a cached prefix."""
     rows = slice(chunk.query_start, chunk.query_start + chunk.query_len)
-    q_c = q[rows].transpose(0, 1).unsqueeze(0)  # [1, Hq, n, D]: the fused kernels take 4-D inputs only
-    group = q.shape[1] // k.shape[1]
+    start = chunk.context_len - chunk.query_len
     if chunk.bias is None:
-        k_c, v_c = k[rows].transpose(0, 1).unsqueeze(0), v[rows].transpose(0, 1).unsqueeze(0)  # [1, Hkv, n, D]
-        out = F.scaled_dot_product_attention(q_c, k_c.repeat_interleave(group, 1), v_c.repeat_interleave(group, 1),
-                                             is_causal=True, scale=scale)
+        k_c, v_c = k[rows].transpose(0, 1), v[rows].transpose(0, 1)  # [Hkv, n, D]
     else:
         k_c, v_c = gather_kv(kv_layer, chunk.block_table.unsqueeze(0), workspace)  # [1, Hkv, nb * bs, D]
-        k_c = k_c[:, :, :chunk.context_len].repeat_interleave(group, 1)  # [1, Hq, ctx, D]
-        v_c = v_c[:, :, :chunk.context_len].repeat_interleave(group, 1)
-        if q.device.type == "cpu":  # SDPA would take the math path for a float mask here
-            out = attention_with_lse(q_c, k_c, v_c, chunk.bias, scale)[0]
-        else:
-            out = F.scaled_dot_product_attention(q_c, k_c, v_c, attn_mask=chunk.bias, scale=scale)
+        k_c, v_c = k_c[0, :, :chunk.context_len], v_c[0, :, :chunk.context_len]  # [Hkv, ctx, D]
+    kernel = cpu_prefill_kernel(q.dtype) if q.device.type == "cpu" else "sdpa"
+    if kernel == "matmul-tiles":
+        return tiled_causal_attention(q[rows], k_c, v_c, start, scale)
+    if kernel == "flash":
+        return flash_causal_attention(q[rows], k_c, v_c, start, scale)
+    group = q.shape[1] // k.shape[1]
+    q_c = q[rows].transpose(0, 1).unsqueeze(0)  # [1, Hq, n, D]: the fused kernels take 4-D inputs only
+    k_c, v_c = k_c.repeat_interleave(group, 0).unsqueeze(0), v_c.repeat_interleave(group, 0).unsqueeze(0)
+    if chunk.bias is None:
+        out = F.scaled_dot_product_attention(q_c, k_c, v_c, is_causal=True, scale=scale)
+    else:
+        out = F.scaled_dot_product_attention(q_c, k_c, v_c, attn_mask=chunk.bias, scale=scale)
     return out[0].transpose(0, 1)  # [n, Hq, D]
 
 

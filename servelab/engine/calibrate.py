@@ -248,6 +248,19 @@ def time_steps(loaded, points: Sequence[_Point], repeats: int, *, block_size: in
     return times, cache
 
 
+def cpu_kernels(weight) -> dict[str, str]:
+    """The kernels a step's attention runs on the CPU for this dtype (``prefill_kernels``,
+    ``attention.cpu_split_bmm``), recorded with the fit: its prefill and decode terms hold for
+    them only. Empty off the CPU (CUDA runs SDPA and the matmul log-sum-exp splits)."""
+    from servelab.engine.attention import cpu_split_bmm
+    from servelab.engine.prefill_kernels import cpu_prefill_kernel
+
+    if weight.device.type != "cpu":
+        return {}
+    return {"prefill_kernel": cpu_prefill_kernel(weight.dtype),
+            "decode_split_kernel": "bmm" if cpu_split_bmm(weight.dtype) else "flash"}
+
+
 def calibrate(loaded, grid: CalibrationGrid = CalibrationGrid(), *, block_size: int = 16, seed: int = 0,
               progress: Callable[[int, int], None] | None = None, clock: Callable[[], float] = time.perf_counter,
               decode_kernel: str = "split-kv", attention_kernel: str | None = None,
@@ -255,7 +268,8 @@ def calibrate(loaded, grid: CalibrationGrid = CalibrationGrid(), *, block_size: 
     """Time every grid point on ``loaded`` (a ``LoadedModel``); returns (model, fit error, samples).
 
     Ragged steps run ``decode_kernel`` (the engine's default unless told), recorded in
-    ``meta["attention_kernel"]``: with ``split-kv`` a decode costs its own context (the bubble
+    ``meta["attention_kernel"]`` (on the CPU also the dtype's prefill and split kernels,
+    ``cpu_kernels``): with ``split-kv`` a decode costs its own context (the bubble
     term fits near 0), with ``padded`` rows x longest (the bubble term carries it). The fit's
     attention term follows ``attention_kernel`` when given (``auto`` keeps both terms, to
     compare), else the kernel that ran (``costmodel.linear``)."""
@@ -273,7 +287,7 @@ def calibrate(loaded, grid: CalibrationGrid = CalibrationGrid(), *, block_size: 
     kv_per_token = bytes_per_block(c.num_layers, 1, c.num_kv_heads, c.head_dim, dtype)
     meta = {**machine_meta(), "model": str(getattr(loaded, "path", "?")), "dtype": str(dtype).removeprefix("torch."),
             "num_params": str(sum(p.numel() for p in loaded.model.parameters())), "block_size": str(block_size),
-            "attention_kernel": decode_kernel,
+            "attention_kernel": decode_kernel, **cpu_kernels(loaded.model.embed_tokens.weight),
             "grid": repr(grid), "source": "servelab calibrate (measured wall-clock engine steps)"
             if clock is time.perf_counter else f"servelab calibrate (engine steps timed by {clock.__name__})"}
     kernel = attention_kernel or decode_kernel

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from servelab.engine.attention import (DECODE_KERNELS, SPLIT_MERGE, SPLIT_TOKENS, DecodeSplit, GatherWorkspace,
-                                      PaddedMetadata, PrefillChunk, RaggedMetadata, head_index)
+                                      PaddedMetadata, PrefillChunk, RaggedMetadata, cpu_split_bmm, head_index)
 from servelab.engine.kv_cache import PagedKVCache
 from servelab.engine.model import Model
 from servelab.engine.sampling import GREEDY, Sampler, SamplingParams
@@ -66,8 +66,8 @@ def decode_splits(tables: torch.Tensor, ends: Sequence[int], block_size: int, sp
     padded block tables; ends: each row's context length (its position + 1). Units of
     ``split_tokens`` that the same rows reach are merged, up to ``merge`` units a split (fewer
     splits, each a larger batched matmul; a split still never holds a row that ends before it).
-    With ``kv_heads`` (on the CPU) each split also carries its head-major gather index, built
-    once for every layer."""
+    With ``kv_heads`` (on the CPU, where ``dtype`` runs the batched-matmul kernel) each split
+    also carries its head-major gather index, built once for every layer."""
     per = max(1, split_tokens // block_size)
     width = tables.shape[1]
     keys = torch.arange(width * block_size, device=tables.device)
@@ -86,7 +86,8 @@ def decode_splits(tables: torch.Tensor, ends: Sequence[int], block_size: int, sp
         if ends[rows - 1] < (first + n) * block_size:  # the shortest row ends inside this split
             split_bias = bias[:rows, first * block_size:(first + n) * block_size].reshape(rows, 1, 1, -1)
         table = tables[:rows, first:first + n].contiguous()
-        index = head_index(table, block_size, kv_heads) if kv_heads and tables.device.type == "cpu" else None
+        cpu_bmm = kv_heads and tables.device.type == "cpu" and cpu_split_bmm(dtype)
+        index = head_index(table, block_size, kv_heads) if cpu_bmm else None
         splits.append(DecodeSplit(rows, table, split_bias, index))
         first += n
     return tuple(splits)

@@ -26,6 +26,8 @@ def test_reduced_grid_fits_a_loadable_model(make_checkpoint, tmp_path):
     shape = StepShape(num_decodes=4, decode_context_sum=200, decode_context_max=50)
     assert again.step_time_s(shape) == model.step_time_s(shape) > 0
     assert again.meta["dtype"] == "float32" and again.fit == model.fit
+    # the CPU kernels of the dtype that ran travel with the fit (float32: matmul tiles, flash splits)
+    assert (again.meta["prefill_kernel"], again.meta["decode_split_kernel"]) == ("matmul-tiles", "flash")
 
 
 def test_grid_shapes_match_what_the_runtime_reports():

@@ -65,6 +65,7 @@ def test_split_rows_follow_the_contexts():
 def test_cuda_code_path_on_cpu(monkeypatch):
     """The non-CPU log-sum-exp path gives the same attention (it is what CUDA runs)."""
     contexts = [5, 33, 70, 1, 18]
+    monkeypatch.setattr(attention, "CPU_SPLIT_BMM", True)  # the batched-matmul kernel in float32 too
     cpu, _ = _decode_step(contexts, 4, 8, "split-kv")
     monkeypatch.setattr(attention, "CPU_SPLIT_BMM", False)  # the block-major gather per split, as on CUDA
     flash, _ = _decode_step(contexts, 4, 8, "split-kv")
@@ -75,9 +76,10 @@ def test_cuda_code_path_on_cpu(monkeypatch):
 
 
 @pytest.mark.parametrize("precomputed", [False, True])
-def test_cpu_split_kernel_gathers_each_rows_own_blocks_head_major(precomputed):
+def test_cpu_split_kernel_gathers_each_rows_own_blocks_head_major(precomputed, monkeypatch):
     """The CPU kernel's gather index (built once per step by the runner, or per layer when absent)
     picks exactly a row's tokens, head by head; the attention equals the padded reference."""
+    monkeypatch.setattr(attention, "CPU_SPLIT_BMM", True)  # the batched-matmul kernel in float32 too
     table = torch.tensor([[5, 2], [0, 7]])
     index = attention.head_index(table, 4, KV_HEADS)
     assert index.shape == (2 * KV_HEADS * 8,)
@@ -103,3 +105,19 @@ def test_runner_rejects_unknown_kernel():
 
     with pytest.raises(ValueError, match="decode_kernel"):
         ModelRunner(None, None, decode_kernel="flash")  # checked before anything else
+
+
+def test_cpu_split_kernel_per_dtype(monkeypatch):
+    """Batched matmuls in bf16, the flash kernel per split in float32 (where the matmuls measured
+    slower); the runner builds the head-major index only for the former; both equal the padded
+    reference."""
+    assert attention.CPU_SPLIT_BMM is None
+    assert attention.cpu_split_bmm(torch.bfloat16) and not attention.cpu_split_bmm(torch.float32)
+    contexts = [30, 3, 17, 9]
+    ref32, _ = _decode_step(contexts, 4, 8, "padded")
+    got32, meta32 = _decode_step(contexts, 4, 8, "split-kv", kv_heads=KV_HEADS)
+    assert all(s.head_index is None for s in meta32.decode_splits)
+    assert torch.allclose(got32, ref32, atol=1e-5, rtol=1e-4)
+    got16, meta16 = _decode_step(contexts, 4, 8, "split-kv", dtype=torch.bfloat16, kv_heads=KV_HEADS)
+    assert all(s.head_index is not None for s in meta16.decode_splits)
+    assert (got16.float() - ref32).abs().max() < 0.05
