@@ -12,7 +12,6 @@ cost model's error by decode batch size (the CPU's matmul time is not linear in 
 from __future__ import annotations
 
 import datetime
-import gc
 import os
 import platform
 import time
@@ -22,14 +21,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from servelab.validate.compare import ValidateOptions, Validation, run_validation, step_rows
+from servelab.validate.compare import ValidateOptions, Validation, step_rows
 from servelab.validate.report import fmt_s, markdown_table, metrics_line, pct, plot_cdfs, write_csv
+from servelab.validate.stable_runs import (CALIBRATION_TRIES, DRIFT_CALM, DRIFT_RERUN, RUN_TRIES, max_drift,
+                                           stable_calibration, validated_run)
 from servelab.validate.step_kinds import kinds_text
 from servelab.validate.workloads import FIDELITY_WORKLOADS
 
 GOALS = {"ttft": 0.10, "tpot": 0.10, "step": 0.05}
 SYSTEM_STEP_GOAL = 0.10  # issue 23: every system's median step error under 10%
-DRIFT_CALM = 0.05  # a run whose probes stayed within 5% of its calibration
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,8 +159,8 @@ def run_grid(model: Path, cost_model: Path, systems, workloads, *, clock: str, s
              progress: Callable[[str], None] | None, loaded: Any, calibrate_each: bool = False) -> tuple[list, list]:
     """One validation per (system, workload); with ``calibrate_each`` a compact calibration
     right before each system's runs (saved beside ``cost_model`` as ``*.run.json``, overwritten),
-    checked against the drift probe (``stable_calibration``). Every run is bracketed by drift
-    probes (``metrics["drift"]``)."""
+    checked against the drift probe (``stable_calibration``), and a run the machine moved away
+    from is redone (``validated_run``). Every run is bracketed by drift probes (``metrics["drift"]``)."""
     done, failed = [], []
     for system in systems:
         tries = 0
@@ -174,76 +174,11 @@ def run_grid(model: Path, cost_model: Path, systems, workloads, *, clock: str, s
                     drift, tries = stable_calibration(loaded, cost, clock)
                 options = ValidateOptions(model, cost, w, policy=system.policy, router=system.router,
                                           num_instances=system.num_instances, seed=seed, clock=clock)
-                drift = _drift_probe(loaded, cost, clock) if drift is None else drift
-                v = run_validation(options, loaded)
-                v.metrics["drift"] = {"start": drift, "end": _drift_probe(loaded, cost, clock),
-                                      "calibration_tries": tries}
-                release_clusters(v)
+                v, tries = validated_run(options, loaded, cost, clock, drift=drift, tries=tries, redo=calibrate_each)
                 done.append((system, w, v))
             except Exception as err:  # noqa: BLE001 - a system that cannot run is reported, not hidden
                 failed.append((system, w, f"{type(err).__name__}: {' '.join(str(err).split())[:160]}"))
     return done, failed
-
-
-CALIBRATION_TRIES = 3
-
-
-def release_clusters(v: Validation) -> None:
-    """Drop what only a trace needs (the engine cluster with its KV caches, the simulator's
-    driver): the report keeps 57 validations, and with their caches a run held 4.6 GB and was
-    killed by the shared machine's OOM killer."""
-    for side in (v.real, v.sim):
-        side.cluster = None
-        side.result = None
-    gc.collect()
-
-
-def stable_calibration(loaded: Any, cost: Path, clock: str) -> tuple[float | None, int]:
-    """A compact calibration, its level matched to the drift probes (``match_level``), whose
-    prediction the machine still follows right after it: a second drift probe within
-    ``DRIFT_CALM``, else another calibration, up to ``CALIBRATION_TRIES``, keeping the one the
-    probe agreed with best. Why: a calibration timed during a burst of load from other
-    processes (or a lull) is off by its whole level for every run compared with it (measured:
-    the same calibration put vllm x1 and multibin x1 both 32% off); that measures the
-    machine's load, not the cost model. Returns (the kept calibration's drift, calibrations
-    made)."""
-    best: tuple[float, bytes] | None = None
-    tries = 0
-    for tries in range(1, CALIBRATION_TRIES + 1):
-        _calibrate(loaded, cost, clock)
-        drift = _drift_probe(loaded, cost, clock)
-        if drift is None:
-            return None, tries
-        if best is None or abs(drift) < abs(best[0]):
-            best = (drift, cost.read_bytes())
-        if abs(drift) < DRIFT_CALM:
-            break
-    cost.write_bytes(best[1])
-    return best[0], tries
-
-
-def _calibrate(loaded: Any, cost: Path, clock: str) -> None:
-    """A compact calibration saved at ``cost``, its level matched to the drift probes."""
-    from servelab.validate.calibration import COMPACT_GRID, calibrate_to, match_level
-
-    calibrate_to(loaded, cost, clock, grid=COMPACT_GRID)
-    match_level(loaded, cost, clock)
-
-
-def _drift_probe(loaded: Any, cost: Path, clock: str) -> float | None:
-    """``level_drift`` of the machine against the calibration a run is compared with."""
-    if loaded is None:
-        return None
-    from servelab.costmodel.linear import LinearCostModel
-    from servelab.validate.calibration import level_drift
-
-    return level_drift(loaded, LinearCostModel.load(cost), clock)
-
-
-def _max_drift(v: Validation) -> float | None:
-    d = v.metrics.get("drift") or {}
-    values = [abs(x) for x in (d.get("start"), d.get("end")) if x is not None]
-    return max(values) if values else None
 
 
 def per_system_text(done: list) -> list[str]:
@@ -262,13 +197,13 @@ def per_system_text(done: list) -> list[str]:
 
 def drift_probe_text(done: list) -> list[str]:
     """How far the machine moved from each run's calibration, and how the step error follows it."""
-    pairs = [(_max_drift(v), v.metrics["step"]["median"]) for _, _, v in done]
+    pairs = [(max_drift(v), v.metrics["step"]["median"]) for _, _, v in done]
     pairs = [(d, e) for d, e in pairs if d is not None and e is not None]
     if not pairs:
         return []
     d, e = np.array(pairs).T
     calm, moved = e[d < DRIFT_CALM], e[d >= DRIFT_CALM]
-    worst = sorted(done, key=lambda x: -(_max_drift(x[2]) or 0))[:3]
+    worst = sorted(done, key=lambda x: -(max_drift(x[2]) or 0))[:3]
     tries = {s.label: (v.metrics.get("drift") or {}).get("calibration_tries") or 0 for s, _, v in done}
     tries_text = (f"{sum(t == 1 for t in tries.values())} of {len(tries)} systems kept their first; "
                   + (", ".join(f"{k} needed {t}" for k, t in tries.items() if t > 1) or "none needed more") + "."
@@ -284,8 +219,17 @@ def drift_probe_text(done: list) -> list[str]:
             + "; ".join(f"{s.label} on {w.name} {pct(v.metrics['drift']['start'])} -> "
                         f"{pct(v.metrics['drift']['end'])} (step error {pct(v.metrics['step']['median'])})"
                         for s, w, v in worst)
-            + f". Calibrations per system: {tries_text} A step-shape model cannot follow this part of the "
-              "error: it is the shared machine, not the shapes.", ""]
+            + f". Calibrations per system: {tries_text} {_redone_text(done)} A step-shape model cannot follow "
+              "this part of the error: it is the shared machine, not the shapes.", ""]
+
+
+def _redone_text(done: list) -> str:
+    """Which runs were redone because the machine moved from their calibration (``validated_run``)."""
+    runs = [(s, w, (v.metrics.get("drift") or {}).get("runs") or 1) for s, w, v in done]
+    redone = [f"{s.label} on {w.name} ({n} runs)" for s, w, n in runs if n > 1]
+    return (f"A run whose probes moved more than {pct(DRIFT_RERUN)} was redone after a fresh calibration, up to "
+            f"{RUN_TRIES} runs, keeping the one whose probes moved least (chosen on the probes, not the error): "
+            + (", ".join(redone) if redone else "none was") + ".")
 
 
 def write_fidelity_doc(path: Path, *, model: Path, cost_model: Path, calibration: dict, command: str,

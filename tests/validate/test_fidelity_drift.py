@@ -47,7 +47,7 @@ def test_the_doc_lines_follow_the_runs():
 def test_a_calibration_the_machine_left_at_once_is_redone(monkeypatch, tmp_path, drifts, kept, tries):
     """The calibration kept is the one the drift probe right after it agreed with best; it stops at
     the first within DRIFT_CALM, and the file left on disk is the kept one."""
-    import servelab.validate.fidelity_doc as doc
+    import servelab.validate.stable_runs as doc
 
     made = []
     monkeypatch.setattr(doc, "_calibrate",
@@ -84,3 +84,38 @@ def test_a_calibration_is_level_matched_to_the_probe_steps(monkeypatch, tmp_path
     assert matched.meta["level_scale"] == "0.9500" and matched.meta["model"] == "m"
     assert calibration_mod.match_level(None, path, "cpu") is None  # nothing measured: the file is left alone
     assert LinearCostModel.load(path) == matched
+
+
+@pytest.mark.parametrize("ends,kept_run,runs", [((0.03,), 1, 1), ((0.15, 0.04), 2, 2),
+                                                ((0.30, 0.12, 0.20), 2, 3)])
+def test_a_run_the_machine_moved_away_from_is_redone(monkeypatch, ends, kept_run, runs):
+    """Regression (2026-11-27, two reports on one tree): a run whose drift probes say the machine
+    moved more than DRIFT_RERUN from its calibration is redone after a fresh calibration, up to
+    RUN_TRIES runs; the run kept is the one whose probes moved least, whatever its error."""
+    import servelab.validate.stable_runs as stable
+
+    made = []
+
+    def fake_run(options, loaded):
+        made.append(len(made) + 1)
+        return SimpleNamespace(metrics={"step": {"median": 0.01 * len(made)}, "run": len(made)},
+                               real=SimpleNamespace(), sim=SimpleNamespace())
+
+    probes = iter(ends)
+    monkeypatch.setattr(stable, "run_validation", fake_run)
+    monkeypatch.setattr(stable, "_drift_probe", lambda loaded, cost, clock: next(probes))
+    monkeypatch.setattr(stable, "stable_calibration", lambda loaded, cost, clock: (0.01, 2))
+    v, tries = stable.validated_run(None, object(), None, "cpu", drift=0.01, tries=1, redo=True)
+    assert len(made) == runs and v.metrics["run"] == kept_run
+    assert v.metrics["drift"]["runs"] == runs and tries == 1 + 2 * (runs - 1)
+    assert v.metrics["drift"]["calibration_tries"] == tries
+
+
+def test_without_a_calibration_per_system_a_run_is_not_redone(monkeypatch):
+    import servelab.validate.stable_runs as stable
+
+    monkeypatch.setattr(stable, "run_validation", lambda options, loaded: SimpleNamespace(
+        metrics={}, real=SimpleNamespace(), sim=SimpleNamespace()))
+    monkeypatch.setattr(stable, "_drift_probe", lambda loaded, cost, clock: 0.5)
+    v, tries = stable.validated_run(None, object(), None, "cpu", drift=0.4, tries=0, redo=False)
+    assert v.metrics["drift"] == {"start": 0.4, "end": 0.5, "runs": 1, "calibration_tries": 0}
