@@ -21,10 +21,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from servelab.validate.compare import ValidateOptions, Validation, step_rows
+from servelab.validate.compare import ValidateOptions, Validation, run_validation, step_rows
 from servelab.validate.report import fmt_s, markdown_table, metrics_line, pct, plot_cdfs, write_csv
-from servelab.validate.stable_runs import (CALIBRATION_TRIES, DRIFT_CALM, DRIFT_RERUN, RUN_TRIES, max_drift,
-                                           stable_calibration, validated_run)
+from servelab.validate.stable_runs import (CALIBRATION_TRIES, DRIFT_CALM, DRIFT_RERUN, RUN_TRIES, calibrate_compact,
+                                           max_drift, stable_calibration, validated_run)
 from servelab.validate.step_kinds import kinds_text
 from servelab.validate.workloads import FIDELITY_WORKLOADS
 
@@ -104,13 +104,13 @@ def _wall_ratio(done: list) -> str:
 def repeat_text(model: Path, cost_model: Path, workloads, *, clock: str, seed: int, loaded: Any,
                 repeats: int = 2) -> list[str]:
     """Repeatability, measured: vllm x1 on each workload again, each time right after a fresh
-    compact level-matched calibration (``_calibrate``); how far the errors of identical runs
+    compact level-matched calibration (``stable_runs.calibrate_compact``); how far the errors of identical runs
     spread is how far any single number above can be trusted on this machine."""
     cost = cost_model.with_name(f"{cost_model.stem}.repeat.json")
     rows = []
     for w in workloads:
         for k in range(repeats):
-            _calibrate(loaded, cost, clock)
+            calibrate_compact(loaded, cost, clock)
             m = run_validation(ValidateOptions(model, cost, w, policy="vllm", seed=seed, clock=clock), loaded).metrics
             rows.append([w.name, str(k + 1), pct(m["ttft"]["median"]), pct(m["tpot"]["median"]),
                          pct(m["e2e"]["median"]), pct(m["step"]["median"])])

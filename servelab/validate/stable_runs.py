@@ -81,7 +81,7 @@ def stable_calibration(loaded: Any, cost: Path, clock: str) -> tuple[float | Non
     best: tuple[float, bytes] | None = None
     tries = 0
     for tries in range(1, CALIBRATION_TRIES + 1):
-        _calibrate(loaded, cost, clock)
+        calibrate_compact(loaded, cost, clock)
         drift = _drift_probe(loaded, cost, clock)
         if drift is None:
             return None, tries
@@ -93,7 +93,7 @@ def stable_calibration(loaded: Any, cost: Path, clock: str) -> tuple[float | Non
     return best[0], tries
 
 
-def _calibrate(loaded: Any, cost: Path, clock: str) -> None:
+def calibrate_compact(loaded: Any, cost: Path, clock: str) -> None:
     """A compact calibration saved at ``cost``, its level matched to the drift probes."""
     from servelab.validate.calibration import COMPACT_GRID, calibrate_to, match_level
 

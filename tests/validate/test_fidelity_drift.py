@@ -50,7 +50,7 @@ def test_a_calibration_the_machine_left_at_once_is_redone(monkeypatch, tmp_path,
     import servelab.validate.stable_runs as doc
 
     made = []
-    monkeypatch.setattr(doc, "_calibrate",
+    monkeypatch.setattr(doc, "calibrate_compact",
                         lambda loaded, path, clock: (made.append(len(made)), path.write_text(str(len(made)))))
     probes = iter(drifts)
     monkeypatch.setattr(doc, "_drift_probe", lambda loaded, cost, clock: next(probes))
