@@ -48,24 +48,33 @@ def excess_blocks(view) -> int:
     return b.num_used_gpu_blocks + queued_blocks(view) - b.num_gpu_blocks
 
 
-def kv_load(view) -> float:
+def kv_load(view, queued: int | None = None) -> float:
+    """``queued``: ``queued_blocks(view)`` when the caller has it already."""
     b = view.blocks
-    return (b.num_used_gpu_blocks + queued_blocks(view)) / max(1, b.num_gpu_blocks)
+    queued = queued_blocks(view) if queued is None else queued
+    return (b.num_used_gpu_blocks + queued) / max(1, b.num_gpu_blocks)
 
 
-def remaining_steps(view) -> float:
+def remaining_steps(view, queued: int | None = None) -> float:
     """Llumnix's dispatch metric (``remaining_steps``, the default ``dispatch_load_metric`` of its
     v0.1.0 release; the paper's freeness ``(M - sum V) / B``): KV blocks left once the queue's
     demand is counted, per running or queued request; an idle instance has infinitely many."""
     b = view.blocks
     n = view.num_running + len(view.waiting)
-    return math.inf if n == 0 else (b.num_gpu_blocks - b.num_used_gpu_blocks - queued_blocks(view)) / n
+    if n == 0:
+        return math.inf
+    queued = queued_blocks(view) if queued is None else queued
+    return (b.num_gpu_blocks - b.num_used_gpu_blocks - queued) / n
 
 
 def least_loaded(instances) -> Any:
     """The dispatch target: the most remaining steps (Llumnix's dispatch; ties by the lowest
-    KV load, then id)."""
-    return min(instances, key=lambda v: (-remaining_steps(v), kv_load(v), v.instance_id))
+    KV load, then id). Each queue is walked once for both readings: this runs on every arrival."""
+    def key(v):
+        queued = queued_blocks(v)
+        return -remaining_steps(v, queued), kv_load(v, queued), v.instance_id
+
+    return min(instances, key=key)
 
 
 @dataclass(frozen=True)
