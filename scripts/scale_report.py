@@ -72,6 +72,11 @@ def run_point(n: int, requests: int, repeats: int) -> dict:
     return {**json.loads(out), "load": [load0, os.getloadavg()[0]]}
 
 
+def _gc(r: dict) -> str:
+    gc_s = r.get("gc_cpu_s")
+    return f"{gc_s:.1f} s ({gc_s / r['cpu_s']:.0%})" if gc_s is not None else "-"
+
+
 def _load(r: dict) -> str:
     load = r.get("load")
     return f"{load[0]:.1f}-{load[1]:.1f}" if load else "-"
@@ -97,7 +102,7 @@ def revision(tree: Path) -> str:
 
 def _command(args) -> str:
     """The command line that wrote the report, with the workload memory limit when one was set
-    (the guard's estimate of the 1M-request point is 3.3 GiB, as ``perf scale`` builds no summary;
+    (the guard's estimate of the 1M-request point is 3.1 GiB, as ``perf scale`` builds no summary;
     the revision compared with counted the summary there, 10.3 GiB, and needs the limit)."""
     limit = os.environ.get("SERVELAB_MEMORY_LIMIT_GB")
     cmd = (f"SERVELAB_MEMORY_LIMIT_GB={limit} " if limit else "") + "python scripts/scale_report.py"
@@ -131,15 +136,18 @@ def write(rows: list[dict], before: dict[int, dict], args) -> None:
              "`servelab perf scale --instances N` runs one point and prints its JSON.", "",
              "## Cost per simulated token and peak memory (measured on this machine)", "",
              "| instances | requests | output tokens | CPU-s | simulated output tok per CPU-s | vs one instance "
-             "| peak RSS (GB) | RSS per request (KB) | makespan (s, simulated) | fingerprint | load avg (start-end) |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+             "| in the cyclic GC | peak RSS (GB) | RSS per request (KB) | makespan (s, simulated) | fingerprint "
+             "| load avg (start-end) |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         per_req = (r["peak_rss_gb"] - r["rss_gb_before_run"]) * 2**20 / max(r["requests"] / r["repeats"], 1)
         lines.append(f"| {r['instances']:,} | {r['requests']:,} | {r['output_tokens']:,} | {r['cpu_s']:.1f} | "
-                     f"{r['tokens_per_cpu_s']:,.0f} | {r['tokens_per_cpu_s'] / one:.2f} | {r['peak_rss_gb']:.2f} | "
+                     f"{r['tokens_per_cpu_s']:,.0f} | {r['tokens_per_cpu_s'] / one:.2f} | {_gc(r)} | "
+                     f"{r['peak_rss_gb']:.2f} | "
                      f"{per_req:.1f} | {max(r['makespan_s']):,.1f} | `{r['fingerprints'][0]}` | {_load(r)} |")
-    lines += ["", "*RSS per request*: the peak minus the RSS before the run (workload built), over the requests of "
-              "one workload. *fingerprint*: a digest of every request's status, output tokens and finish time "
+    lines += ["", "*in the cyclic GC*: the CPU seconds of Python's cyclic garbage collections during the runs "
+              "(timed by `gc.callbacks`), and their share of the CPU-s. *RSS per request*: the peak minus the RSS "
+              "before the run (workload built), over the requests of one workload. *fingerprint*: a digest of every request's status, output tokens and finish time "
               "(seed 0)."]
     if before:
         lines += ["", f"## Before this issue: the same points at revision {args.compare_rev} (measured)", "",

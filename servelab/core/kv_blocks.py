@@ -21,6 +21,23 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+_ID_POOL: list[int] = []  # the int objects 0, 1, 2, ... that every block manager's ids are
+
+
+def block_ids(first: int, end: int) -> list[int]:
+    """Block ids ``end - 1`` down to ``first`` (a free list's order), as int objects shared by
+    every block manager of the process. Ids above 256 are objects of their own, and moving an
+    id between a free list and a table writes its reference count: with id objects of its
+    own per instance (7,609 blocks on an A100-80GB serving Llama-2-7B), 256 instances held
+    1.9M of them (60 MB at 32 B each; 1,024 instances 240 MB), and every block a step or a
+    release moved touched a cold one. Shared, they are one instance's worth (0.24 MB) and stay
+    in the caches. Values are unchanged, so results are too."""
+    pool = _ID_POOL
+    if end > len(pool):
+        pool.extend(range(len(pool), end))
+    return pool[first:end][::-1]
+
+
 @dataclass(frozen=True, slots=True)
 class KVCacheConfig:
     block_size: int = 16  # tokens per block
@@ -45,8 +62,8 @@ class BlockManager:
     def __init__(self, config: KVCacheConfig) -> None:
         self.config = config
         self.block_size = config.block_size
-        self._free_gpu: list[int] = list(range(config.num_gpu_blocks - 1, -1, -1))
-        self._free_cpu: list[int] = list(range(config.num_cpu_blocks - 1, -1, -1))
+        self._free_gpu: list[int] = block_ids(0, config.num_gpu_blocks)
+        self._free_cpu: list[int] = block_ids(0, config.num_cpu_blocks)
         self._gpu_tables: dict[int, list[int]] = {}
         self._cpu_tables: dict[int, list[int]] = {}
         self._num_tokens: dict[int, int] = {}  # tokens whose KV slots are reserved
@@ -254,7 +271,7 @@ class BlockManager:
             del self._free_gpu[:-delta]
         elif delta > 0:
             back = min(delta, len(self._retired))
-            fresh = list(range(self._num_ids + delta - back - 1, self._num_ids - 1, -1))
+            fresh = block_ids(self._num_ids, self._num_ids + delta - back)
             self._num_ids += delta - back
             self._free_gpu[:0] = fresh + self._retired[len(self._retired) - back:]
             del self._retired[len(self._retired) - back:]

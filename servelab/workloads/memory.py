@@ -10,12 +10,12 @@ machine has available now (``MemAvailable``).
 
 What a run needs depends on what it keeps: every command that writes a summary builds its
 arrays of token times and gaps (33 B an output token, on top of the run's 10 B), but
-``servelab perf scale`` builds none, and its 1,024 instances hold their KV block lists (290 KB
-each). A command says so with ``run_shape(instances=..., summary=...)`` around the workload's
+``servelab perf scale`` builds none, and its 1,024 instances hold their KV block lists (75 KB
+each; 310 KB before the instances shared their block id objects, ``core.kv_blocks.block_ids``). A command says so with ``run_shape(instances=..., summary=...)`` around the workload's
 building; without it the estimate assumes one instance and a summary. 1M requests of 200
-output tokens: about 10.0 GiB with a summary, 3.3 GiB under ``perf scale`` on 1,024 instances
-(3.15 GB measured, docs/benchmarks/scale.md; the estimate before counted the summary there too:
-10.3 GiB).
+output tokens: about 10.0 GiB with a summary, 3.1 GiB under ``perf scale`` on 1,024 instances
+(docs/benchmarks/scale.md has the measured peak; the estimate before counted the summary there
+too: 10.3 GiB).
 
 Measured on this code (peak RSS of a fresh process from after its imports and cost model, ``poisson``
 workloads as ``perf scale``'s: 64 instances x 977 requests with outputs of 100 and of 300 tokens,
@@ -36,7 +36,7 @@ BYTES_PER_REQUEST = 1_250  # its RequestSpec, its Request and records while it r
 BYTES_PER_OUTPUT_TOKEN = 10  # its time in the request's list (the float shared by a step's rows)
 SUMMARY_BYTES_PER_REQUEST = 850  # the summary's per-request table
 SUMMARY_BYTES_PER_OUTPUT_TOKEN = 33  # the summary's arrays of token times and gaps, and their temporaries
-BYTES_PER_INSTANCE = 290_000  # its KV block ids, queues and policy
+BYTES_PER_INSTANCE = 75_000  # its KV block lists (the ids are shared objects), queues and policy
 LIMIT_ENV = "SERVELAB_MEMORY_LIMIT_GB"
 AVAILABLE_SHARE = 0.8
 

@@ -97,3 +97,17 @@ def test_extend_tables_names_the_request_that_runs_short():
         bm.allocate(2, 4)
         with pytest.raises(MemoryError, match=message):
             bm.extend_tables({1: bm.gpu_table(1), 2: bm.gpu_table(2)}, count)
+
+
+def test_block_ids_are_shared_objects_in_free_list_order():
+    """Every block manager hands out the same int objects (a cache-resident pool at 1,024
+    instances), in the order ``range`` gave before, and a grown manager takes fresh ids the same way."""
+    a = BlockManager(KVCacheConfig(block_size=4, num_gpu_blocks=600, num_cpu_blocks=300))
+    b = BlockManager(KVCacheConfig(block_size=4, num_gpu_blocks=900))
+    assert a._free_gpu == list(range(599, -1, -1)) and a._free_cpu == list(range(299, -1, -1))
+    assert all(x is y for x, y in zip(reversed(a._free_gpu), reversed(b._free_gpu)))
+    a.resize(700)
+    assert sorted(a._free_gpu) == list(range(700)) and a.num_free_gpu_blocks == 700
+    assert all(x is y for x, y in zip(sorted(a._free_gpu), sorted(b._free_gpu)))
+    a.allocate(1, 4 * 650)
+    a.check_invariants()
