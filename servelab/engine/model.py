@@ -51,8 +51,19 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 def _can_pack(weight: torch.Tensor) -> bool:
-    return (weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16)
-            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    """Whether oneDNN can pack this weight here. bf16 needs the CPU's bf16 path (AVX512 or
+    AVX-NE-CONVERT): on an AVX2-only CPU (AMD Zen 3) ``_reorder_linear_weight`` raises, which
+    made loading a bf16 model fail; such a layer now computes with ``F.linear``."""
+    if not (weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16)
+            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return False
+    return weight.dtype != torch.bfloat16 or bf16_packing_supported()
+
+
+def bf16_packing_supported() -> bool:
+    """Whether this CPU runs oneDNN's bf16 kernels (``torch.ops.mkldnn._is_mkldnn_bf16_supported``)."""
+    probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(probe()) if probe is not None else False
 
 
 class Linear(nn.Linear):
@@ -69,8 +80,12 @@ class Linear(nn.Linear):
     def pack(self) -> bool:
         if not _can_pack(self.weight):
             return False
-        with torch.no_grad():
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
+        try:
+            with torch.no_grad():
+                self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
+        except RuntimeError:  # an ISA check oneDNN makes that _can_pack did not foresee
+            self.packed = None
+            return False
         self.packed_version = self.weight._version
         return True
 

@@ -58,3 +58,29 @@ def test_packed_linear_matches_and_falls_back_when_it_cannot_be_trusted():
     with torch.no_grad():
         layer.weight.mul_(2)  # a changed weight must not be served from the stale packed copy
     assert torch.allclose(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5)
+
+
+def test_bf16_model_loads_and_runs_where_onednn_has_no_bf16_path(make_checkpoint, monkeypatch):
+    """On an AVX2-only CPU (AMD Zen 3) oneDNN refuses to pack bf16 weights; loading a bf16
+    model raised a RuntimeError there. The projections must fall back to ``F.linear``."""
+    from servelab.engine import model as model_mod
+
+    monkeypatch.setattr(model_mod, "bf16_packing_supported", lambda: False)
+    loaded = load_checkpoint(make_checkpoint(), dtype="bfloat16")
+    layers = [m for m in loaded.model.modules() if isinstance(m, Linear)]
+    assert layers and all(m.packed is None for m in layers)
+    x = torch.randn(3, layers[0].in_features, dtype=torch.bfloat16)
+    expected = torch.nn.functional.linear(x, layers[0].weight, layers[0].bias)
+    assert torch.equal(layers[0](x), expected)
+
+
+def test_pack_reports_false_when_onednn_refuses(monkeypatch):
+    layer = Linear(16, 8, bias=False).requires_grad_(False)
+
+    def refuse(*a, **k):
+        raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx512bw")
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", refuse, raising=False)
+    assert layer.pack() is False and layer.packed is None
+    x = torch.randn(2, 16)
+    assert torch.equal(layer(x), torch.nn.functional.linear(x, layer.weight))
