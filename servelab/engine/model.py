@@ -23,6 +23,7 @@ from torch import nn
 
 from servelab.engine.attention import PaddedMetadata, RaggedMetadata
 from servelab.engine.config import ModelConfig, RopeScaling
+from servelab.engine.device import cpu_has_bf16
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> torch.Tensor:
@@ -57,13 +58,7 @@ def _can_pack(weight: torch.Tensor) -> bool:
     if not (weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16)
             and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
         return False
-    return weight.dtype != torch.bfloat16 or bf16_packing_supported()
-
-
-def bf16_packing_supported() -> bool:
-    """Whether this CPU runs oneDNN's bf16 kernels (``torch.ops.mkldnn._is_mkldnn_bf16_supported``)."""
-    probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
-    return bool(probe()) if probe is not None else False
+    return weight.dtype != torch.bfloat16 or cpu_has_bf16()
 
 
 class Linear(nn.Linear):

@@ -65,7 +65,7 @@ def test_bf16_model_loads_and_runs_where_onednn_has_no_bf16_path(make_checkpoint
     model raised a RuntimeError there. The projections must fall back to ``F.linear``."""
     from servelab.engine import model as model_mod
 
-    monkeypatch.setattr(model_mod, "bf16_packing_supported", lambda: False)
+    monkeypatch.setattr(model_mod, "cpu_has_bf16", lambda: False)
     loaded = load_checkpoint(make_checkpoint(), dtype="bfloat16")
     layers = [m for m in loaded.model.modules() if isinstance(m, Linear)]
     assert layers and all(m.packed is None for m in layers)
@@ -84,3 +84,22 @@ def test_pack_reports_false_when_onednn_refuses(monkeypatch):
     assert layer.pack() is False and layer.packed is None
     x = torch.randn(2, 16)
     assert torch.equal(layer(x), torch.nn.functional.linear(x, layer.weight))
+
+
+def test_cpu_description_names_the_vector_isa():
+    from servelab.engine.device import cpu_description
+
+    zen3 = "model name\t: AMD EPYC\nflags\t\t: fpu sse avx avx2 fma\n"
+    genoa = "model name\t: AMD EPYC\nflags\t\t: avx2 avx512f avx512bw avx512_bf16\n"
+    assert cpu_description(zen3).startswith("AMD EPYC (AVX2, no AVX512), ")
+    assert cpu_description(genoa).startswith("AMD EPYC (AVX512-BF16), ")
+    assert cpu_description("").startswith("unknown CPU (no AVX2), ")
+
+
+def test_cpu_serving_dtype_follows_the_bf16_path(monkeypatch):
+    from servelab.engine import device
+
+    monkeypatch.setattr(device, "cpu_has_bf16", lambda: False)
+    assert device.cpu_serving_dtype() == "float32"
+    monkeypatch.setattr(device, "cpu_has_bf16", lambda: True)
+    assert device.cpu_serving_dtype() == "bfloat16"
