@@ -61,6 +61,21 @@ def _can_pack(weight: torch.Tensor) -> bool:
     return weight.dtype != torch.bfloat16 or cpu_has_bf16()
 
 
+def default_packed_max_rows() -> int | None:
+    """Rows above which a packed projection multiplies with ``F.linear`` (MKL) instead, by CPU.
+
+    AVX512 (the earlier AVX512-BF16 machine): packed at any size (fp32 at 2,048 rows 2.2x
+    ``F.linear``'s GFLOP/s, bf16 1.05x; docs/benchmarks/vs_vllm.md). AVX2 only (AMD Zen 3): packed
+    only up to 512 rows. There, F.linear multiplied 2,048 rows at 89-92 GFLOP/s against the
+    packed 68-77 (docs/benchmarks/decode_kernels.md), a bench-200m prefill step of 2,048 tokens
+    took 12.0 s of CPU against 13.6 (4 of 4 alternated runs faster), at 512 tokens 3.01 against
+    3.03 s, and packed weights still win at a decode's 32 rows (1.01-1.14x)."""
+    return None if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else 512
+
+
+PACKED_MAX_ROWS: int | None = default_packed_max_rows()
+
+
 class Linear(nn.Linear):
     """``nn.Linear`` that can run from a oneDNN-packed copy of its weight on the CPU.
 
@@ -87,7 +102,7 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         packed = self.packed
         if packed is not None and x.device.type == "cpu" and self.weight._version == self.packed_version \
-                and x.dtype == self.weight.dtype:
+                and x.dtype == self.weight.dtype and (PACKED_MAX_ROWS is None or x.shape[0] <= PACKED_MAX_ROWS):
             return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 

@@ -103,3 +103,39 @@ def test_cpu_serving_dtype_follows_the_bf16_path(monkeypatch):
     assert device.cpu_serving_dtype() == "float32"
     monkeypatch.setattr(device, "cpu_has_bf16", lambda: True)
     assert device.cpu_serving_dtype() == "bfloat16"
+
+
+def test_packed_linear_hands_large_inputs_to_f_linear(monkeypatch):
+    """Above ``PACKED_MAX_ROWS`` rows a packed projection multiplies with F.linear (on an AVX2-only
+    CPU MKL beat oneDNN's packed weights on a 2,048-token prefill); at or below it, packed."""
+    from servelab.engine import model as model_mod
+
+    torch.manual_seed(0)
+    layer = Linear(16, 8, bias=False).requires_grad_(False)
+    if not layer.pack():
+        pytest.skip("no oneDNN in this torch build")
+    calls = []
+    real = torch.ops.mkldnn._linear_pointwise
+
+    def counting(*a, **k):
+        calls.append(a[0].shape[0])
+        return real(*a, **k)
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", counting, raising=False)
+    monkeypatch.setattr(model_mod, "PACKED_MAX_ROWS", 4)
+    small, large = torch.randn(4, 16), torch.randn(9, 16)
+    assert torch.allclose(layer(small), small @ layer.weight.T, atol=1e-5)
+    assert torch.allclose(layer(large), large @ layer.weight.T, atol=1e-5)
+    assert calls == [4]
+    monkeypatch.setattr(model_mod, "PACKED_MAX_ROWS", None)
+    layer(large)
+    assert calls == [4, 9]
+
+
+def test_default_packed_max_rows_follows_the_isa(monkeypatch):
+    from servelab.engine import model as model_mod
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert model_mod.default_packed_max_rows() is None
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert model_mod.default_packed_max_rows() == 512
