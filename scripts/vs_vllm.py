@@ -52,20 +52,32 @@ NOTES = """## Reading
   most likely compared vLLM in bf16 with servelab in fp32. Here both run the dtype in the set-up
   above, and the machine line says which CPU this was.
 - **What changed in the engine for this** (issue 27): decode attention is the split-kv kernel
-  (each row's own blocks in splits of 128 tokens, merged while the same rows reach them, partial
-  results combined by log-sum-exp, no [rows x longest] tensor); on the CPU each split gathers
-  its K and V head-major and attends with two batched matmuls (the fused flash kernel it
-  replaced was overhead-bound on a decode's 4 query rows per KV head); the projections multiply
-  with oneDNN-packed weights. A prefill chunk's attention in bf16 runs query tiles of two
-  matmuls each (bf16 scores, softmax in float32, as HF's eager attention) instead of torch's
-  fused CPU flash kernel, which ran at 56-75 GFLOP/s on these shapes in bf16 and float32 alike
-  (and with a mask, after a cached prefix, computed the masked half too). Kernel timings:
-  [decode_kernels.md](decode_kernels.md) (`python scripts/decode_kernels.py`) and
-  [prefill_kernels.md](prefill_kernels.md) (`python scripts/prefill_kernels.py`).
+  (each row's own blocks in splits of 128 tokens, merged while the same rows reach them and the
+  split's gathered K+V stays within 8 MiB, partial results combined by log-sum-exp, no
+  [rows x longest] tensor); in bf16 on the CPU each split gathers its K and V head-major and
+  attends with two batched matmuls, in float32 it runs torch's fused flash kernel on the split's
+  block-major gather; the projections multiply with oneDNN-packed weights (on an AVX2-only CPU
+  only up to 512 rows, above which MKL's `F.linear` was faster, and never in bf16 there, where
+  oneDNN refuses to pack). A prefill chunk's attention in bf16 runs query tiles of two matmuls
+  each (bf16 scores, softmax in float32, as HF's eager attention) instead of torch's fused CPU
+  flash kernel. Kernel timings: [decode_kernels.md](decode_kernels.md)
+  (`python scripts/decode_kernels.py`) and [prefill_kernels.md](prefill_kernels.md)
+  (`python scripts/prefill_kernels.py`).
 - **Where the rest of the gap is**: [vs_vllm_steps.md](vs_vllm_steps.md)
   (`python scripts/vs_vllm_steps.py`) times every model step of both engines offline on the
   same prompts: the same number of steps of the same shapes, and the CPU per decode step and per
-  prefill token of each.
+  prefill token of each. [engine_profile.md](engine_profile.md)
+  (`python scripts/engine_profile.py`) samples `servelab serve`'s engine process during
+  short-32-burst: its forward pass is nearly all of its busy time, so overlapping scheduling,
+  sampling and output handling with the forward (as vLLM v1's async scheduling does) cannot
+  close a gap of more than a few percent: the gap is in the model step, above all the decode
+  step. Where in it is a hypothesis (vLLM's step was not profiled): servelab's decode attention
+  copies each split's K and V out of the paged cache before attending (on the AVX2 EPYC, the
+  copy and torch's flash kernel took about equal shares of it), where vLLM's CPU kernel reads
+  the cache in place.
+- **Machine.** The earlier reports of this file (issue 27: 1.04-1.31x) ran on an AVX512-BF16
+  CPU in bf16; the machine line above says which CPU this report ran on, and runs on different
+  CPUs or dtypes are not comparable (`runs.jsonl` keeps the set-up with every run).
 - **GPU (issue 27 item 4: unmeasured).** No GPU was lent to this task, so the CUDA path (bf16 by default when torch sees a GPU)
   was written and its device and dtype choice tested on CPU, but nothing here is a GPU measurement.
 """
