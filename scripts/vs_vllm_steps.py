@@ -47,7 +47,7 @@ def _prompts(work, vocab: int = 8000):
     return [[[rng.randrange(10, vocab) for _ in range(p)] for _ in range(n)] for p, n, _ in work]
 
 
-def child_vllm(ckpt: str, work: list[tuple[int, int, int]]) -> None:
+def child_vllm(ckpt: str, work: list[tuple[int, int, int]], dtype: str) -> None:
     from vllm.v1.worker import gpu_model_runner as g
 
     steps: list[dict] = []
@@ -71,7 +71,7 @@ def child_vllm(ckpt: str, work: list[tuple[int, int, int]]) -> None:
     g.GPUModelRunner.execute_model, g.GPUModelRunner.sample_tokens = execute_model, sample_tokens
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=ckpt, dtype="bfloat16", enable_prefix_caching=False, **LIMITS)
+    llm = LLM(model=ckpt, dtype=dtype, enable_prefix_caching=False, **LIMITS)
     llm.generate([{"prompt_token_ids": [5] * 64}] * 2, SamplingParams(max_tokens=4, ignore_eos=True, temperature=0))
     for w, prompts in zip(work, _prompts(work)):
         steps.clear()
@@ -81,7 +81,7 @@ def child_vllm(ckpt: str, work: list[tuple[int, int, int]]) -> None:
         print("RESULT " + json.dumps(_summary("vllm", w, steps, time.process_time() - t0)), flush=True)
 
 
-def child_servelab(ckpt: str, work: list[tuple[int, int, int]]) -> None:
+def child_servelab(ckpt: str, work: list[tuple[int, int, int]], dtype: str) -> None:
     sys.path.insert(0, str(ROOT))
     import torch
 
@@ -109,7 +109,7 @@ def child_servelab(ckpt: str, work: list[tuple[int, int, int]]) -> None:
     eng = EngineInstance(ckpt, policy, EngineConfig(kv_budget_bytes=3 << 30, block_size=LIMITS["block_size"],
                                                     max_num_seqs=LIMITS["max_num_seqs"],
                                                     max_batch_tokens=LIMITS["max_num_batched_tokens"]),
-                         dtype="bfloat16")
+                         dtype=dtype)
     eng.run([RequestSpec(0, 0.0, 64, 4, prompt_token_ids=(5,) * 64)],
             SamplingParams(max_tokens=4, ignore_eos=True, temperature=0.0))  # warm-up; allocates the KV cache
     for w, prompts in zip(work, _prompts(work)):
@@ -120,25 +120,28 @@ def child_servelab(ckpt: str, work: list[tuple[int, int, int]]) -> None:
         print("RESULT " + json.dumps(_summary("servelab", w, steps, time.process_time() - t0)), flush=True)
 
 
-def run_child(python: Path, engine: str, ckpt: Path, workloads: str, log: Path) -> list[dict]:
+def run_child(python: Path, engine: str, ckpt: Path, workloads: str, dtype: str, log: Path) -> list[dict]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "3", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     out = subprocess.run([str(python), __file__, "--child", engine, "--checkpoint", str(ckpt), "--workloads",
-                          workloads], env=env, capture_output=True, text=True, cwd=ROOT)
+                          workloads, "--dtype", dtype], env=env, capture_output=True, text=True, cwd=ROOT)
     log.write_text(out.stdout + out.stderr)
     if out.returncode:
         raise SystemExit(f"{engine} run failed (exit {out.returncode}); see {log}")
     return [json.loads(ln[7:]) for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
 
 
+DTYPE_NAMES = {"bfloat16": "bf16", "float32": "float32"}
+
+
 def _f(x, d=1):
     return "-" if x is None else f"{x:,.{d}f}"
 
 
-def render(results: list[dict], command: str, load: tuple[float, float], nice: int) -> str:
+def render(results: list[dict], command: str, load: tuple[float, float], nice: int, dtype: str, cpu: str) -> str:
     lines = ["# servelab's engine against vLLM-CPU, step by step (measured)", "",
              f"Written by `{command}`; rerun it rather than editing this file. Both engines offline, one process "
-             f"each, bf16, one torch thread, block 32, 2,048 batched tokens, chunked prefill; CPU seconds of the "
-             f"model steps (thread time) and of the whole process. Machine: 2 cores shared with other sessions "
+             f"each, {DTYPE_NAMES[dtype]}, one torch thread, block 32, 2,048 batched tokens, chunked prefill; CPU seconds of the "
+             f"model steps (thread time) and of the whole process. Machine: {cpu}, shared with other sessions "
              f"(1-minute load average {load[0]:.2f} at the start, {load[1]:.2f} at the end); nice {nice}.", "",
              "| workload (prompt/output x requests) | engine | steps | steps with decodes and prefill | model CPU (s) "
              "| process CPU (s) | decode step at full batch (ms, median) | prefill-only steps: CPU per prefill token "
@@ -170,6 +173,8 @@ def main() -> int:
     ap.add_argument("--vllm-venv", type=Path, default=ROOT / ".venv-vllm")
     ap.add_argument("--workloads", default="256:32:64,1100:8:32", help="prompt:requests:output, comma-separated")
     ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks" / "vs_vllm_steps.md")
+    ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32"),
+                    help="auto: bfloat16 where this CPU has oneDNN's bf16 path (AVX512), else float32")
     ap.add_argument("--child", choices=("vllm", "servelab"), default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     try:
@@ -177,29 +182,37 @@ def main() -> int:
         assert all(len(w) == 3 and min(w) > 0 for w in work)
     except (ValueError, AssertionError):
         ap.error(f"--workloads: expected prompt:requests:output[,...] of positive integers, got {args.workloads!r}")
+    if args.dtype == "auto":
+        sys.path.insert(0, str(ROOT))
+        from servelab.engine.device import cpu_serving_dtype
+
+        args.dtype = cpu_serving_dtype()
     if args.child == "vllm":
-        child_vllm(str(args.checkpoint), work)
+        child_vllm(str(args.checkpoint), work, args.dtype)
         return 0
     if args.child == "servelab":
-        child_servelab(str(args.checkpoint), work)
+        child_servelab(str(args.checkpoint), work, args.dtype)
         return 0
     if not (args.checkpoint / "config.json").is_file():
         ap.error(f"--checkpoint {args.checkpoint}: no config.json (python scripts/vs_vllm.py creates it)")
     vllm_python = args.vllm_venv / "bin" / "python"
     if not vllm_python.is_file():
         ap.error(f"--vllm-venv {args.vllm_venv}: no bin/python (bash scripts/setup_vllm_venv.sh creates it)")
+    from servelab.engine.device import cpu_description
+
     load0 = os.getloadavg()[0]
     logs = ROOT / "results" / "vs_vllm"
     logs.mkdir(parents=True, exist_ok=True)
     results = []
     for engine, python in (("vllm", vllm_python), ("servelab", Path(sys.executable))):
         print(f"running {engine} ...", flush=True)
-        results += run_child(python, engine, args.checkpoint, args.workloads, logs / f"steps-{engine}.log")
+        results += run_child(python, engine, args.checkpoint, args.workloads, args.dtype,
+                             logs / f"steps-{engine}.log")
     results.sort(key=lambda r: (r["prompt"], r["n"], r["engine"]))
     command = "python scripts/vs_vllm_steps.py" + (f" --workloads {args.workloads}"
                                                    if args.workloads != "256:32:64,1100:8:32" else "")
     args.doc.parent.mkdir(parents=True, exist_ok=True)
-    args.doc.write_text(render(results, command, (load0, os.getloadavg()[0]), os.nice(0)))
+    args.doc.write_text(render(results, command, (load0, os.getloadavg()[0]), os.nice(0), args.dtype, cpu_description()))
     print(f"wrote {args.doc}")
     return 0
 

@@ -44,6 +44,12 @@ DECODE_KERNELS = ("split-kv", "padded")
 CPU_SPLIT_BMM: bool | None = None
 CPU_SPLIT_BMM_DTYPES = (torch.bfloat16,)
 SPLIT_MERGE = 4  # consecutive splits that the same rows reach merge into one, up to this many
+# ... and while a merged split's gathered K+V stays within this many bytes (when the runner passes
+# the cache's bytes per token): so a split's gather stays in cache for its two matmuls. On an AVX2
+# EPYC (Zen 3, 32 MiB L3 shared by 2 cores and other sessions) in float32, batch 32, one layer,
+# flash per split: 128-token splits (8 MiB) took 15.1 ms at context 1,152 against 20.6 ms merged
+# two (16 MiB) and 23.1 ms merged four (32 MiB); 7.8 against 10.6 ms at 576
+SPLIT_MERGE_BYTES = 8 << 20
 SPLIT_TOKENS = 128  # KV tokens per split: the best of 64-512 measured on CPU (docs/benchmarks/decode_kernels.md)
 
 

@@ -10,6 +10,8 @@ fp32 (docs/benchmarks/vs_vllm.md). An explicit dtype always wins.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
@@ -38,3 +40,35 @@ def resolve_dtype(requested: str | torch.dtype | None, checkpoint_dtype: str, de
     if device.type == "cuda" and checkpoint_dtype == "float32":
         return "bfloat16"
     return checkpoint_dtype
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU runs oneDNN's bf16 kernels (AVX512 or AVX-NE-CONVERT; AVX512-BF16/AMX
+    make them fast). Without them (AVX2-only, e.g. AMD Zen 3) torch's bf16 matmuls fall back to
+    a slow path: [32 x 1,024] x [1,024 x 3,072] ran at ~10 GFLOP/s there, float32 at 32 (``F.linear``)
+    and 52 (oneDNN-packed), one core."""
+    probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(probe()) if probe is not None else False
+
+
+def cpu_serving_dtype() -> str:
+    """The dtype the CPU benchmarks serve in by default: bf16 where this CPU has oneDNN's bf16
+    path, else float32 (the speed of each on this machine: docs/benchmarks/decode_kernels.md)."""
+    return "bfloat16" if cpu_has_bf16() else "float32"
+
+
+def cpu_description(cpuinfo: str | None = None) -> str:
+    """``<model name> (<widest vector ISA>), <n> cores`` for benchmark reports: bf16 and fp32 speeds
+    differ several-fold between an AVX512-BF16 CPU and an AVX2-only one."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            cpuinfo = ""
+    lines = cpuinfo.splitlines()
+    name = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "unknown CPU")
+    flags = set(next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), []))
+    isa = ("AVX512-BF16" if "avx512_bf16" in flags else "AVX512, no BF16" if "avx512f" in flags
+           else "AVX2, no AVX512" if "avx2" in flags else "no AVX2")
+    return f"{name} ({isa}), {os.cpu_count()} cores"

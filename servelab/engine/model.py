@@ -23,6 +23,7 @@ from torch import nn
 
 from servelab.engine.attention import PaddedMetadata, RaggedMetadata
 from servelab.engine.config import ModelConfig, RopeScaling
+from servelab.engine.device import cpu_has_bf16
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> torch.Tensor:
@@ -51,8 +52,28 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 def _can_pack(weight: torch.Tensor) -> bool:
-    return (weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16)
-            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    """Whether oneDNN can pack this weight here. bf16 needs the CPU's bf16 path (AVX512 or
+    AVX-NE-CONVERT): on an AVX2-only CPU (AMD Zen 3) ``_reorder_linear_weight`` raises, which
+    made loading a bf16 model fail; such a layer now computes with ``F.linear``."""
+    if not (weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16)
+            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return False
+    return weight.dtype != torch.bfloat16 or cpu_has_bf16()
+
+
+def default_packed_max_rows() -> int | None:
+    """Rows above which a packed projection multiplies with ``F.linear`` (MKL) instead, by CPU.
+
+    AVX512 (the earlier AVX512-BF16 machine): packed at any size (fp32 at 2,048 rows 2.2x
+    ``F.linear``'s GFLOP/s, bf16 1.05x; docs/benchmarks/vs_vllm.md). AVX2 only (AMD Zen 3): packed
+    only up to 512 rows. There, F.linear multiplied 2,048 rows at 89-92 GFLOP/s against the
+    packed 68-77 (docs/benchmarks/decode_kernels.md), a bench-200m prefill step of 2,048 tokens
+    took 12.0 s of CPU against 13.6 (4 of 4 alternated runs faster), at 512 tokens 3.01 against
+    3.03 s, and packed weights still win at a decode's 32 rows (1.01-1.14x)."""
+    return None if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else 512
+
+
+PACKED_MAX_ROWS: int | None = default_packed_max_rows()
 
 
 class Linear(nn.Linear):
@@ -69,15 +90,19 @@ class Linear(nn.Linear):
     def pack(self) -> bool:
         if not _can_pack(self.weight):
             return False
-        with torch.no_grad():
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
+        try:
+            with torch.no_grad():
+                self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
+        except RuntimeError:  # an ISA check oneDNN makes that _can_pack did not foresee
+            self.packed = None
+            return False
         self.packed_version = self.weight._version
         return True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         packed = self.packed
         if packed is not None and x.device.type == "cpu" and self.weight._version == self.packed_version \
-                and x.dtype == self.weight.dtype:
+                and x.dtype == self.weight.dtype and (PACKED_MAX_ROWS is None or x.shape[0] <= PACKED_MAX_ROWS):
             return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 

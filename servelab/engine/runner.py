@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from servelab.engine.attention import (DECODE_KERNELS, SPLIT_MERGE, SPLIT_TOKENS, DecodeSplit, GatherWorkspace,
+from servelab.engine.attention import (DECODE_KERNELS, SPLIT_MERGE, SPLIT_MERGE_BYTES, SPLIT_TOKENS, DecodeSplit,
+                                      GatherWorkspace,
                                       PaddedMetadata, PrefillChunk, RaggedMetadata, cpu_split_bmm, head_index)
 from servelab.engine.kv_cache import PagedKVCache
 from servelab.engine.model import Model
@@ -60,14 +61,16 @@ def _padded_tables(tables: Sequence[Sequence[int]], width: int, device: torch.de
 
 
 def decode_splits(tables: torch.Tensor, ends: Sequence[int], block_size: int, split_tokens: int,
-                  dtype: torch.dtype, kv_heads: int | None = None, merge: int = SPLIT_MERGE
-                  ) -> tuple[DecodeSplit, ...]:
+                  dtype: torch.dtype, kv_heads: int | None = None, merge: int = SPLIT_MERGE,
+                  token_bytes: int | None = None, merge_bytes: int = SPLIT_MERGE_BYTES) -> tuple[DecodeSplit, ...]:
     """The split-kv kernel's splits for decode rows ordered longest first. tables: [B, width]
     padded block tables; ends: each row's context length (its position + 1). Units of
     ``split_tokens`` that the same rows reach are merged, up to ``merge`` units a split (fewer
     splits, each a larger batched matmul; a split still never holds a row that ends before it).
     With ``kv_heads`` (on the CPU, where ``dtype`` runs the batched-matmul kernel) each split
-    also carries its head-major gather index, built once for every layer."""
+    also carries its head-major gather index, built once for every layer. With ``token_bytes``
+    (K and V of one token, all KV heads, in the cache) a merge also stops where the split's
+    gather would pass ``merge_bytes``."""
     per = max(1, split_tokens // block_size)
     width = tables.shape[1]
     keys = torch.arange(width * block_size, device=tables.device)
@@ -79,7 +82,8 @@ def decode_splits(tables: torch.Tensor, ends: Sequence[int], block_size: int, sp
     while first < width:
         rows = sum(1 for e in ends if e > first * block_size)
         n = per
-        while first + n < width and n < per * merge and ends[rows - 1] > (first + n) * block_size:
+        while first + n < width and n < per * merge and ends[rows - 1] > (first + n) * block_size \
+                and (token_bytes is None or rows * (n + per) * block_size * token_bytes <= merge_bytes):
             n += per  # the next unit holds the same rows (the shortest of them reaches past it)
         n = min(n, width - first)
         split_bias = None
@@ -96,7 +100,8 @@ def decode_splits(tables: torch.Tensor, ends: Sequence[int], block_size: int, sp
 def build_ragged(chunks: Sequence[SeqChunk], block_size: int, device: torch.device,
                  workspace: GatherWorkspace | None = None, *, decode_kernel: str = "split-kv",
                  split_tokens: int = SPLIT_TOKENS, dtype: torch.dtype = torch.float32, kv_heads: int | None = None,
-                 split_merge: int = SPLIT_MERGE) -> tuple[torch.Tensor, torch.Tensor, RaggedMetadata, list[SeqChunk]]:
+                 split_merge: int = SPLIT_MERGE, token_bytes: int | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, RaggedMetadata, list[SeqChunk]]:
     """Flatten chunks (decodes first, longest first) into input_ids [T], positions [T] and
     metadata for ``decode_kernel`` (``dtype``: the cache's, for the split-kv mask)."""
     _check(chunks, block_size)
@@ -116,7 +121,7 @@ def build_ragged(chunks: Sequence[SeqChunk], block_size: int, device: torch.devi
                      + pos % block_size)
         if decode_kernel == "split-kv":
             splits = decode_splits(decode_tables, [c.end_pos for c in decodes], block_size, split_tokens, dtype,
-                                   kv_heads, split_merge)
+                                   kv_heads, split_merge, token_bytes)
             decode_tables = None
         else:
             keys = torch.arange(width * block_size, device=device)
@@ -210,11 +215,13 @@ class ModelRunner:
         self.workspace = GatherWorkspace()  # reused by every layer of every step
         self.decode_kernel = decode_kernel
         self.split_tokens = split_tokens
+        cache = kv_cache  # K and V of one token in one layer: what a decode split gathers per token
+        self._token_bytes = 2 * cache.num_kv_heads * cache.head_dim * torch.empty(0, dtype=cache.dtype).element_size()
 
     def _build_ragged(self, chunks: Sequence[SeqChunk]):
         return build_ragged(chunks, self.kv_cache.block_size, self.device, self.workspace,
                             decode_kernel=self.decode_kernel, split_tokens=self.split_tokens, dtype=self.kv_cache.dtype,
-                            kv_heads=self.kv_cache.num_kv_heads)
+                            kv_heads=self.kv_cache.num_kv_heads, token_bytes=self._token_bytes)
 
     @torch.inference_mode()
     def compute_logits(self, chunks: Sequence[SeqChunk]) -> tuple[list[int], torch.Tensor]:

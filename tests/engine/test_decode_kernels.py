@@ -17,7 +17,8 @@ from servelab.engine.runner import SeqChunk, build_ragged
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 8
 
 
-def _decode_step(contexts, block_size, split_tokens, kernel, dtype=torch.float32, seed=0, kv_heads=None):
+def _decode_step(contexts, block_size, split_tokens, kernel, dtype=torch.float32, seed=0, kv_heads=None,
+                 token_bytes=None):
     gen = torch.Generator().manual_seed(seed)
     tables, used = [], 1
     for ctx in contexts:
@@ -29,7 +30,8 @@ def _decode_step(contexts, block_size, split_tokens, kernel, dtype=torch.float32
     kv = torch.randn(2, used, block_size, KV_HEADS, HEAD_DIM, generator=gen).to(dtype)
     chunks = [SeqChunk(i, [3], ctx - 1, t) for i, (ctx, t) in enumerate(zip(contexts, tables))]
     _, _, meta, sampled = build_ragged(chunks, block_size, torch.device("cpu"), decode_kernel=kernel,
-                                       split_tokens=split_tokens, dtype=dtype, kv_heads=kv_heads)
+                                       split_tokens=split_tokens, dtype=dtype, kv_heads=kv_heads,
+                                       token_bytes=token_bytes)
     q = torch.randn(len(contexts), HEADS, HEAD_DIM, generator=gen).to(dtype)
     k = torch.randn(len(contexts), KV_HEADS, HEAD_DIM, generator=gen).to(dtype)
     v = torch.randn(len(contexts), KV_HEADS, HEAD_DIM, generator=gen).to(dtype)
@@ -60,6 +62,27 @@ def test_split_rows_follow_the_contexts():
     assert [s.block_table.shape[1] for s in meta.decode_splits] == [4, 16, 16, 14]
     _, meta = _decode_step([40, 40, 24], 4, 8, "split-kv")  # units of 2 blocks: the 24-token row ends in unit 3
     assert [(s.num_rows, s.block_table.shape[1]) for s in meta.decode_splits] == [(3, 6), (2, 4)]
+
+
+def test_merged_splits_stay_within_the_byte_cap():
+    """With the cache's bytes per token, a merge stops where the split's gather would pass the
+    byte cap (``SPLIT_MERGE_BYTES``: a float32 split of 32 rows x 512 tokens overflowed this
+    machine's L3); the attention is unchanged."""
+    from servelab.engine.runner import decode_splits
+
+    tables = torch.arange(4 * 16).view(4, 16)  # 4 rows x 16 blocks of 4 tokens
+    ends = [64] * 4
+    token_bytes = 2 * KV_HEADS * HEAD_DIM * 4
+    free = decode_splits(tables, ends, 4, 8, torch.float32)  # units of 2 blocks, merged four at a time
+    assert [s.block_table.shape[1] for s in free] == [8, 8]
+    capped = decode_splits(tables, ends, 4, 8, torch.float32, token_bytes=token_bytes,
+                           merge_bytes=4 * 16 * token_bytes)  # 4 rows x 16 tokens: two units a split
+    assert [s.block_table.shape[1] for s in capped] == [4, 4, 4, 4]
+    assert len(decode_splits(tables, ends, 4, 8, torch.float32, token_bytes=token_bytes,
+                             merge_bytes=1)) == 8  # a cap below one unit leaves the units unmerged
+    out, meta = _decode_step([64, 64, 40], 4, 8, "split-kv", token_bytes=token_bytes)
+    padded, _ = _decode_step([64, 64, 40], 4, 8, "padded")
+    assert torch.allclose(out, padded, atol=1e-5, rtol=1e-4)
 
 
 def test_cuda_code_path_on_cpu(monkeypatch):
