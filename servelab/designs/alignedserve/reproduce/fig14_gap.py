@@ -52,8 +52,11 @@ def fig14_gap_lines(res: dict) -> list[str]:
     if not rows:
         return []
     by = {(r["kernel"], r["seed"], r["label"]): r for r in rows}
-    out = ["", "**Fig. 14 (the paper: -14.73% without prefetch, a further -28.51% without batching; ours 0.97 / "
-           "0.96).** Stated reasons, each with the test that could refute it. (1) Without prefetch (w/o P) the only "
+    f14 = {r["label"]: r["decode_tok_s"] for r in res.get("fig14", [])}
+    ours = (f"{f14['w/o P'] / f14['AlignedServe']:.2f} / {f14['w/o P&B'] / f14['w/o P']:.2f}"
+            if {"AlignedServe", "w/o P", "w/o P&B"} <= set(f14) else "n/a")
+    out = ["", "**Fig. 14 (the paper: w/o P / AlignedServe 0.85, w/o P&B / w/o P 0.71; ours in the Fig. 14 step "
+           f"{ours}).** Stated reasons, each with the test that could refute it. (1) Without prefetch (w/o P) the only "
            "loss is the longer pauses of decode iterations for joining KV (PCIe from the pool instead of NVLink from "
            "a prefill GPU's buffer): predicted w/o P / AlignedServe = 1 - (w/o P's KV wait - AlignedServe's) / "
            "(decode GPUs x w/o P's makespan); refuted where the measured ratio is more than 0.03 from it. (2) Under "
