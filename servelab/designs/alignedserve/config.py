@@ -51,6 +51,11 @@ class AlignedServeConfig:
         blocks are free, so the running batch fills the decode GPU and the pool stays shallow.
     wait_for_kv: the decode instance's next iteration waits for joining KV in flight
         (the preset passes it to the ``alignedserve-decode`` policy; the router counts waits).
+    steal: a decode instance left idle with an empty pool takes the ready, unjoined requests of
+        another instance's candidate batch. The paper describes one decoding instance's buffers
+        and names no binding of a cut batch to an instance; binding one is ours (issue 25's
+        offline tail: a batch waited for its busy GPU while others idled). ``steal=false`` keeps
+        the binding as a variant.
     """
 
     block_fraction: float = 0.4
@@ -66,6 +71,7 @@ class AlignedServeConfig:
     idle_force: bool = True
     join: str = "paper"
     wait_for_kv: bool = True
+    steal: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.block_fraction <= 1:

@@ -101,9 +101,13 @@ class AlignedServeRouter(PoolBuffers, Router):
         t0 = time.thread_time()
         inst = cluster.instance(instance_id)
         self.stats.num_iterations += 1
-        tags = {self._tag.get(r.request_id, -1) for r in inst.running}
-        if len(tags) > 1:
+        counts: dict[int, int] = {}
+        for r in inst.running:
+            tag = self._tag.get(r.request_id, -1)
+            counts[tag] = counts.get(tag, 0) + 1
+        if len(counts) > 1:
             self.stats.num_switch_iterations += 1
+            self.stats.switch_minority.append(1 - max(counts.values()) / len(inst.running))
         self.stats.step_contexts.append((shape.num_decodes, shape.decode_context_sum, shape.decode_context_max))
         self.stats.used_share.append(inst.blocks.num_used_gpu_blocks / max(1, inst.blocks.num_gpu_blocks))
         if inst.cost_model is not None:
@@ -113,6 +117,10 @@ class AlignedServeRouter(PoolBuffers, Router):
             even = replace(shape, decode_context_max=-(-shape.decode_context_sum // shape.num_decodes))
             self.stats.step_even_s.append(took if even == shape else inst.cost_model.step_time_s(even))
         actions = self._schedule(slot, now_s, cluster)
+        joining = {self._tag.get(m.request.request_id, -1) for m in actions
+                   if isinstance(m, Move) and m.destination == slot.iid}
+        if any(t != u for t in joining for u in counts):  # requests of another batch join the running one
+            self.stats.num_switch_events += 1
         self.stats.schedule_s.append(time.thread_time() - t0)
         return actions
 
@@ -161,12 +169,40 @@ class AlignedServeRouter(PoolBuffers, Router):
                 slot.dynamic_left = self.config.requests_buffer
         if not slot.candidate:
             actions += self._cut_batch(slot, now_s, cluster)
+            if not slot.candidate:
+                self._steal(slot, inst)
             if not slot.requests:
                 actions += self._release(slot, slot.candidate, inst, now_s)
                 if slot.candidate_id != slot.batch_id and not inst.running:
                     slot.batch_id = slot.candidate_id
                     slot.dynamic_left = self.config.requests_buffer
         return actions
+
+    def _steal(self, slot: Slot, inst: InstanceState) -> None:
+        """An idle decode GPU with an empty pool takes the unjoined, ready requests of the
+        largest candidate batch another decode GPU still waits to run (they keep their batch id).
+        Without it a batch cut for a busy GPU waits for that GPU's completions while this one
+        idles: the offline run's end, where sparse long-prompt ranges are cut last."""
+        if not self.config.steal or inst.running or inst.waiting or slot.incoming or slot.requests or self._pooled:
+            return
+        donors = [s for s in self._slots.values() if s is not slot and any(r.request_id in s.ready for r in s.candidate)]
+        if not donors:
+            return
+        donor = max(donors, key=lambda s: (sum(r.request_id in s.ready for r in s.candidate), -s.iid))
+        keep: deque = deque()
+        for req in donor.candidate:
+            rid = req.request_id
+            if rid in donor.ready and not req.status.is_terminal:
+                donor.ready.discard(rid)
+                slot.ready.add(rid)
+                self._owner[rid] = slot.iid
+                slot.candidate.append(req)
+                self.stats.num_stolen += 1
+            else:
+                keep.append(req)
+        donor.candidate = keep
+        slot.candidate_id = donor.candidate_id
+        self.stats.num_steals += 1
 
     def _release(self, slot: Slot, queue: deque, inst: InstanceState, now_s: float) -> list:
         """Requests of ``queue``, in order, whose KV is ready join the decode instance while its

@@ -24,13 +24,19 @@ class AlignedStats:
     num_forced_batches: int = 0
     schedule_s: list[float] = field(default_factory=list)  # router work after each decode iteration
     num_iterations: int = 0
-    num_switch_iterations: int = 0  # running requests from more than one batch
+    num_switch_iterations: int = 0  # running requests from more than one batch (the paper's Section 4.4 wording)
+    # the other reading of a "batch switch": iterations after which requests of a batch other than one the
+    # running requests belong to joined (Algorithm 2's case 2 happening), not every iteration two batches share
+    num_switch_events: int = 0
+    switch_minority: list[float] = field(default_factory=list)  # mixed iterations: rows outside the largest batch / rows
     num_evictions: int = 0
     num_evictions_to_pool: int = 0
     num_dynamic: int = 0  # pool requests pulled into the Candidate Requests Buffer
     num_starved: int = 0  # requests scheduled by the starvation bound
     num_starved_batches: int = 0  # batches cut from a starving subtree (each with its own id)
     cut_pool: list[tuple[int, int, int]] = field(default_factory=list)  # (requests, blocks, threshold) at each cut
+    num_steals: int = 0  # an idle decode GPU took another GPU's unjoined candidate requests (pool empty)
+    num_stolen: int = 0
     num_joins: int = 0  # requests released to a decode instance
     num_joins_completions: int = 0  # ... after completions (the paper's case 1/2)
     num_joins_small: int = 0  # ... because the running batch was under its minimum size
@@ -60,6 +66,8 @@ class AlignedStats:
 
         cuts = np.array(self.cut_pool, dtype=float).reshape(-1, 3)
         depth = cuts[:, 1] / np.maximum(cuts[:, 2], 1)  # pool blocks / threshold at each cut
+        sizes = np.asarray(self.batch_sizes[:len(depth)], dtype=float)
+        minority = np.asarray(self.switch_minority, dtype=float)
         rows = [r for r, _, _ in self.step_contexts]
 
         return {
@@ -80,6 +88,14 @@ class AlignedStats:
             # iterations with each one's context spread evenly over its rows (same KV reads, no long row)
             "iteration_bubble": (sum(self.step_s) / sum(self.step_even_s) - 1) if sum(self.step_even_s) else 0.0,
             "switch_share": self.num_switch_iterations / self.num_iterations if self.num_iterations else 0.0,
+            "switch_event_share": self.num_switch_events / self.num_iterations if self.num_iterations else 0.0,
+            # mixed iterations: the share of rows not in the iteration's largest batch (p50), and the share of all
+            # iterations mixed with more than a tenth of their rows outside it (a switch in progress, not stragglers)
+            "switch_minority_rows_p50": pct(minority, 50),
+            "switch_share_over_tenth": (float(np.sum(minority > 0.1)) / self.num_iterations
+                                        if self.num_iterations else 0.0),
+            "num_steals": self.num_steals,
+            "num_stolen": self.num_stolen,
             "num_evictions": self.num_evictions,
             "num_evictions_to_pool": self.num_evictions_to_pool,
             "num_dynamic": self.num_dynamic,
@@ -89,6 +105,11 @@ class AlignedStats:
                 "requests_p10_p50_p90": [pct(cuts[:, 0], q) for q in (10, 50, 90)],
                 "blocks_over_threshold_p10_p50_p90": [pct(depth, q) for q in (10, 50, 90)],
                 "share_over_threshold": float(np.mean(depth > 1.0)) if len(depth) else 0.0,
+                # per request batched rather than per cut: many small cuts (starved subtrees, the drained
+                # end) hold few requests, so the per-cut median understates where most requests were cut
+                "requests_cut_over_threshold": (float(sizes[depth > 1.0].sum() / sizes.sum())
+                                                if len(depth) and sizes.sum() else 0.0),
+                "blocks_over_threshold_request_p50": _weighted_median(depth, sizes),
             },
             "rows_per_iteration_mean": float(np.mean(rows)) if rows else 0.0,
             # what the join rule fills: a cut batch against the threshold, the decode GPU's blocks per iteration
@@ -109,6 +130,15 @@ class AlignedStats:
             "rejoin_wait_s": _dist(self.rejoin_wait_s),
             "pool_peak_gb": max((b for _, b in self.pool_samples), default=0.0) / 2**30,
         }
+
+
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    """The value below which half the weight lies (nan when there is no weight)."""
+    if not len(values) or not weights.sum():
+        return float("nan")
+    order = np.argsort(values)
+    cum = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cum, cum[-1] / 2)])
 
 
 def _skips(skips: list[tuple[int, int, int]]) -> dict:

@@ -300,3 +300,58 @@ def test_prefetch_statistics_count_prefetches_and_say_why_one_was_skipped():
     skips = s["prefetch_skips"]  # the second: room 10 of 900 left; the third: larger than the whole 900
     assert skips["count"] == 2 and skips["too_big"] == 1 and skips["capacity_blocks"] == 900
     assert slot.ready == {1, 2}  # skipped requests are released from the pool directly
+
+
+def _two_slots(steal=True, pooled=False):
+    from collections import deque
+    from types import SimpleNamespace
+
+    from servelab.core.request import Request
+    from servelab.designs.alignedserve.buffers import Slot
+    from servelab.designs.alignedserve.config import AlignedServeConfig
+    from servelab.designs.alignedserve.router import AlignedServeRouter
+
+    router = AlignedServeRouter(AlignedServeConfig(steal=steal))
+    busy, idle = Slot(iid=2, buffer_iid=0, candidate_id=7), Slot(iid=3, buffer_iid=1)
+    busy.candidate = deque(Request(RequestSpec(i, 0.0, 100, 10)) for i in range(6))
+    busy.ready = {0, 1, 2, 3}  # 4 and 5 are still crossing into the busy GPU's buffer
+    router._slots = {2: busy, 3: idle}
+    if pooled:
+        router._pooled = {99: Request(RequestSpec(99, 0.0, 100, 10))}
+    inst = SimpleNamespace(running=(), waiting=())
+    router._steal(idle, inst)
+    return router, busy, idle
+
+
+def test_an_idle_decode_gpu_takes_over_a_busy_one_s_waiting_candidate_batch():
+    """Regression (issue 25, offline tail): a candidate batch was bound to the decode GPU it was
+    cut for, so with the pool empty it waited for that GPU's completions while another decode
+    GPU idled. The idle one now takes its ready, unjoined requests (same batch id); requests
+    still in transit stay (their landing is expected in the busy GPU's buffer)."""
+    router, busy, idle = _two_slots()
+    assert [r.request_id for r in idle.candidate] == [0, 1, 2, 3] and idle.ready == {0, 1, 2, 3}
+    assert [r.request_id for r in busy.candidate] == [4, 5] and not busy.ready
+    assert idle.candidate_id == 7 and all(router._owner[i] == 3 for i in range(4))
+    assert router.stats.num_steals == 1 and router.stats.num_stolen == 4
+    _, busy, idle = _two_slots(steal=False)  # the binding, kept as a variant
+    assert not idle.candidate and len(busy.candidate) == 6
+    _, busy, idle = _two_slots(pooled=True)  # the pool still has requests: the idle GPU cuts its own batch
+    assert not idle.candidate and len(busy.candidate) == 6
+
+
+def test_switch_readings_and_per_request_pool_depth_are_reported():
+    """Issue 25: both readings of a batch switch (mixed iterations; iterations after which another
+    batch joined) and the pool depth per request batched, not only per cut, are in the report."""
+    from servelab.designs.alignedserve.stats import AlignedStats
+
+    st = AlignedStats(num_iterations=10, num_switch_iterations=4, num_switch_events=1,
+                      switch_minority=[0.05, 0.2, 0.3, 0.5])
+    st.batch_sizes = [1, 1, 98]
+    st.cut_pool = [(1, 10, 100), (1, 10, 100), (98, 500, 100)]  # two small shallow cuts, one big deep one
+    s = st.summary()
+    assert s["switch_share"] == 0.4 and s["switch_event_share"] == 0.1
+    assert s["switch_share_over_tenth"] == 0.3 and s["switch_minority_rows_p50"] == pytest.approx(0.25)
+    depth = s["pool_depth_at_cut"]
+    assert depth["blocks_over_threshold_p10_p50_p90"][1] == pytest.approx(0.1)  # per cut: shallow
+    assert depth["requests_cut_over_threshold"] == pytest.approx(0.98)  # per request: deep
+    assert depth["blocks_over_threshold_request_p50"] == pytest.approx(5.0)

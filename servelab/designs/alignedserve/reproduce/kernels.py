@@ -27,6 +27,9 @@ from servelab.designs.alignedserve.reproduce import setting as st
 ROW_CAPS = (None, 16, 8)  # decode max_num_seqs for the switch gap test (None: the preset's)
 CONSTANT_OUTPUT = 180
 SWITCH_WORKLOADS = ("ShareGPT-like", f"ShareGPT-like, every output {CONSTANT_OUTPUT}")
+# the test of why the mixed share is high: dynamic joins from the pool unbounded (the running batch keeps taking
+# in-range pool requests as its own, so the Candidate Requests Buffer does not run dry at its first completions)
+UNBOUNDED_DYNAMIC = ("dynamic joins unbounded", "alignedserve:requests_buffer=1000")
 
 
 def claim_sizes(sizes: ex.Sizes) -> ex.Sizes:
@@ -55,11 +58,13 @@ def switch_gap(sizes: ex.Sizes, seed: int, model: str = "OPT-6.7B") -> list[dict
     rows = []
     for workload in SWITCH_WORKLOADS:
         specs = base if workload == "ShareGPT-like" else [replace(r, num_output_tokens=CONSTANT_OUTPUT) for r in base]
-        for cap in ROW_CAPS:
-            r = st.run(specs, "alignedserve", model, sizes.num_gpus, max_decode_seqs=cap)
+        runs = [(None, "alignedserve", cap) for cap in ROW_CAPS] + [(*UNBOUNDED_DYNAMIC, None)]
+        for variant, spec, cap in runs:
+            r = st.run(specs, spec, model, sizes.num_gpus, max_decode_seqs=cap)
             rt = r["router"]
             rows_, batch = rt["rows_per_iteration_mean"], rt["batch_size_mean"]
-            rows.append({"workload": workload, "row_cap": cap, "num_requests": n, "model": model,
+            rows.append({"workload": workload, "variant": variant, "row_cap": cap, "num_requests": n, "model": model,
+                         "switch_event_share": rt["switch_event_share"], "minority_p50": rt["switch_minority_rows_p50"],
                          "decode_tok_s": r["decode_tok_s"], "num_finished": r["num_finished"],
                          "conserved": r["conserved"], "switch_share": rt["switch_share"], "rows": rows_,
                          "batch_size_mean": batch, "num_batches": rt["num_batches"],

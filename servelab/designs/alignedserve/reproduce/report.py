@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from servelab.designs.alignedserve.reproduce import setting as st
+from servelab.designs.alignedserve.reproduce.fig14_gap import fig14_gap_lines
 from servelab.designs.alignedserve.reproduce.report_claims import _claims, _f, _ratio, kernel_claim_lines, switch_gap_lines
 from servelab.designs.alignedserve.reproduce.report_gaps import gap_verdict_lines
 from servelab.designs.alignedserve.reproduce.report_latency import fig15_gap_lines, tpot_gap_lines
@@ -87,6 +88,7 @@ def _lines(res: dict) -> list[str]:
     out += switch_gap_lines(res)
     out += tpot_gap_lines(res)
     out += fig15_gap_lines(res)
+    out += fig14_gap_lines(res)
     out += ["", "## Run time (CPU seconds per step)", ""]
     out += [f"- {k}: {v:.1f}" for k, v in res["timings_cpu_s"].items()]
     out += ["", "Plots: " + ", ".join(f"[{p}](alignedserve/{p})" for p in res.get("plots", [])),

@@ -30,7 +30,10 @@ def regime_lines(res: dict) -> list[str]:
     first = rows[0]
     out = ["## Headline grid (issue 25): the premise, every comparison, every decode kernel", "",
            f"**Simulated**: profile cost model on H100-80GB, {first['model']}, {first['num_gpus']} GPUs, "
-           f"{first['num_requests']} requests at time 0 per seed, seeds {_seeds(cells)}; intervals are 95% t "
+           f"{first['num_requests']} requests at time 0 per seed ({regimes.POISSON}: "
+           f"{regimes.POISSON_FACTOR * first['num_requests']} requests, "
+           f"{regimes.POISSON_FACTOR * first['num_requests'] / regimes.POISSON_RATE:g} s of arrivals), "
+           f"seeds {_seeds(cells)}; intervals are 95% t "
            "intervals over seeds. AlignedServe runs the paper's join rule (after completions the released blocks "
            "are refilled up to the batch's block threshold, 40% of the decode GPU; a batch under 36 fills as "
            "blocks allow), per-subtree starvation stamps (10 s), and decode iterations that wait for joining "
@@ -61,29 +64,56 @@ def regime_lines(res: dict) -> list[str]:
             f[lab].format("{:.2f}") if lab in f else "n/a" for lab in ("DistServe", "AlignedServe, FCFS pool")) + " |")
     out += ["", _tail_reading(cells)]
     out += ["", "The premise beside each result (means over seeds): pool depth at each batch cut as the pool's "
-            "KV blocks over the block threshold (Density First Search narrows only above 1.0), the share of cuts "
-            "above it, the batch-switch share, rows per decode iteration, the median batch span, requests "
-            "released by the starvation bound, the time decode iterations waited for joining KV, and the decode GPUs' "
+            "KV blocks over the block threshold (Density First Search narrows only above 1.0), its median over "
+            "cuts and over the requests cut (many small cuts, of starved subtrees and of the drained end, hold few "
+            "requests, so the per-cut median understates where most requests were batched), the share of cuts and "
+            "of requests cut above it, the batch-switch share in both readings (iterations whose running requests "
+            "come from more than one batch / iterations after which requests of another batch joined, Algorithm 2's "
+            "case 2 happening), rows per decode iteration, the median batch span, requests "
+            "released by the starvation bound, requests an idle decode GPU took over from another's candidate batch "
+            "(pool empty), the time decode iterations waited for joining KV, and the decode GPUs' "
             "busy share (their time in steps over the makespan); what the join rule fills: a cut batch's blocks "
             "over the threshold (p50) and the decode GPU's used blocks at an iteration (p50, of all its blocks; the "
             "threshold is 40%).", "",
-            "| workload | kernel | variant | depth at cut p50 | cuts over threshold | switch share | rows/iter | "
-            "decode iteration ms | batch span | starved | KV wait (s) | busy | batch / threshold | GPU blocks used |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| workload | kernel | variant | depth at cut p50, per cut / per request | cuts / requests over threshold "
+            "| switch share: mixed / joins | rows/iter | "
+            "decode iteration ms | batch span | starved | taken over | KV wait (s) | busy | batch / threshold | "
+            "GPU blocks used |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         for lab, p in c["premise"].items():
             if not p:
                 continue
             if "depth_p50" not in p:  # DistServe: its decode iterations only
                 out.append(f"| {c['workload']} | {c['kernel']} | {lab} | n/a | n/a | n/a | {p['decode_rows']:.1f} | "
-                           f"{p['decode_ms']:.2f} | n/a | n/a | n/a | {_pct(p.get('busy'))} | n/a | n/a |")
+                           f"{p['decode_ms']:.2f} | n/a | n/a | n/a | n/a | {_pct(p.get('busy'))} | n/a | n/a |")
                 continue
-            out.append(f"| {c['workload']} | {c['kernel']} | {lab} | {p['depth_p50']:.2f} | {p['share_over']:.0%} | "
-                       f"{p['switch']:.1%} | {p['rows']:.1f} | {_ms(p.get('decode_ms'))} | {p['span']:.0f} | "
-                       f"{p['starved']:.0f} | {p['kv_wait_s']:.2f} | {_pct(p.get('busy'))} | {p['fill']:.2f} | "
+            out.append(f"| {c['workload']} | {c['kernel']} | {lab} | {p['depth_p50']:.2f} / {p['depth_req_p50']:.2f} | "
+                       f"{p['share_over']:.0%} / {p['req_over']:.0%} | "
+                       f"{p['switch']:.1%} / {p['switch_joins']:.1%} | {p['rows']:.1f} | {_ms(p.get('decode_ms'))} | "
+                       f"{p['span']:.0f} | {p['starved']:.0f} | {p['stolen']:.0f} | {p['kv_wait_s']:.2f} | "
+                       f"{_pct(p.get('busy'))} | {p['fill']:.2f} | "
                        f"{_pct(p['used'])} |")
-    out += ["", _reading(cells), ""]
+    out += ["", _reading(cells), "", _premise_reading(cells), ""]
     return out
+
+
+def _premise_reading(cells: list[dict]) -> str:
+    """Premise, then claim, at each point: is the pool deep where most requests are batched (over half of
+    them cut from a pool above the threshold), and what AlignedServe gains over DistServe and over its own
+    FCFS pool there."""
+    parts = []
+    for c in cells:
+        p = c["premise"].get("AlignedServe") or {}
+        if "req_over" not in p:
+            continue
+        deep = "deep" if p["req_over"] > 0.5 else "shallow"
+        claim = "; ".join(f"over {lab} {c['ratios'][lab].format('{:.2f}')}" for lab in ("DistServe", "AlignedServe, FCFS pool")
+                          if lab in c["ratios"])
+        parts.append(f"{c['workload']}, {c['kernel']}: {p['req_over']:.0%} of requests cut above the threshold "
+                     f"(per-request depth p50 {p['depth_req_p50']:.2f}, per cut {p['depth_p50']:.2f}): {deep}; {claim}")
+    return ("Premise check, then the claim, at each point (AlignedServe's own cuts; 'deep' where over half of the "
+            "requests were cut from a pool holding more than the threshold): " + "; ".join(parts) + ".")
 
 
 def _seeds(cells: list[dict]) -> str:

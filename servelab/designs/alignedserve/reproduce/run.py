@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from servelab.costmodel.attention import KERNELS
 from servelab.designs.alignedserve.reproduce import experiments as ex
-from servelab.designs.alignedserve.reproduce import gaps, kernels, motivation, regimes, seeds
+from servelab.designs.alignedserve.reproduce import fig14_gap, gaps, kernels, motivation, regimes, seeds
 from servelab.reproduce.runner import Reproduction, Run, Step
 
 FULL = ex.Sizes()
@@ -51,6 +51,7 @@ def _steps(run: Run) -> list[Step]:
         Step("gap: Fig. 15 below capacity", lambda _: ex.gap_fig15(sizes, seed), "gap_fig15"),
         Step("gap: P99 TPOT range, both ends", lambda _: gaps.gap_tpot_range(sizes, seed), "gap_tpot_range"),
         Step("gap: prefetch buffer room", lambda _: gaps.gap_prefetch(sizes, seed), "gap_prefetch"),
+        Step("gap: Fig. 14 ablation, KV pauses and kernels", lambda _: fig14_gap.fig14_gap(sizes, seed), "gap_fig14"),
         Step("figures and gap tests over seeds", lambda _: seeds.over_seeds(sizes, seed), "seeds"),
     ]
 
