@@ -89,12 +89,18 @@ class KunServeConfig:
     # throttled: head-of-line demand over this share of the KV (1.0: the head cannot be admitted;
     # lower: an earlier trigger, a gap test of the trigger's timing)
     trigger_share: float = 1.0
-    trigger_watermark: bool = False
+    # the head is charged the watermark vLLM's scheduler keeps free when admitting (True: the trigger
+    # reads "the head cannot be admitted"; False: it fires only once the head exceeds the whole KV, up
+    # to 1 s later per unit at the faithful point, while the head already waits for memory)
+    trigger_watermark: bool = True
     # freeness: the most remaining steps (Llumnix's dispatch metric, the paper's dispatcher) | kv: the
     # least KV-loaded unit | kv+compute: a gap test, while a group exists, units whose steps fill their
     # budget only when no unit with compute and KV to spare is left
     dispatch: str = "freeness"
-    cooldown_s: float = 1.0  # between two drop decisions
+    # a unit planned into a group is left out of further plans for this long (its form waits for the
+    # members' steps); a plan that formed nothing holds further attempts off as long. Not global: a
+    # global hold-off kept units throttled after the first drop waiting up to 1 s for theirs
+    cooldown_s: float = 1.0
     max_group_size: int = 0  # 0: up to the model's layers
     # when a formed group merges again (the second drop): spare = only while its steps leave
     # compute to spare (step tokens under merge_utilization of its budget), always = whenever throttled
@@ -137,7 +143,8 @@ class KunServeRouter(Router):
         self.stats = GroupStats()
         self._now_s = 0.0
         self._eq1 = None
-        self._last_drop_s = -math.inf
+        self._last_drop_s = -math.inf  # the last drop attempt that formed nothing
+        self._planned_s: dict[int, float] = {}  # instance id -> when a plan last put it in a group
         self._restoring: dict[int, tuple[int, ...]] = {}  # group id -> members
         self._idle_restoring: set[int] = set()  # restoring groups with no step to check on: polled
         self._idle_restore = [0, 0]  # times a restoring group went idle; splits on a wake-up
@@ -190,7 +197,7 @@ class KunServeRouter(Router):
             actions += self._maybe_restore(now_s, view, cluster)
         elif len(view.members) > 1 and view.instance_id in self._restoring:
             actions += self._maybe_restore(now_s, view, cluster)  # a copy under way finishes first
-        elif throttled and now_s - self._last_drop_s >= self.config.cooldown_s:
+        elif throttled and now_s - self._last_drop_s >= self.config.cooldown_s and not self._planned(view, now_s):
             actions += self._drop(now_s, cluster)  # a single instance or a group (escalation)
         elif not throttled:
             self._pressure_since = None
@@ -224,9 +231,13 @@ class KunServeRouter(Router):
         self.timeline.append((now_s, used, demand, cap, params))
 
     # ---- drop ----
+    def _planned(self, view, now_s: float) -> bool:
+        """Whether a member of the unit was put in a group less than ``cooldown_s`` ago (its
+        form may still wait for steps to end: it is in no second plan meanwhile)."""
+        return any(now_s - self._planned_s.get(i, -math.inf) < self.config.cooldown_s for i, _ in view.members)
+
     def _drop(self, now_s: float, cluster: ClusterState) -> list:
-        self._last_drop_s = now_s
-        units = list(cluster.instances)
+        units = [v for v in cluster.instances if not self._planned(v, now_s)]
         readings = [reading(v) | {"step_utilization": self._util.get(v.instance_id, 0.0)} for v in units
                     if self._excess(v) > 0]
         declined = self._no_merge(units)
@@ -235,7 +246,9 @@ class KunServeRouter(Router):
                                           for v in units)
         singles = [v for v in units if len(v.members) == 1]
         groups = [tuple(i for i, _ in v.members) for v in units]
-        load = {i: -_load(v) for v in units for i, _ in v.members}  # most loaded first among equals
+        # among groups of one size, throttled units first (their queue is not moved: the memory
+        # must be freed where the head waits), then the most loaded
+        load = {i: -_load(v) - (1e6 if self._excess(v) > 0 else 0.0) for v in units for i, _ in v.members}
         model = cluster.instances[0].members[0][1].model_spec
         cap = self.config.max_group_size or model.num_layers
         t0 = time.perf_counter()
@@ -260,6 +273,7 @@ class KunServeRouter(Router):
                         self.stats.merged(now_s, g[0], members[0])
             actions += self._form(members, cluster, model, [r for _, r in layout] if layout else None)
             formed.append(list(members))
+            self._planned_s.update(dict.fromkeys(members, now_s))
             copies_freed += len(parts) - 1
             self.stats.formed(now_s, members[0], len(members))
         freed = self._copy_bytes * copies_freed
@@ -269,6 +283,7 @@ class KunServeRouter(Router):
                            "plan_ms": 1e3 * plan_s, "num_units": len(units) + len(declined), "trigger": readings,
                            "merges_declined": sorted(declined)})
         if not formed:
+            self._last_drop_s = now_s
             if self._pressure_since is None:
                 self._pressure_since = now_s
             elif now_s - self._pressure_since >= self.config.autoscale_after_s:
