@@ -47,15 +47,17 @@ def _pct(x: np.ndarray) -> dict:
 
 
 def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec: str | None = None,
-               kv_scale: float = 1.0) -> dict:
+               kv_scale: float = 1.0, cost=None) -> dict:
     """One run, reduced to plain numbers; with ``bursts`` in ``sizes`` the premise check of
     ``premise.premise_check`` is in ``out["check"]``. ``kv_scale`` multiplies every instance's
-    KV blocks (compute unchanged): the memory-unbound ceiling of the premise check."""
+    KV blocks (compute unchanged): the memory-unbound ceiling of the premise check. ``cost``:
+    ``CostOptions`` for every instance (None: the defaults)."""
+    from servelab.designs.kunserve.reproduce import tpot_split, trigger_trace
     from servelab.designs.kunserve.reproduce.premise import premise_check
 
     spec = spec or st.SYSTEMS[system]
     t0 = time.process_time()
-    sim = Simulation(list(specs), st.cluster(spec, hw))
+    sim = Simulation(list(specs), st.cluster(spec, hw), cost_model=cost)
     if kv_scale != 1.0:
         for d in sim.driver.drivers:
             d.runtime.resize(int(kv_scale * d.runtime.blocks.num_gpu_blocks))
@@ -86,6 +88,8 @@ def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec
         out["mean_demand_share"] = float(np.sum(tl[:, 2] / tl[:, 3] * w) / max(np.sum(w), 1e-9))
         out["drops"] = [{k: v for k, v in d.items()} for d in router.drops if d["groups"]]
     log = sim.driver.reconfig.events_log
+    out["trigger_trace"] = trigger_trace.trace(router, log, table.arrival_s, ttft, table.queueing_s, table.request_id)
+    out["raw"]["gap_bins"] = tpot_split.binned(res.requests, log, float(res.makespan_s))
     out["fill"] = _fill_after_drop(res.collector.steps, log, st.token_budget(hw), out["last_arrival_s"])
     out["events"] = [(t, k, d) for t, k, d in log if k in ("form", "split", "merge", "fail", "restore", "restored")]
     out["exchange_events"] = [(t, k, {"group": d["group"]}) for t, k, d in log if k == "exchanged"]

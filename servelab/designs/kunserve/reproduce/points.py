@@ -76,6 +76,7 @@ def _summary(r: dict) -> dict:
     out["queue_over_a_step"] = (rep["group_steps_queue_over_a_step"] / rep["group_steps"]
                                 if rep.get("group_steps") else None)
     out["fill"] = r.get("fill")
+    out["trigger_trace"] = r.get("trigger_trace")
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from servelab.designs.kunserve.reproduce import report_gaps as gap
+from servelab.designs.kunserve.reproduce import report_trigger as trig
 from servelab.designs.kunserve.reproduce import report_sections as sec
 from servelab.designs.kunserve.reproduce.premise import fmt_check
 from servelab.reproduce.notes import DEFAULT_COST_MODEL
@@ -78,11 +79,13 @@ def _lines(res: dict) -> list[str]:
            "no new request on an instance while requests it swapped out wait); `llumnix` = migration on top; "
            "`kunserve` = drop plan, "
            "pipeline groups (microbatches = stages), coordinated exchange, lookahead microbatches planned over "
-           "the whole queue, restore, trigger and restore on head-of-line KV demand, a formed group merging again "
+           "the whole queue, restore, trigger and restore on head-of-line KV demand (the trigger: the head "
+           "cannot be admitted, vLLM's admission watermark included), a formed group merging again "
            "only while its steps leave compute to spare. Stand-ins are described in "
            "each module's docstring (servelab/baselines/{llumnix,infercept,vllm_pp}.py).", ""]
     out += _claims(res)
     out += sec.premise_grid(res)
+    out += trig.grid_section(res)
     out += sec.e2e_tables(res)
     for key, title in (("ablation", "## Figure 14: ablation at the LongBench point (14B, cluster A)"),
                        ("ablation_memory_bound", "## Figure 14: ablation at the faithful point (decode-heavy, 14B)")):
@@ -102,7 +105,9 @@ def _lines(res: dict) -> list[str]:
                            "At the faithful point: as many microbatches as stages (the default; vLLM's virtual "
                            "engines) against the old fixed 4, which reads each stage's weights twice per decode step "
                            "of a two-stage group.")
+    out += trig.tpot_section(res)
     out += gap.vs_section(res)
+    out += trig.timeline_section(res)
     out += gap.merge_section(res)
     out += sec.extreme(res)
     out += sec.pp_table(res)
@@ -213,6 +218,7 @@ def _claims(res: dict) -> list[str]:
                 f"saturation (drained pipeline: {_rng([r['pp_drained_vs_dp'] for r in pp], '{:+.1%}')}) | all "
                 "requests at t=0, cluster A |")
     rows += gap.claims(res)
+    rows += trig.claims(res)
     pt = [r for r in res["plan_time"] if r["num_instances"] == 1024]
     if pt:
         rows.append(f"| drop plan for 1,024 instances | < 1 ms | {pt[0]['median_ms']:.2f} ms (measured) | this machine |")

@@ -21,6 +21,7 @@ import numpy as np
 
 from servelab.designs.kunserve.drop_plan import time_drop_plan
 from servelab.designs.kunserve.reproduce import experiments as ex
+from servelab.designs.kunserve.reproduce import faithful_grid
 from servelab.designs.kunserve.reproduce import gaps
 from servelab.designs.kunserve.reproduce import points
 from servelab.designs.kunserve.reproduce import setting as st
@@ -92,6 +93,8 @@ def _steps(run: Run) -> list[Step]:
         Step("PP throughput at saturation", lambda _: _pp_throughput(hw_a, seed), "pp_throughput"),
         Step("gap: merge rule (72B)", lambda _: gaps.merge_rule(_over_seeds, point("longbench-72B")["rate"], hw_b, sizes),
              "gap_merge"),
+        Step("faithful point: five seeds, finer grid",
+             lambda _: faithful_grid.run(point(FAITHFUL), hw_a, sizes), "faithful_grid"),
         Step("gap: KunServe vs vLLM-PP / InferCept",
              lambda _: gaps.vs_baselines(_over_seeds, point(FAITHFUL)["rate"], hw_a, sizes), "gap_vs_baselines"),
     ]
@@ -134,14 +137,16 @@ def _end_to_end(wl: str, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> dict:
 
 
 def _over_seeds(systems: dict, wl: str, rate: float, hw: st.Hardware, sizes: ex.Sizes, duration_s: float,
-                bursts, load=(), hook=None) -> dict:
+                bursts, load=(), hook=None, costs: dict | None = None) -> dict:
     """Each system on each seed's arrivals: seed 0's full runs and every seed's summary
-    (``hook(runs, summaries)`` adds what needs every run of a seed, e.g. ``waits.attach``)."""
+    (``hook(runs, summaries)`` adds what needs every run of a seed, e.g. ``waits.attach``;
+    ``costs``: a system's ``CostOptions``, where it is not the default)."""
     runs0, per_seed = None, []
     sz = dataclasses.replace(sizes, bursts=tuple(bursts))
     for s in sizes.seeds:
         specs = st.workload(wl, rate, duration_s, bursts, s, load=load)
-        runs = {name: ex.run_system(name, specs, hw, sz, spec=spec) for name, spec in systems.items()}
+        runs = {name: ex.run_system(name, specs, hw, sz, spec=spec, cost=(costs or {}).get(name))
+                for name, spec in systems.items()}
         runs0 = runs0 or runs
         for r in runs.values():
             r["check"]["mean_demand_share"] = r.get("mean_demand_share")
@@ -196,8 +201,30 @@ def _gap_microbatches(rate: float, hw: st.Hardware, sizes: ex.Sizes) -> dict:
     """TPOT cost of the pipeline at the faithful point: microbatches = stages (the default,
     vLLM's virtual engines) against the old fixed 4, which reads every stage's weights twice
     per decode step in a two-stage group."""
-    systems = {"vllm": "kunserve:drop=false", "M=stages": "kunserve", "M=4": "kunserve:num_microbatches=4"}
-    return {"rate": rate, **_over_seeds(systems, "decode-heavy", rate, hw, sizes, sizes.duration_s, sizes.bursts)}
+    from servelab.costmodel.options import CostOptions
+
+    systems = {"vllm": "kunserve:drop=false", "M=stages": "kunserve", "M=4": "kunserve:num_microbatches=4",
+               MEASURED_CPU[0]: "kunserve:drop=false", MEASURED_CPU[1]: "kunserve"}
+    measured = CostOptions(cpu_overhead="measured")
+    costs = dict.fromkeys(MEASURED_CPU, measured)
+    return {"rate": rate, **_over_seeds(systems, "decode-heavy", rate, hw, sizes, sizes.duration_s, sizes.bursts,
+                                        hook=_tpot_split, costs=costs)}
+
+
+# the TPOT gap's hypothesis (b): the A800 has no measured per-step CPU overhead (a flat 1 ms is
+# charged); with the A100 host's measured one (vLLM 0.3-0.4, by batch size), charged per
+# microbatch on every stage, does the pipeline's TPOT cost reach the paper's?
+MEASURED_CPU = ("vllm, measured CPU overhead", "M=stages, measured CPU overhead")
+
+
+def _tpot_split(runs: dict, summaries: dict) -> None:
+    """Each KunServe run's TPOT on its pipelined tokens against vLLM's on the same stretch."""
+    from servelab.designs.kunserve.reproduce import tpot_split
+
+    pairs = {"M=stages": "vllm", "M=4": "vllm", MEASURED_CPU[1]: MEASURED_CPU[0]}
+    for kun, ref in pairs.items():
+        if kun in runs and ref in runs:
+            summaries[kun]["tpot_split"] = tpot_split.split(runs[kun]["raw"]["gap_bins"], runs[ref]["raw"]["gap_bins"])
 
 
 def _pp_throughput(hw: st.Hardware, seed: int) -> list[dict]:
