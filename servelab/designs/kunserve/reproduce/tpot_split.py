@@ -56,10 +56,14 @@ def binned(requests, events, horizon_s: float) -> dict:
 
 def split(kun: dict, ref: dict) -> dict:
     """KunServe's mean gap pipelined / DP, and the reference's over the same bins."""
-    pp_sum, pp_n = np.asarray(kun["pp_sum"]), np.asarray(kun["pp_n"])
-    dp_sum, dp_n = np.asarray(kun["dp_sum"]), np.asarray(kun["dp_n"])
-    r_sum = np.asarray(ref["pp_sum"]) + np.asarray(ref["dp_sum"])
-    r_n = np.asarray(ref["pp_n"]) + np.asarray(ref["dp_n"])
+    nb = max(len(kun["pp_n"]), len(ref["pp_n"]))  # each run's bins end at its own makespan
+
+    def get(d: dict, key: str) -> np.ndarray:
+        x = np.asarray(d[key], dtype=float)
+        return np.pad(x, (0, nb - len(x)))
+
+    pp_sum, pp_n, dp_sum, dp_n = (get(kun, k) for k in ("pp_sum", "pp_n", "dp_sum", "dp_n"))
+    r_sum, r_n = get(ref, "pp_sum") + get(ref, "dp_sum"), get(ref, "pp_n") + get(ref, "dp_n")
     if pp_n.sum() == 0:
         return {"pipelined_share": 0.0, "pipelined_gap_s": None, "dp_gap_s": float(dp_sum.sum() / max(dp_n.sum(), 1)),
                 "ref_gap_same_bins_s": None, "pipelined_vs_ref": None}
