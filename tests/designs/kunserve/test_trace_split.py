@@ -60,3 +60,22 @@ def test_a_gap_is_pipelined_only_while_its_instance_is_in_a_live_group():
     assert np.isclose(sp["pipelined_vs_ref"], 0.25) and 0 < sp["pipelined_share"] < 1
     assert np.isclose(sp["dp_gap_s"], 0.1) and np.isclose(sp["pipelined_share"], 2 / 7)
     assert tpot_split.live_groups(EVENTS) == {0: [(10.0, 30.0)], 1: [(10.0, 30.0)]}
+
+
+def test_the_report_reads_the_timeline_and_the_tpot_split():
+    from servelab.designs.kunserve.reproduce import report_trigger
+
+    tr = {"first_throttled_s": 231.2, "first_form_s": 231.3, "forms": [{"t": 231.3, "members": [5, 6], "exchange_s": 1.5}],
+          "worst_n": 32, "worst_ttft_s": 1.7, "worst_queue_s": 1.3, "worst_before_first_form": 0.5,
+          "worst_queue_by_phase_s": {"single, before its drop": 0.6, "exchange": 0.5, "group": 0.2}}
+    split = {"pipelined_share": 0.5, "pipelined_gap_s": 0.07, "dp_gap_s": 0.045, "ref_gap_same_bins_s": 0.059,
+             "pipelined_vs_ref": 0.19}
+    tpot = {"50": 0.06}
+    res = {"gap_vs_baselines": {"seeds": [{"seed": 0, "runs": {"kunserve": {"trigger_trace": tr}}}]},
+           "gap_microbatches": {"rate": 6.9, "seeds": [{"seed": 0, "runs": {
+               "vllm": {"tpot_s": tpot}, "M=stages": {"tpot_s": tpot, "tpot_split": split}}}]}}
+    text = "\n".join(report_trigger.timeline_section(res) + report_trigger.tpot_section(res))
+    assert "| kunserve | 0 | 231.2 | 231.3 | 231.3: [5, 6], 1.50 | 1.70 / 1.30 | 0.60 / 0.50 / 0.20 | 50% |" in text
+    assert "most of it single, before its drop" in text and "| M=stages | vllm | 50% | 70.0 | 45.0 | 59.0 | +19.0% |" in text
+    rows = report_trigger.claims(res)
+    assert len(rows) == 1 and "+19.0%" in rows[0]

@@ -75,8 +75,8 @@ def vs_section(res: dict) -> list[str]:
     out = ["## Gap: KunServe against vLLM-PP and InferCept, one candidate reason at a time (faithful point)", "",
            f"Decode-heavy lengths at {g['rate']:.2f} req/s base. Each KunServe variant switches one candidate "
            "reason off: the drop's cost (a 10x faster link, so the KV exchange is nearly free), restore, the "
-           "trigger's timing (at 90% of the KV; or the head charged the watermark the scheduler keeps free when "
-           "admitting), and the dispatcher (`kv`: the lowest KV load, Llumnix's `kv_blocks_ratio`, instead of its "
+           "trigger's timing (at 90% of the KV; or the head not charged the watermark the scheduler keeps free when "
+           "admitting, the trigger before issue 24's fix), and the dispatcher (`kv`: the lowest KV load, Llumnix's `kv_blocks_ratio`, instead of its "
            "remaining steps, the default; `kv+compute`: KV load, but while a group exists, units whose steps fill "
            "their budget are skipped while another has compute and KV to spare). *Before drop*: share of the worst 1% of requests by TTFT that arrived before the first "
            "group formed. *Budget used*: token budget used by groups' / single instances' steps from the first "
@@ -161,9 +161,8 @@ def _waits_part(g: dict) -> list[str]:
                      f"per instance its queue waits {f(_checks(g, IC_QUEUE, 'memory_queued_s'), '{:.1f}')} s with steps "
                      f"under 90% of the budget and {f(_checks(g, IC_QUEUE, 'compute_queued_s'), '{:.0f}')} s with full "
                      f"steps (swapped first: {f(_checks(g, 'infercept', 'memory_queued_s'), '{:.1f}')} s and "
-                     f"{f(_checks(g, 'infercept', 'compute_queued_s'), '{:.0f}')} s): under either rule InferCept's "
-                     "queue waits behind full steps, not for memory; what the swapped-first rule adds is new requests "
-                     "held back while the swapped ones return.")
+                     f"{f(_checks(g, 'infercept', 'compute_queued_s'), '{:.0f}')} s; steps under the budget with a "
+                     "queue wait for memory, full ones for compute).")
     return out + [" ".join(lines), ""]
 
 
