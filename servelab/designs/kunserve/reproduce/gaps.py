@@ -6,9 +6,8 @@
 - ``vs_baselines``: at the faithful point, why vLLM-PP and InferCept reach a lower P99 TTFT
   than KunServe. Each candidate reason is switched off in one variant: the drop's cost (the KV
   exchange: a 10x faster link), restore (off), the trigger's timing (at 90% of the KV, or
-  not charging the head the scheduler's watermark, the default before the trigger fix), and where
-  the dispatcher sends work after a
-  drop (``dispatch=kv``: the lowest KV load instead of Llumnix's remaining steps, the default;
+  not charging the head the scheduler's watermark, the trigger before issue 24's fix), and
+  where the dispatcher sends work after a drop (``dispatch=kv``: the lowest KV load instead of Llumnix's remaining steps, the default;
   ``dispatch=kv+compute``: while a group exists, units whose steps fill their budget only when
   no unit with compute and KV to spare is left). Each run also records when the first group formed, when
   the worst 1% of requests (by TTFT) arrived, and the token budget used by groups' and single
