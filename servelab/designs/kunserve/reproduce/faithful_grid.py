@@ -14,7 +14,7 @@ import numpy as np
 
 from servelab.designs.kunserve.reproduce import experiments as ex
 from servelab.designs.kunserve.reproduce import setting as st
-from servelab.designs.kunserve.reproduce.points import checked
+from servelab.designs.kunserve.reproduce.points import check_tasks, completed
 
 EXTRA_SEEDS = 2  # seeds beyond the reproduction's (five in the full run)
 STEPS = 3  # rates between the chosen one and the next grid rate (both ends excluded)
@@ -28,6 +28,21 @@ def run(point: dict, hw: st.Hardware, sizes: ex.Sizes, wl: str = "decode-heavy")
     rates = [rate] + (np.geomspace(rate, higher[0], STEPS + 2)[1:-1].tolist() if higher else [])
     done = {s["seed"]: (s["runs"]["vllm"]["ttft_s"]["99"], s["runs"]["kunserve"]["ttft_s"]["99"],
                         s["runs"]["vllm"]["tpot_s"]["50"], s["runs"]["kunserve"]["tpot_s"]["50"]) for s in point["seeds"]}
+    tasks, keys = [], []
+    for r in rates:
+        for s in seeds:
+            if r == rate and s in done:
+                continue
+            specs = st.workload(wl, r, sizes.duration_s, sizes.bursts, s)
+            if s == seeds[0]:
+                tasks += check_tasks(wl, r, hw, sizes, s)
+                keys += [(r, s, "vllm"), (r, s, "ceiling")]
+            else:
+                tasks.append(dict(system="vllm", specs=specs, hw=hw, sizes=sizes))
+                keys.append((r, s, "vllm"))
+            tasks.append(dict(system="kunserve", specs=specs, hw=hw, sizes=sizes))
+            keys.append((r, s, "kunserve"))
+    runs = dict(zip(keys, ex.run_many(tasks)))
     rows = []
     for r in rates:
         row = {"rate": r, "chosen": r == rate, "seeds": []}
@@ -37,13 +52,9 @@ def run(point: dict, hw: st.Hardware, sizes: ex.Sizes, wl: str = "decode-heavy")
             if r == rate and s in done:
                 v99, k99, v50, k50 = done[s]
             else:
-                specs = st.workload(wl, r, sizes.duration_s, sizes.bursts, s)
-                if s == seeds[0]:
-                    v, _ = checked(wl, r, hw, sizes, s)
-                    row["check"] = v["check"]
-                else:
-                    v = ex.run_system("vllm", specs, hw, sizes)
-                k = ex.run_system("kunserve", specs, hw, sizes)
+                v, k = runs[(r, s, "vllm")], runs[(r, s, "kunserve")]
+                if (r, s, "ceiling") in runs:
+                    row["check"] = completed(v, runs[(r, s, "ceiling")])[0]["check"]
                 v99, k99, v50, k50 = v["ttft_s"]["99"], k["ttft_s"]["99"], v["tpot_s"]["50"], k["tpot_s"]["50"]
             row["seeds"].append({"seed": s, "vllm_p99_ttft_s": v99, "kunserve_p99_ttft_s": k99,
                                  "p99_ttft_x": v99 / k99 if k99 else None, "p50_tpot_change": k50 / v50 - 1})

@@ -143,10 +143,11 @@ def _over_seeds(systems: dict, wl: str, rate: float, hw: st.Hardware, sizes: ex.
     ``costs``: a system's ``CostOptions``, where it is not the default)."""
     runs0, per_seed = None, []
     sz = dataclasses.replace(sizes, bursts=tuple(bursts))
+    tasks = [dict(system=name, specs=st.workload(wl, rate, duration_s, bursts, s, load=load), hw=hw, sizes=sz,
+                  spec=spec, cost=(costs or {}).get(name)) for s in sizes.seeds for name, spec in systems.items()]
+    done = iter(ex.run_many(tasks))
     for s in sizes.seeds:
-        specs = st.workload(wl, rate, duration_s, bursts, s, load=load)
-        runs = {name: ex.run_system(name, specs, hw, sz, spec=spec, cost=(costs or {}).get(name))
-                for name, spec in systems.items()}
+        runs = {name: next(done) for name in systems}
         runs0 = runs0 or runs
         for r in runs.values():
             r["check"]["mean_demand_share"] = r.get("mean_demand_share")
