@@ -17,7 +17,7 @@ from servelab.designs.kunserve.reproduce import setting as st
 from servelab.designs.kunserve.reproduce.points import check_tasks, completed
 
 EXTRA_SEEDS = 2  # seeds beyond the reproduction's (five in the full run)
-STEPS = 3  # rates between the chosen one and the next grid rate (both ends excluded)
+STEPS = 2  # rates between the chosen one and the next grid rate (both ends excluded)
 
 
 def run(point: dict, hw: st.Hardware, sizes: ex.Sizes, wl: str = "decode-heavy") -> dict:
