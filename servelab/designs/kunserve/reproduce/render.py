@@ -47,12 +47,13 @@ def merge(partial: dict, previous: dict, label: str) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--partial", type=Path, required=True)
+    ap.add_argument("--partial", type=Path, action="append", required=True,
+                    help="partial results, repeatable (the first holding a section wins)")
     ap.add_argument("--previous", type=Path, required=True)
     ap.add_argument("--previous-label", required=True, help="where the previous results come from (a commit)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
-    for p in (a.partial, a.previous):
+    for p in (*a.partial, a.previous):
         if not p.is_file():
             print(f"render: no file {p}", file=sys.stderr)
             return 2
@@ -62,7 +63,17 @@ def main(argv=None) -> int:
     from servelab.metrics.plain_json import plain
     from servelab.reproduce.runner import write_results_json
 
-    res = merge(json.loads(a.partial.read_text()), json.loads(a.previous.read_text()), a.previous_label)
+    parts = [json.loads(p.read_text()) for p in a.partial]
+    partial = {"results": {}, "steps_done": [], "timings_cpu_s": {}}
+    for part in parts:
+        for k, v in part["results"].items():
+            if k == "end_to_end":
+                partial["results"][k] = v | partial["results"].get(k, {})
+            else:
+                partial["results"].setdefault(k, v)
+        partial["steps_done"] += [x for x in part.get("steps_done", []) if x not in partial["steps_done"]]
+        partial["timings_cpu_s"] = part.get("timings_cpu_s", {}) | partial["timings_cpu_s"]
+    res = merge(partial, json.loads(a.previous.read_text()), a.previous_label)
     res = plain(_strip_raw(res))
     fig_dir = a.out / "kunserve"
     fig_dir.mkdir(parents=True, exist_ok=True)
