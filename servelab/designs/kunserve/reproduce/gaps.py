@@ -72,3 +72,51 @@ def vs_baselines(over_seeds, rate: float, hw: st.Hardware, sizes: ex.Sizes) -> d
     for s, extra in zip(out["seeds"], linked["seeds"]):
         s["runs"].update(extra["runs"])
     return {"rate": rate, "workload": "decode-heavy", "seeds": out["seeds"]}
+
+
+def main(argv=None) -> int:
+    """The vs-baselines gap alone, for a subset of its systems, from a run's partial results (its
+    faithful end-to-end block gives the rate), in the partial-results format ``render`` merges:
+    when a full run cannot reach it in the time left. The subset is recorded in the results."""
+    import argparse
+    import json
+    import sys
+    from pathlib import Path
+
+    from servelab.designs.kunserve.reproduce.run import FAITHFUL, FULL, _clusters, _over_seeds
+    from servelab.metrics.plain_json import plain
+    from servelab.reproduce.runner import cpu_time_s
+
+    ap = argparse.ArgumentParser(description="KunServe against vLLM-PP and InferCept, a subset of the variants")
+    ap.add_argument("--from-partial", type=Path, required=True)
+    ap.add_argument("--systems", required=True, help="comma-separated names of GAP_SYSTEMS")
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    names = [n.strip() for n in a.systems.split(",") if n.strip()]
+    unknown = [n for n in names if n not in GAP_SYSTEMS]
+    if unknown or not a.from_partial.is_file():
+        print(f"gaps: unknown systems {unknown}" if unknown else f"gaps: no file {a.from_partial}", file=sys.stderr)
+        return 2
+    rate = json.loads(a.from_partial.read_text())["results"]["end_to_end"][FAITHFUL]["rate"]
+    hw, sizes = _clusters(FULL)[0], FULL
+    t0 = cpu_time_s()
+    hook = functools.partial(waits.attach, ref="kunserve", bursts=sizes.bursts, horizon_s=sizes.duration_s)
+    out = _over_seeds({n: GAP_SYSTEMS[n] for n in names}, "decode-heavy", rate, hw, sizes, sizes.duration_s,
+                      sizes.bursts, hook=hook)
+    block = {"rate": rate, "workload": "decode-heavy", "seeds": out["seeds"], "systems_subset": names}
+    label = "gap: KunServe vs vLLM-PP / InferCept"
+    a.out.write_text(json.dumps(plain({"steps_done": [label + " (subset)"], "timings_cpu_s": {label: cpu_time_s() - t0},
+                                       "results": {"gap_vs_baselines": _strip(block)}})))
+    return 0
+
+
+def _strip(value):
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k != "raw"}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
