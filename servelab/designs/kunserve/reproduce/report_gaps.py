@@ -80,7 +80,10 @@ def vs_section(res: dict) -> list[str]:
            "remaining steps, the default; `kv+compute`: KV load, but while a group exists, units whose steps fill "
            "their budget are skipped while another has compute and KV to spare). *Before drop*: share of the worst 1% of requests by TTFT that arrived before the first "
            "group formed. *Budget used*: token budget used by groups' / single instances' steps from the first "
-           "drop to the last arrival (time-weighted).", "",
+           "drop to the last arrival (time-weighted)." + (
+               f" **This run: only {', '.join(g['systems_subset'])}** (the other variants did not fit the shared "
+               "machine's time; the previous report's table had them under the trigger before its fix)."
+               if g.get("systems_subset") else ""), "",
            "| system | TTFT P99 (s) | TTFT P50 (s) | TPOT P50 (ms) | KunServe / system P99 TTFT | first drop (s) | "
            "before drop | budget used, groups / singles |", "|---|---|---|---|---|---|---|---|"]
     for name in g["seeds"][0]["runs"]:

@@ -35,8 +35,8 @@ def claims(res: dict) -> list[str]:
             sp = [s["runs"][name].get("tpot_split") for s in m["seeds"] if name in s["runs"]]
             sp = [x for x in sp if x and x["pipelined_vs_ref"] is not None]
             if sp:
-                rows.append(f"| pipeline TPOT cost on pipelined tokens: mean token gap KunServe while pipelined vs "
-                            f"{ref} over the same seconds ({what}) | +15.8-22.7% | "
+                rows.append(f"| pipeline TPOT cost on pipelined tokens ({what}): mean token gap of KunServe while "
+                            f"pipelined vs vLLM's over the same seconds | +15.8-22.7% | "
                             f"{iv([x['pipelined_vs_ref'] for x in sp], '{:+.1%}')} (pipelined: "
                             f"{iv([x['pipelined_share'] for x in sp], '{:.0%}')} of tokens) | faithful point, "
                             f"{m['rate']:.2f} req/s |")
