@@ -60,39 +60,3 @@ def run(point: dict, hw: st.Hardware, sizes: ex.Sizes, wl: str = "decode-heavy")
                                  "p99_ttft_x": v99 / k99 if k99 else None, "p50_tpot_change": k50 / v50 - 1})
         rows.append(row)
     return {"workload": wl, "seeds": list(seeds), "rows": rows}
-
-
-def main(argv=None) -> int:
-    """Run this step alone from a run's partial results (its faithful end-to-end block), in the
-    partial-results format ``render`` merges: when a full run cannot reach it in the time left."""
-    import argparse
-    import json
-    import sys
-    import time
-    from pathlib import Path
-
-    from servelab.designs.kunserve.reproduce.run import FAITHFUL, FULL, _clusters
-    from servelab.metrics.plain_json import plain
-    from servelab.reproduce.runner import cpu_time_s
-
-    ap = argparse.ArgumentParser(description="the faithful point over five seeds and a finer grid, alone")
-    ap.add_argument("--from-partial", type=Path, required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    a = ap.parse_args(argv)
-    if not a.from_partial.is_file():
-        print(f"faithful_grid: no file {a.from_partial}", file=sys.stderr)
-        return 2
-    point = json.loads(a.from_partial.read_text())["results"].get("end_to_end", {}).get(FAITHFUL)
-    if point is None:
-        print(f"faithful_grid: {a.from_partial} has no {FAITHFUL} end-to-end block", file=sys.stderr)
-        return 2
-    t0, w0 = cpu_time_s(), time.time()
-    out = run(point, _clusters(FULL)[0], FULL)
-    label = "faithful point: five seeds, finer grid"
-    a.out.write_text(json.dumps(plain({"steps_done": [label], "timings_cpu_s": {label: cpu_time_s() - t0},
-                                       "wall_s": time.time() - w0, "results": {"faithful_grid": out}})))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -6,7 +6,9 @@ it is interrupted. On a loaded machine a full run may not fit the time left; its
 the faithful point's sections first, so the partial results hold the claims the change is
 about. This command merges them with the previous run's ``kunserve.json`` for the sections
 not reached, lists those sections (and the previous run's source) at the top of the report,
-and writes the report, its figures and ``kunserve.json``:
+and writes the report, its figures and ``kunserve.json``. Steps the run did not reach can be run
+alone into more partial files first (``standalone``: the finer grid, the vs-baselines gap for a
+subset of systems); the first file holding a section wins:
 
     python -m servelab.designs.kunserve.reproduce.render --partial docs/reproduction/kunserve.partial.json \\
         --previous old/kunserve.json --previous-label "commit 3bd0fd6" --out docs/reproduction
