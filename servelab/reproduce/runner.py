@@ -218,9 +218,9 @@ def run_reproduction(repro: Reproduction, out_dir: Path, *, reduced: bool = Fals
             for i, step in enumerate(steps):
                 current = step.label
                 bar.begin(i)
-                t0 = time.process_time()
+                t0 = cpu_time_s()
                 value = step.run(run)
-                cpu_s = time.process_time() - t0
+                cpu_s = cpu_time_s() - t0
                 if step.key is not None:
                     _store(run.results, step.key, value)
                 timings[step.label] = cpu_s
@@ -257,6 +257,15 @@ def _store(results: dict, key: str | tuple[str, ...], value: Any) -> None:
     for part in path[:-1]:
         results = results.setdefault(part, {})
     results[path[-1]] = value
+
+
+def cpu_time_s() -> float:
+    """CPU seconds of this process and of its children that have ended (a step that spreads its
+    runs over worker processes is charged their CPU once it has waited for them)."""
+    import resource
+
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + ch.ru_utime + ch.ru_stime
 
 
 def _expected(run: Run, labels: list[str], total_cpu_s: float | None) -> dict[str, float]:

@@ -14,9 +14,13 @@
   ``kv_blocks_ratio``; the default before issue 24, a variant); ``kv+compute``: a gap test.
 - Monitor (``monitor``): after every step of a unit (an instance or a group: a throttled
   group triggers too), throttling is checked: the KV of its running requests plus its
-  head-of-line queued request exceeds its capacity. The need ``R`` is the sum over all
+  head-of-line queued request, plus the watermark vLLM's scheduler keeps free when admitting,
+  exceeds its capacity (the head cannot be admitted). The need ``R`` is the sum over all
   units of their head-of-line excess (KV bytes of the whole model per token); each drop
-  records every unit's reading.
+  records every unit's reading. A unit planned into a group stays out of further plans for
+  ``cooldown_s`` (its form waits for running steps); every other throttled unit may drop at
+  once, and among units of one size the plan pairs throttled ones first: a throttled unit's
+  queue is not moved, so the memory is freed where its head waits.
 - Drop: ``drop_plan`` (Figure 6) merges the smallest groups until ``R`` is freed. Each new
   group's members keep contiguous layer ranges (``SetLayers``) and run as one pipeline
   (``FormPipeline``) whose running requests exchange KV with the other stages, in chunks
@@ -61,11 +65,10 @@ from servelab.core.policy import ROUTERS, ClusterState, Placement, Router
 from servelab.core.registry import RegistryError
 from servelab.core.request import Request
 from servelab.costmodel.links import LinkSpec
+from servelab.designs.kunserve.config import KunServeConfig
 from servelab.designs.kunserve.drop_plan import drop_plan, merge_layers, stage_layers
 from servelab.designs.kunserve.microbatch import MicrobatchFormer
 from servelab.designs.kunserve.monitor import GroupStats, block_bytes, hol_demand_blocks, reading
-
-_FORMERS = ("lookahead", "tokens", "rows")
 
 
 @dataclass(frozen=True)
@@ -73,55 +76,6 @@ class _Single:
     cost_model: Any
     max_num_seqs: int
     max_batch_tokens: int
-
-
-@dataclass(frozen=True)
-class KunServeConfig:
-    drop: bool = True  # False: the dispatcher alone (the ablation's baseline)
-    num_microbatches: int = 0  # 0: as many as the group has stages (vLLM's virtual engines)
-    former: str = "lookahead"  # lookahead | tokens (token-count chunking) | rows (whole rows dealt)
-    lookahead_scope: str = "queue"  # queue: a step takes its share of the whole queue's cost | step: the budget
-    coordinated: bool = True  # KV exchange and restores in stage-time chunks (False: one bulk job)
-    restore: bool = True
-    restore_threshold: float = 0.5  # of the members' KV without the drop
-    restore_poll_s: float = 0.05  # a group idle while its restore copy runs checks for the landing this often
-    headroom: float = 1.0  # the need R is multiplied by this
-    # throttled: head-of-line demand over this share of the KV (1.0: the head cannot be admitted;
-    # lower: an earlier trigger, a gap test of the trigger's timing)
-    trigger_share: float = 1.0
-    trigger_watermark: bool = False
-    # freeness: the most remaining steps (Llumnix's dispatch metric, the paper's dispatcher) | kv: the
-    # least KV-loaded unit | kv+compute: a gap test, while a group exists, units whose steps fill their
-    # budget only when no unit with compute and KV to spare is left
-    dispatch: str = "freeness"
-    cooldown_s: float = 1.0  # between two drop decisions
-    max_group_size: int = 0  # 0: up to the model's layers
-    # when a formed group merges again (the second drop): spare = only while its steps leave
-    # compute to spare (step tokens under merge_utilization of its budget), always = whenever throttled
-    merge: str = "spare"
-    merge_utilization: float = 0.9
-    autoscale_after_s: float = 30.0
-    sample_s: float = 0.5  # memory timeline resolution
-    token_budget: int = 512  # the instances' step budget (sizes the exchange chunks)
-    overlap: bool = True  # a group's consecutive steps overlap (False: each fills and drains the pipeline)
-
-    def __post_init__(self) -> None:
-        if self.former not in _FORMERS:
-            raise ValueError(f"former must be one of {_FORMERS}, got {self.former!r}")
-        if self.merge not in ("spare", "always") or not 0 < self.merge_utilization <= 1:
-            raise ValueError(f"merge must be spare or always and merge_utilization in (0, 1], got {self.merge!r}, "
-                             f"{self.merge_utilization}")
-        if self.dispatch not in ("freeness", "kv", "kv+compute"):
-            raise ValueError(f"dispatch must be freeness, kv or kv+compute, got {self.dispatch!r}")
-        if self.lookahead_scope not in ("queue", "step"):
-            raise ValueError(f"lookahead_scope must be queue or step, got {self.lookahead_scope!r}")
-        if self.num_microbatches < 0 or self.token_budget < 1 or self.max_group_size < 0:
-            raise ValueError("num_microbatches must be >= 0, token_budget >= 1, max_group_size >= 0")
-        if not 0 < self.trigger_share <= 1:
-            raise ValueError(f"trigger_share must be in (0, 1], got {self.trigger_share}")
-        if not 0 < self.restore_threshold <= 1 or self.headroom <= 0 or self.cooldown_s < 0 \
-                or min(self.sample_s, self.restore_poll_s) <= 0:
-            raise ValueError("restore_threshold in (0, 1], headroom > 0, cooldown_s >= 0, sample_s and restore_poll_s > 0")
 
 
 @ROUTERS.register("kunserve")
@@ -137,7 +91,8 @@ class KunServeRouter(Router):
         self.stats = GroupStats()
         self._now_s = 0.0
         self._eq1 = None
-        self._last_drop_s = -math.inf
+        self._last_drop_s = -math.inf  # the last drop attempt that formed nothing
+        self._planned_s: dict[int, float] = {}  # instance id -> when a plan last put it in a group
         self._restoring: dict[int, tuple[int, ...]] = {}  # group id -> members
         self._idle_restoring: set[int] = set()  # restoring groups with no step to check on: polled
         self._idle_restore = [0, 0]  # times a restoring group went idle; splits on a wake-up
@@ -149,6 +104,10 @@ class KunServeRouter(Router):
         self.timeline: list[tuple[float, float, float, float, float]] = []  # t, used, demand, capacity, params
         self.drops: list[dict] = []  # each plan: time, need, freed, groups, plan time
         self.autoscale_requests: list[tuple[float, float]] = []
+        # for the report's trigger timeline: where each request was dispatched, and when each unit
+        # first read throttled (its head could not be admitted)
+        self.placed: dict[int, int] = {}
+        self.first_throttled_s: dict[int, float] = {}
         self.on_autoscale: Callable[[float, float], None] | None = None
 
     # ---- dispatch ----
@@ -164,6 +123,7 @@ class KunServeRouter(Router):
             target = min(units, key=lambda v: (_load(v), v.instance_id))
         else:
             target = least_loaded(units)
+        self.placed[request.request_id] = target.instance_id
         return [Placement(request, target.instance_id)]
 
     # ---- monitor ----
@@ -186,11 +146,13 @@ class KunServeRouter(Router):
                 self._group_steps[1] += queued > budget - view.num_running
         actions: list = []
         throttled = self._excess(view) > 0
+        if throttled:
+            self.first_throttled_s.setdefault(instance_id, now_s)
         if len(view.members) > 1 and not throttled:
             actions += self._maybe_restore(now_s, view, cluster)
         elif len(view.members) > 1 and view.instance_id in self._restoring:
             actions += self._maybe_restore(now_s, view, cluster)  # a copy under way finishes first
-        elif throttled and now_s - self._last_drop_s >= self.config.cooldown_s:
+        elif throttled and now_s - self._last_drop_s >= self.config.cooldown_s and not self._planned(view, now_s):
             actions += self._drop(now_s, cluster)  # a single instance or a group (escalation)
         elif not throttled:
             self._pressure_since = None
@@ -224,9 +186,13 @@ class KunServeRouter(Router):
         self.timeline.append((now_s, used, demand, cap, params))
 
     # ---- drop ----
+    def _planned(self, view, now_s: float) -> bool:
+        """Whether a member of the unit was put in a group less than ``cooldown_s`` ago (its
+        form may still wait for steps to end: it is in no second plan meanwhile)."""
+        return any(now_s - self._planned_s.get(i, -math.inf) < self.config.cooldown_s for i, _ in view.members)
+
     def _drop(self, now_s: float, cluster: ClusterState) -> list:
-        self._last_drop_s = now_s
-        units = list(cluster.instances)
+        units = [v for v in cluster.instances if not self._planned(v, now_s)]
         readings = [reading(v) | {"step_utilization": self._util.get(v.instance_id, 0.0)} for v in units
                     if self._excess(v) > 0]
         declined = self._no_merge(units)
@@ -235,7 +201,9 @@ class KunServeRouter(Router):
                                           for v in units)
         singles = [v for v in units if len(v.members) == 1]
         groups = [tuple(i for i, _ in v.members) for v in units]
-        load = {i: -_load(v) for v in units for i, _ in v.members}  # most loaded first among equals
+        # among groups of one size, throttled units first (their queue is not moved: the memory
+        # must be freed where the head waits), then the most loaded
+        load = {i: -_load(v) - (1e6 if self._excess(v) > 0 else 0.0) for v in units for i, _ in v.members}
         model = cluster.instances[0].members[0][1].model_spec
         cap = self.config.max_group_size or model.num_layers
         t0 = time.perf_counter()
@@ -260,6 +228,7 @@ class KunServeRouter(Router):
                         self.stats.merged(now_s, g[0], members[0])
             actions += self._form(members, cluster, model, [r for _, r in layout] if layout else None)
             formed.append(list(members))
+            self._planned_s.update(dict.fromkeys(members, now_s))
             copies_freed += len(parts) - 1
             self.stats.formed(now_s, members[0], len(members))
         freed = self._copy_bytes * copies_freed
@@ -269,6 +238,7 @@ class KunServeRouter(Router):
                            "plan_ms": 1e3 * plan_s, "num_units": len(units) + len(declined), "trigger": readings,
                            "merges_declined": sorted(declined)})
         if not formed:
+            self._last_drop_s = now_s
             if self._pressure_since is None:
                 self._pressure_since = now_s
             elif now_s - self._pressure_since >= self.config.autoscale_after_s:

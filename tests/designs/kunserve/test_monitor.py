@@ -18,6 +18,7 @@ class _Blocks:
     num_gpu_blocks: int
     block_size: int = 16
     held: set = field(default_factory=set)  # request ids holding KV here
+    watermark_blocks: int = 0  # kept free by the scheduler when admitting (the trigger charges it)
 
     def is_on_gpu(self, request_id: int) -> bool:
         return request_id in self.held

@@ -85,19 +85,20 @@ def test_the_operating_point_is_the_lowest_rate_where_the_premise_holds(monkeypa
     from servelab.designs.kunserve.reproduce import points
 
     def fake(checks):
-        def checked(wl, rate, hw, sizes, seed):
-            holds, prompt = checks[round(rate)]
-            return {"check": {"holds": holds, "prompt_before_burst": prompt}, "ttft_s": {"50": 0.1, "99": 2.0}}, None
-        return checked
+        def run_many(tasks):  # a premise check's two runs carry their rate; the rest are seeds' runs
+            return [{"check": {"holds": checks[round(t["rate"])][0], "prompt_before_burst": checks[round(t["rate"])][1]},
+                     "ttft_s": {"50": 0.1, "99": 2.0}} if "rate" in t else {"ttft_s": {"99": 1.0}} for t in tasks]
+        return run_many
 
     sizes = ex.Sizes(rate_probes=4, seeds=(0,))
     monkeypatch.setattr(points.st, "workload", lambda *a, **k: [])
-    monkeypatch.setattr(points.ex, "run_system", lambda *a, **k: {"ttft_s": {"99": 1.0}})
-    monkeypatch.setattr(points, "checked", fake({1: (False, True), 2: (True, True), 4: (True, True), 8: (False, False)}))
+    monkeypatch.setattr(points, "check_tasks", lambda wl, rate, hw, sizes, seed: [{"rate": rate}, {"rate": rate}])
+    monkeypatch.setattr(points, "completed", lambda v, ceil: (v, ceil))
+    monkeypatch.setattr(points.ex, "run_many", fake({1: (False, True), 2: (True, True), 4: (True, True), 8: (False, False)}))
     p = points.choose_point("x", st.CLUSTER_A, sizes, 0, 1.0, 8.0)
     assert round(p["rate"]) == 2 and p["holds"]
     assert [g.get("kunserve_p99_ttft_s") for g in p["grid"]] == [None, 1.0, 1.0, None]  # the claim at every pass
-    monkeypatch.setattr(points, "checked", fake({1: (False, True), 2: (False, True), 4: (False, False), 8: (False, False)}))
+    monkeypatch.setattr(points.ex, "run_many", fake({1: (False, True), 2: (False, True), 4: (False, False), 8: (False, False)}))
     p = points.choose_point("x", st.CLUSTER_A, sizes, 0, 1.0, 8.0)
     assert round(p["rate"]) == 2 and not p["holds"]  # none holds: the highest still prompt, marked
 

@@ -47,15 +47,17 @@ def _pct(x: np.ndarray) -> dict:
 
 
 def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec: str | None = None,
-               kv_scale: float = 1.0) -> dict:
+               kv_scale: float = 1.0, cost=None) -> dict:
     """One run, reduced to plain numbers; with ``bursts`` in ``sizes`` the premise check of
     ``premise.premise_check`` is in ``out["check"]``. ``kv_scale`` multiplies every instance's
-    KV blocks (compute unchanged): the memory-unbound ceiling of the premise check."""
+    KV blocks (compute unchanged): the memory-unbound ceiling of the premise check. ``cost``:
+    ``CostOptions`` for every instance (None: the defaults)."""
+    from servelab.designs.kunserve.reproduce import tpot_split, trigger_trace
     from servelab.designs.kunserve.reproduce.premise import premise_check
 
     spec = spec or st.SYSTEMS[system]
     t0 = time.process_time()
-    sim = Simulation(list(specs), st.cluster(spec, hw))
+    sim = Simulation(list(specs), st.cluster(spec, hw), cost_model=cost)
     if kv_scale != 1.0:
         for d in sim.driver.drivers:
             d.runtime.resize(int(kv_scale * d.runtime.blocks.num_gpu_blocks))
@@ -86,6 +88,8 @@ def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec
         out["mean_demand_share"] = float(np.sum(tl[:, 2] / tl[:, 3] * w) / max(np.sum(w), 1e-9))
         out["drops"] = [{k: v for k, v in d.items()} for d in router.drops if d["groups"]]
     log = sim.driver.reconfig.events_log
+    out["trigger_trace"] = trigger_trace.trace(router, log, table.arrival_s, ttft, table.queueing_s, table.request_id)
+    out["raw"]["gap_bins"] = tpot_split.binned(res.requests, log, float(res.makespan_s))
     out["fill"] = _fill_after_drop(res.collector.steps, log, st.token_budget(hw), out["last_arrival_s"])
     out["events"] = [(t, k, d) for t, k, d in log if k in ("form", "split", "merge", "fail", "restore", "restored")]
     out["exchange_events"] = [(t, k, {"group": d["group"]}) for t, k, d in log if k == "exchanged"]
@@ -103,6 +107,29 @@ def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec
         rep = router.report()
         out["router"] = {k: v for k, v in rep.items() if k != "drops"}
     return out
+
+
+JOBS_ENV = "SERVELAB_REPRO_JOBS"  # worker processes for ``run_many`` (unset or 1: in this process)
+
+
+def run_many(tasks: Sequence[dict]) -> list[dict]:
+    """``run_system(**task)`` for each task, in order. With ``SERVELAB_REPRO_JOBS`` > 1 the runs
+    spread over that many worker processes: every run is deterministic and independent (its
+    arrivals are in the task), so the results are the same; the runner charges the workers'
+    CPU to the step (``runner.cpu_time_s``)."""
+    import os
+
+    jobs = int(os.environ.get(JOBS_ENV, "1") or 1)
+    if jobs <= 1 or len(tasks) <= 1:
+        return [run_system(**t) for t in tasks]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
+        return list(pool.map(_run_task, tasks))
+
+
+def _run_task(task: dict) -> dict:
+    return run_system(**task)
 
 
 def _fill_after_drop(steps, log, budget: int, until_s: float) -> dict | None:

@@ -6,8 +6,8 @@
 - ``vs_baselines``: at the faithful point, why vLLM-PP and InferCept reach a lower P99 TTFT
   than KunServe. Each candidate reason is switched off in one variant: the drop's cost (the KV
   exchange: a 10x faster link), restore (off), the trigger's timing (at 90% of the KV, or
-  charging the head the scheduler's watermark), and where the dispatcher sends work after a
-  drop (``dispatch=kv``: the lowest KV load instead of Llumnix's remaining steps, the default;
+  not charging the head the scheduler's watermark, the trigger before issue 24's fix), and
+  where the dispatcher sends work after a drop (``dispatch=kv``: the lowest KV load instead of Llumnix's remaining steps, the default;
   ``dispatch=kv+compute``: while a group exists, units whose steps fill their budget only when
   no unit with compute and KV to spare is left). Each run also records when the first group formed, when
   the worst 1% of requests (by TTFT) arrived, and the token budget used by groups' and single
@@ -51,9 +51,8 @@ MERGE_SYSTEMS = {"vllm": "kunserve:drop=false", "kunserve (merge=spare)": "kunse
                  "merge=always": "kunserve:merge=always", "pairs only": "kunserve:max_group_size=2"}
 GAP_SYSTEMS = {"vllm-pp": "vllm-pp", "infercept": "infercept", "kunserve": "kunserve",
                "restore off": "kunserve:restore=false", "trigger at 90% KV": "kunserve:trigger_share=0.9",
-               "trigger + watermark": "kunserve:trigger_watermark=true",
+               "trigger without watermark": "kunserve:trigger_watermark=false",
                "dispatch kv": "kunserve:dispatch=kv", "dispatch kv+compute": "kunserve:dispatch=kv+compute",
-               "kv+compute + watermark": "kunserve:dispatch=kv+compute,trigger_watermark=true",
                "former: token chunking": "kunserve:former=tokens", "former: whole rows": "kunserve:former=rows",
                PIPELINED_T0: _T0, T0_TOKENS: _T0 + ",former=tokens", T0_ROWS: _T0 + ",former=rows",
                PP_ROWS: "vllm-pp:former=rows", IC_QUEUE: "infercept:swapped_first=false"}

@@ -26,32 +26,54 @@ SUMMARY_KEYS = ("ttft_s", "tpot_s", "num_preemptions", "throughput_tok_s", "fini
                 "cpu_s", "spec", "num_requests")
 
 
-def checked(wl: str, rate: float, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> tuple[dict, dict]:
-    """vLLM at ``rate`` with its premise check completed by the 4x-KV ceiling run."""
+def check_tasks(wl: str, rate: float, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> list[dict]:
+    """The two runs of a premise check: vLLM at ``rate`` and its 4x-KV ceiling (``ex.run_many``)."""
     specs = st.workload(wl, rate, sizes.duration_s, sizes.bursts, seed)
-    v = ex.run_system("vllm", specs, hw, sizes)
-    ceil = ex.run_system("vllm", specs, hw, sizes, kv_scale=KV_SCALE)
+    return [dict(system="vllm", specs=specs, hw=hw, sizes=sizes),
+            dict(system="vllm", specs=specs, hw=hw, sizes=sizes, kv_scale=KV_SCALE)]
+
+
+def completed(v: dict, ceil: dict) -> tuple[dict, dict]:
+    """vLLM's run with its premise check completed by the ceiling run's P99 TTFT."""
     v["check"] = with_ceiling(v["check"], ceil["ttft_s"]["99"], v.get("mean_demand_share"))
     return v, ceil
 
 
+def checked(wl: str, rate: float, hw: st.Hardware, sizes: ex.Sizes, seed: int) -> tuple[dict, dict]:
+    """vLLM at ``rate`` with its premise check completed by the 4x-KV ceiling run."""
+    return completed(*ex.run_many(check_tasks(wl, rate, hw, sizes, seed)))
+
+
 def choose_point(wl: str, hw: st.Hardware, sizes: ex.Sizes, seed: int, lo: float, hi: float) -> dict:
     rates = np.geomspace(lo, hi, sizes.rate_probes).tolist()
-    grid = []
+    done = iter(ex.run_many([t for rate in rates for t in check_tasks(wl, rate, hw, sizes, seed)]))
+    grid, vllm = [], {}
     for rate in rates:
-        v, _ = checked(wl, rate, hw, sizes, seed)
-        row = {"rate": rate, "check": v["check"], "p50_ttft_s": v["ttft_s"]["50"]}
-        if v["check"]["holds"]:  # the claim at every rate that passes, over the seeds, not only the chosen one
-            ratios = []
+        v, _ = completed(next(done), next(done))
+        vllm[rate] = v["ttft_s"]["99"]
+        grid.append({"rate": rate, "check": v["check"], "p50_ttft_s": v["ttft_s"]["50"]})
+    # the claim at every rate that passes, over the seeds, not only the chosen one
+    tasks, keys = [], []
+    for row in grid:
+        if row["check"]["holds"]:
             for s in sizes.seeds:
-                specs = st.workload(wl, rate, sizes.duration_s, sizes.bursts, s)
-                k = ex.run_system("kunserve", specs, hw, sizes)["ttft_s"]["99"]
-                vp = v["ttft_s"]["99"] if s == seed else ex.run_system("vllm", specs, hw, sizes)["ttft_s"]["99"]
+                specs = st.workload(wl, row["rate"], sizes.duration_s, sizes.bursts, s)
+                tasks.append(dict(system="kunserve", specs=specs, hw=hw, sizes=sizes))
+                keys.append((row["rate"], s, "kunserve"))
+                if s != seed:
+                    tasks.append(dict(system="vllm", specs=specs, hw=hw, sizes=sizes))
+                    keys.append((row["rate"], s, "vllm"))
+    p99 = {key: r["ttft_s"]["99"] for key, r in zip(keys, ex.run_many(tasks))}
+    for row in grid:
+        if row["check"]["holds"]:
+            rate, ratios = row["rate"], []
+            for s in sizes.seeds:
+                k = p99[(rate, s, "kunserve")]
+                vp = vllm[rate] if s == seed else p99[(rate, s, "vllm")]
                 if s == seed:
                     row["kunserve_p99_ttft_s"] = k
                 ratios.append(vp / k if k else None)
             row["p99_ttft_x_seeds"] = ratios
-        grid.append(row)
     holds = [g for g in grid if g["check"]["holds"]]
     prompt = [g for g in grid if g["check"]["prompt_before_burst"]]
     pick = holds[0] if holds else (prompt[-1] if prompt else grid[0])
@@ -76,6 +98,7 @@ def _summary(r: dict) -> dict:
     out["queue_over_a_step"] = (rep["group_steps_queue_over_a_step"] / rep["group_steps"]
                                 if rep.get("group_steps") else None)
     out["fill"] = r.get("fill")
+    out["trigger_trace"] = r.get("trigger_trace")
     return out
 
 
@@ -92,10 +115,16 @@ def end_to_end(wl: str, hw: st.Hardware, sizes: ex.Sizes, seed: int, lo: float, 
     point = choose_point(wl, hw, sizes, seed, lo, hi)
     rate = point["rate"]
     per_seed, runs0, slo = [], None, None
+    others = [name for name in st.SYSTEMS if name != "vllm"]
+    tasks = []
     for s in sizes.seeds:
         specs = st.workload(wl, rate, sizes.duration_s, sizes.bursts, s)
-        v, ceil = checked(wl, rate, hw, sizes, s)
-        runs = {"vllm": v} | {name: ex.run_system(name, specs, hw, sizes) for name in st.SYSTEMS if name != "vllm"}
+        tasks += check_tasks(wl, rate, hw, sizes, s) + [dict(system=n, specs=specs, hw=hw, sizes=sizes) for n in others]
+    done = iter(ex.run_many(tasks))
+    for s in sizes.seeds:
+        specs = st.workload(wl, rate, sizes.duration_s, sizes.bursts, s)
+        v, ceil = completed(next(done), next(done))
+        runs = {"vllm": v} | {name: next(done) for name in others}
         if runs0 is None:
             runs0, slo = runs, ex.slo_violation(runs, slo_scales, BASELINES)
             n0 = len(specs)

@@ -1,0 +1,89 @@
+"""Write docs/reproduction/kunserve.md from a cut-short run's partial results, the sections
+it did not reach taken from a previous full run and named as such in the report.
+
+``servelab reproduce kunserve`` writes ``kunserve.partial.json`` (the steps done so far) when
+it is interrupted. On a loaded machine a full run may not fit the time left; its steps run
+the faithful point's sections first, so the partial results hold the claims the change is
+about. This command merges them with the previous run's ``kunserve.json`` for the sections
+not reached, lists those sections (and the previous run's source) at the top of the report,
+and writes the report, its figures and ``kunserve.json``. Steps the run did not reach can be run
+alone into more partial files first (``standalone``: the finer grid, the vs-baselines gap for a
+subset of systems); the first file holding a section wins:
+
+    python -m servelab.designs.kunserve.reproduce.render --partial docs/reproduction/kunserve.partial.json \\
+        --previous old/kunserve.json --previous-label "commit 3bd0fd6" --out docs/reproduction
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+SECTIONS = ("plan_time", "eq1", "end_to_end", "gap_microbatches", "gap_vs_baselines", "faithful_grid",
+            "ablation_memory_bound", "restore", "ablation", "extreme", "pp_throughput", "gap_merge")
+
+
+def merge(partial: dict, previous: dict, label: str) -> dict:
+    """The partial run's results, each missing section (an end-to-end workload counts as one)
+    taken from ``previous``; ``reused`` lists what came from where."""
+    res = dict(partial["results"])
+    reused = []
+    for key in SECTIONS:
+        if key == "end_to_end":
+            ran, e2e = res.get(key, {}), {}
+            for wl, block in previous.get(key, {}).items():  # the previous run's order (the workloads')
+                e2e[wl] = ran.get(wl, block)
+                if wl not in ran:
+                    reused.append(f"end to end {wl}")
+            res[key] = e2e | ran
+        elif key not in res and key in previous:
+            res[key] = previous[key]
+            reused.append(key)
+    timings = dict(partial.get("timings_cpu_s", {}))
+    res["timings_cpu_s"] = timings
+    res["reused"] = {"from": label, "sections": reused, "steps_run": list(partial.get("steps_done", []))}
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--partial", type=Path, action="append", required=True,
+                    help="partial results, repeatable (the first holding a section wins)")
+    ap.add_argument("--previous", type=Path, required=True)
+    ap.add_argument("--previous-label", required=True, help="where the previous results come from (a commit)")
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    for p in (*a.partial, a.previous):
+        if not p.is_file():
+            print(f"render: no file {p}", file=sys.stderr)
+            return 2
+    from servelab.designs.kunserve.reproduce import plots
+    from servelab.designs.kunserve.reproduce.report import write_report
+    from servelab.designs.kunserve.reproduce.run import _strip_raw, _to_json
+    from servelab.metrics.plain_json import plain
+    from servelab.reproduce.runner import write_results_json
+
+    parts = [json.loads(p.read_text()) for p in a.partial]
+    partial = {"results": {}, "steps_done": [], "timings_cpu_s": {}}
+    for part in parts:
+        for k, v in part["results"].items():
+            if k == "end_to_end":
+                partial["results"][k] = v | partial["results"].get(k, {})
+            else:
+                partial["results"].setdefault(k, v)
+        partial["steps_done"] += [x for x in part.get("steps_done", []) if x not in partial["steps_done"]]
+        partial["timings_cpu_s"] = part.get("timings_cpu_s", {}) | partial["timings_cpu_s"]
+    res = merge(partial, json.loads(a.previous.read_text()), a.previous_label)
+    res = plain(_strip_raw(res))
+    fig_dir = a.out / "kunserve"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    res["figures"] = [f"kunserve/{f}" for f in plots.all_figures(res, fig_dir)]
+    write_report(res, a.out / "kunserve.md")
+    write_results_json(a.out / "kunserve.json", _to_json(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
