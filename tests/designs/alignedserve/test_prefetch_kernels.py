@@ -91,3 +91,12 @@ def test_the_report_section_prints_every_kernel_it_ran():
     text = "\n".join(pk.prefetch_kernel_lines({"gap_fig14": rows}))
     assert "| split-kv | 0.95" in text and "| padded | 1.07" in text and "seed 0 1.30" in text
     assert pk.prefetch_kernel_lines({"gap_fig14": [r for r in rows if r["label"] != fig14_gap.SHAM]}) == []
+
+
+def test_a_failed_run_among_workers_stops_the_rest(monkeypatch):
+    """An interrupt or a failing run must not wait for every queued run (``with`` on the pool did)."""
+    monkeypatch.setenv(st.JOBS_ENV, "2")
+    good = {"specs": st.application("ShareGPT-like", 20, 0), "system_spec": "distserve", "model": "OPT-2.7B",
+            "num_gpus": 2}
+    with pytest.raises(Exception):
+        st.run_many([{**good, "system_spec": "no-such-policy"}] + [good] * 2, keep=regimes._row)

@@ -164,8 +164,14 @@ def run_many(tasks: list[dict], keep: Callable[[dict], dict] | None = None) -> l
         return [_run_task((t, keep)) for t in tasks]
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
-        return list(pool.map(_run_task, [(t, keep) for t in tasks]))
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)))
+    try:
+        out = list(pool.map(_run_task, [(t, keep) for t in tasks]))
+    except BaseException:  # Ctrl-C / SIGTERM / a failed run: drop the queued runs (``with`` would wait for them all)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return out
 
 
 def _run_task(item: tuple[dict, Callable[[dict], dict] | None]) -> dict:
