@@ -61,8 +61,13 @@ class EngineConfig:
     seed: int = 0  # sampler seed for requests without their own
     max_model_len: int | None = None  # prompt + max_tokens limit at admission; None: the model's positions
     on_overflow: str = "reject"  # or "truncate" the prompt (head and tail kept)
+    # the decode attention of the in-process backend's instances (``attention.DECODE_KERNELS``); the
+    # Ray and layer-range backends run the runner's default (split-kv) and refuse another
+    decode_kernel: str = "split-kv"
 
     def __post_init__(self) -> None:
+        if self.decode_kernel not in ("split-kv", "padded"):  # attention.DECODE_KERNELS (torch-free here)
+            raise UserError(f"engine decode_kernel must be split-kv or padded, got {self.decode_kernel!r}")
         if self.kv_budget_bytes < 1:
             raise UserError(f"engine kv_budget_bytes must be >= 1, got {self.kv_budget_bytes}")
         for name in ("block_size", "max_batch_tokens", "max_num_seqs"):
@@ -203,6 +208,9 @@ class EngineCluster:
         states = RequestStates(tokenizer=loaded.tokenizer, eos_token_ids=loaded.generation.eos_token_ids)
         sampler = Sampler(cfg.seed, device=device)
         collector = collector if collector is not None else MetricsCollector()
+        if cfg.decode_kernel != "split-kv" and (self.backend == "ray" or self.layer_ranges):
+            raise UserError(f"engine decode_kernel={cfg.decode_kernel} runs on the in-process backend without layer "
+                            "ranges only")
         clock, executors = WallClock(), None
         if self.backend == "ray":
             clock, executors = self._ray_executors(states)
@@ -229,7 +237,7 @@ class EngineCluster:
                 cache = PagedKVCache(c.num_layers, self.kv_config.num_gpu_blocks, cfg.block_size, c.num_kv_heads,
                                      c.head_dim, dtype=self.kv_dtype, device=device,
                                      num_host_blocks=cfg.num_host_blocks)
-                executor = Executor(ModelRunner(loaded.model, cache, sampler), states)
+                executor = Executor(ModelRunner(loaded.model, cache, sampler, decode_kernel=cfg.decode_kernel), states)
             runtime = InstanceRuntime(iid, self.kv_config, InstanceLimits(cfg.max_batch_tokens, cfg.max_num_seqs),
                                       group.role)
             drivers.append(InstanceDriver(runtime, POLICIES.create(group.policy, dict(group.policy_params)), executor,

@@ -10,7 +10,7 @@ from servelab.reproduce.runner import run_reproduction
 
 TOY = ex.Sizes(num_gpus=2, num_requests=60, app_requests=40, models=("OPT-2.7B",), short_shares=(0.9,),
                long_lengths=(2000,), applications=("ShareGPT-like",), dfs_requests=2000, dfs_searches=20,
-               seeds=2, seeds_split_kv=2, regime_requests=40)
+               seeds=2, seeds_split_kv=2, regime_requests=40, fig14_seeds=3)
 
 
 def test_reproduction_writes_every_claim(tmp_path):
@@ -25,7 +25,8 @@ def test_reproduction_writes_every_claim(tmp_path):
                   "Alignment's own share per decode kernel", "P99 TPOT range (the paper", "vLLM without chunked prefill",
                   "Prefetch (Figs. 11/14): where does the buffer have room?", "over AlignedServe, one for one",
                   "Gap test: does the greedy join win by keeping the decode GPUs busier?", "GPU blocks used",
-                  "Figures and gap tests over seeds (issue 25)", "w/o P over AlignedServe"):
+                  "Figures and gap tests over seeds (issue 25)", "w/o P over AlignedServe",
+                  "Gap test: what turning prefetch off does under each kernel", "control / AlignedServe"):
         assert claim in text, claim
     assert all(r["conserved"] for r in res["fig7"] + res["fig8"])
     assert json.loads((tmp_path / "alignedserve" / "results.json").read_text())["dfs"]["searches"] == 20

@@ -36,6 +36,7 @@ class Sizes:
     seeds: int = 3  # the headline grid (regimes.py): seeds per cell
     seeds_split_kv: int = 5  # ... under the default (split-kv) kernel, the headline's own
     regime_requests: int = 2000
+    fig14_seeds: int = 8  # Fig. 14's gap and prefetch-mechanism tests (fig14_gap.py, prefetch_kernels.py)
 
 
 def fig7_synthetic(sizes: Sizes, seed: int, kernel: str | None = None) -> list[dict]:
@@ -87,9 +88,11 @@ def fig13_vs_fcfs(sizes: Sizes, seed: int, model: str = "OPT-13B", kernel: str |
     return rows
 
 
-def fig14_ablation(sizes: Sizes, seed: int, model: str = "OPT-6.7B", kernel: str | None = None) -> list[dict]:
-    """Figure 14: AlignedServe, without GPU prefetching, without prefetching and batching."""
-    specs = st.application("Azure conv", sizes.app_requests, seed)
+def fig14_ablation(sizes: Sizes, seed: int, model: str = "OPT-6.7B", kernel: str | None = None,
+                   specs=None) -> list[dict]:
+    """Figure 14: AlignedServe, without GPU prefetching, without prefetching and batching, on
+    Azure conv's trace (its first requests, whatever the seed) unless ``specs`` are given."""
+    specs = st.application("Azure conv", sizes.app_requests, seed) if specs is None else specs
     rows = []
     for label, spec in (("AlignedServe", "alignedserve"), ("w/o P", "alignedserve:prefetch=false"),
                         ("w/o P&B", "alignedserve:prefetch=false,prefix_aware=false"),

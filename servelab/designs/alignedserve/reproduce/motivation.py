@@ -56,11 +56,16 @@ def fig3_simulated(model: str = "Llama-2-7B", gpu: str = "H100-80GB", num_output
 
 
 def engine_measured(batch: int = 16, short: int = 32, long: int = 1536, max_tokens: int = 48,
-                    fig3_lengths: tuple[int, ...] = (64, 256, 448, 640, 832, 1024, 1280, 1536), seed: int = 0) -> dict:
+                    fig3_lengths: tuple[int, ...] = (64, 256, 448, 640, 832, 1024, 1280, 1536), seed: int = 0,
+                    repeats: int = 3, kernels: tuple[str, ...] = ("split-kv", "padded")) -> dict:
     """Measured on the CPU engine (a tiny random Llama, 1 thread), median wall time of pure
-    decode steps. Fig. 1: ``batch`` requests, all short, and with 1, 2 or 4 long prompts.
-    Fig. 3: ``len(fig3_lengths)`` groups of as many prompts, run as same-length batches and as
-    batches holding one prompt of each length; the mean over batches of their median step."""
+    decode steps, under each of the engine's decode kernels (``kernels``; split-kv is its
+    default, padded reads every row to the longest context). Fig. 1: ``batch`` requests, all
+    short, and with 1, 2 or 4 long prompts, each mix ``repeats`` times (mixes and kernels
+    interleaved, so a slow spell of this shared machine hits all alike; the median of the
+    repeats, each kept). Fig. 3: ``len(fig3_lengths)`` groups of as many prompts, run as
+    same-length batches and as batches holding one prompt of each length; the mean over
+    batches of their median step. ``rows`` and ``fig3`` are the first kernel's."""
     import tempfile
 
     import torch
@@ -68,31 +73,43 @@ def engine_measured(batch: int = 16, short: int = 32, long: int = 1536, max_toke
     from servelab.engine.loader import load_checkpoint
     from servelab.engine.tiny_model import make_tiny_model
 
+    import os
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    load_before = os.getloadavg()[0]
     try:
         with tempfile.TemporaryDirectory() as tmp:
             loaded = load_checkpoint(make_tiny_model(tmp, hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
                                                      intermediate_size=256, max_position=2048, seed=seed))
         rng = np.random.default_rng(seed)
-        rows = []
-        for num_long in (0, 1, 2, 4):
-            lens = [short] * (batch - num_long) + [long] * num_long
-            rows.append({"num_long": num_long, "decode_step_ms": _batch_step_ms(loaded, lens, max_tokens, rng)})
-        base = rows[0]["decode_step_ms"]
-        for r in rows:
-            r["vs_all_short"] = r["decode_step_ms"] / base
-        k = len(fig3_lengths)
-        aligned = [_batch_step_ms(loaded, [n] * k, max_tokens, rng) for n in fig3_lengths]
-        mixed = [_batch_step_ms(loaded, list(fig3_lengths), max_tokens, rng) for _ in fig3_lengths]
-        fig3 = {"lengths": list(fig3_lengths), "aligned_mean_ms": float(np.mean(aligned)),
-                "mixed_mean_ms": float(np.mean(mixed)), "mixed_over_aligned": float(np.mean(mixed) / np.mean(aligned))}
-        return {"batch": batch, "short": short, "long": long, "rows": rows, "fig3": fig3, "device": "cpu, 1 thread"}
+        mixes = (0, 1, 2, 4)
+        ms = {(k, n): [] for k in kernels for n in mixes}
+        for _ in range(repeats):
+            for num_long in mixes:
+                for kernel in kernels:
+                    lens = [short] * (batch - num_long) + [long] * num_long
+                    ms[(kernel, num_long)].append(_batch_step_ms(loaded, lens, max_tokens, rng, kernel))
+        out = {}
+        for kernel in kernels:
+            rows = [{"num_long": n, "decode_step_ms": float(np.median(ms[(kernel, n)])), "repeats_ms": ms[(kernel, n)]}
+                    for n in mixes]
+            for r in rows:
+                r["vs_all_short"] = r["decode_step_ms"] / rows[0]["decode_step_ms"]
+            k = len(fig3_lengths)
+            aligned = [_batch_step_ms(loaded, [n] * k, max_tokens, rng, kernel) for n in fig3_lengths]
+            mixed = [_batch_step_ms(loaded, list(fig3_lengths), max_tokens, rng, kernel) for _ in fig3_lengths]
+            out[kernel] = {"rows": rows, "fig3": {"lengths": list(fig3_lengths), "aligned_mean_ms": float(np.mean(aligned)),
+                                                  "mixed_mean_ms": float(np.mean(mixed)),
+                                                  "mixed_over_aligned": float(np.mean(mixed) / np.mean(aligned))}}
+        return {"batch": batch, "short": short, "long": long, "repeats": repeats, "kernels": out,
+                "load_average_1min": [load_before, os.getloadavg()[0]],
+                "rows": out[kernels[0]]["rows"], "fig3": out[kernels[0]]["fig3"], "device": "cpu, 1 thread"}
     finally:
         torch.set_num_threads(threads)
 
 
-def _batch_step_ms(loaded, lens: list[int], max_tokens: int, rng) -> float:
+def _batch_step_ms(loaded, lens: list[int], max_tokens: int, rng, kernel: str = "split-kv") -> float:
     from servelab.core.request import RequestSpec
     from servelab.engine.cluster import EngineCluster, EngineConfig
     from servelab.engine.sampling import SamplingParams
@@ -100,7 +117,7 @@ def _batch_step_ms(loaded, lens: list[int], max_tokens: int, rng) -> float:
     c = loaded.config
     tokens = sum(n + max_tokens + 16 for n in lens)
     cfg = EngineConfig(kv_budget_bytes=tokens * 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4, block_size=16,
-                       max_batch_tokens=8192, max_num_seqs=len(lens))
+                       max_batch_tokens=8192, max_num_seqs=len(lens), decode_kernel=kernel)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     specs = [RequestSpec(i, 0.0, n, max_tokens, prompt_token_ids=tuple(int(t) for t in rng.integers(5, 400, n)))
              for i, n in enumerate(lens)]

@@ -81,7 +81,7 @@ def offline_capacity(rows: list[dict], kernel: str, label: str = "DistServe") ->
 def headline_grid(sizes, seed: int, model: str = "OPT-6.7B") -> list[dict]:
     """Every variant x workload x kernel x seed (seeds ``seed .. seed + sizes.seeds - 1``; under
     split-kv, the default kernel and the headline, ``sizes.seeds_split_kv``)."""
-    rows = []
+    keys, tasks = [], []
     for workload in WORKLOADS:
         for kernel in KERNELS:
             cost = CostOptions(attention_kernel=kernel)
@@ -89,17 +89,25 @@ def headline_grid(sizes, seed: int, model: str = "OPT-6.7B") -> list[dict]:
             for s in range(seed, seed + n_seeds):
                 specs = _specs(workload, sizes.regime_requests, s)
                 for label, spec in VARIANTS.items():
-                    r = st.run(specs, spec, model, sizes.num_gpus, cost_model=cost)
-                    row = {k: r[k] for k in ("decode_tok_s", "tok_s_first90", "makespan_s", "tpot_p99_ms", "num_finished", "num_requests",
-                                             "conserved", "cpu_s", "model", "num_gpus")}
-                    row.update(label=label, workload=workload, kernel=kernel, seed=s,
-                               decode_rows_mean=r["decode_step_ms"].get("rows_mean"),
-                               decode_step_mean_ms=r["decode_step_ms"].get("mean"),
-                               decode_busy=r["decode_step_ms"].get("busy_share"))
-                    if "router" in r:
-                        row["router"] = {k: r["router"][k] for k in ROUTER_KEYS}
-                    rows.append(row)
+                    keys.append((label, workload, kernel, s))
+                    tasks.append({"specs": specs, "system_spec": spec, "model": model, "num_gpus": sizes.num_gpus,
+                                  "cost_model": cost})
+    rows = []
+    for (label, workload, kernel, s), row in zip(keys, st.run_many(tasks, keep=_row)):  # SERVELAB_REPRO_JOBS processes
+        row.update(label=label, workload=workload, kernel=kernel, seed=s)
+        rows.append(row)
     return rows
+
+
+def _row(r: dict) -> dict:
+    """What the grid keeps of a run (in the worker that ran it)."""
+    row = {k: r[k] for k in ("decode_tok_s", "tok_s_first90", "makespan_s", "tpot_p99_ms", "num_finished", "num_requests",
+                             "conserved", "cpu_s", "model", "num_gpus")}
+    row.update(decode_rows_mean=r["decode_step_ms"].get("rows_mean"), decode_step_mean_ms=r["decode_step_ms"].get("mean"),
+               decode_busy=r["decode_step_ms"].get("busy_share"))
+    if "router" in r:
+        row["router"] = {k: r["router"][k] for k in ROUTER_KEYS}
+    return row
 
 
 def summarise(rows: list[dict]) -> list[dict]:

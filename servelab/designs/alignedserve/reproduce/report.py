@@ -6,6 +6,8 @@ from pathlib import Path
 
 from servelab.designs.alignedserve.reproduce import setting as st
 from servelab.designs.alignedserve.reproduce.fig14_gap import fig14_gap_lines
+from servelab.designs.alignedserve.reproduce.prefetch_kernels import prefetch_kernel_lines
+from servelab.designs.alignedserve.reproduce.report_engine import engine_lines
 from servelab.designs.alignedserve.reproduce.report_claims import _claims, _f, _ratio, kernel_claim_lines, switch_gap_lines
 from servelab.designs.alignedserve.reproduce.report_gaps import gap_verdict_lines
 from servelab.designs.alignedserve.reproduce.report_latency import fig15_gap_lines, tpot_gap_lines
@@ -89,6 +91,7 @@ def _lines(res: dict) -> list[str]:
     out += tpot_gap_lines(res)
     out += fig15_gap_lines(res)
     out += fig14_gap_lines(res)
+    out += prefetch_kernel_lines(res)
     out += ["", "## Run time (CPU seconds per step)", ""]
     out += [f"- {k}: {v:.1f}" for k, v in res["timings_cpu_s"].items()]
     out += ["", "Plots: " + ", ".join(f"[{p}](alignedserve/{p})" for p in res.get("plots", [])),
@@ -117,30 +120,8 @@ def _motivation(res: dict) -> list[str]:
            "attention of a 64-row batch is the sum of its contexts, so aligning does not pay in this model.", ""]
     eng = res.get("engine")
     if eng:
-        out += [f"**Measured** on our CPU engine ({eng['device']}, tiny random Llama, batch {eng['batch']}, "
-                f"prompts {eng['short']} / {eng['long']} tokens, median pure-decode step): "
-                + ", ".join(f"{r['num_long']} long {r['decode_step_ms']:.2f} ms ({r['vs_all_short']:.1f}x)"
-                            for r in eng["rows"])
-                + ". The engine's decode attention pads every row to the longest context, so one long row "
-                "stretches the whole step, the paper's trend at its strongest." + _padding_check(eng["rows"]), ""]
-        f3e = eng.get("fig3")
-        if f3e:
-            out += [f"Fig. 3 **measured** on the same engine: prompts of {f3e['lengths']} tokens, same-length batches "
-                    f"{f3e['aligned_mean_ms']:.2f} ms per decode step on average, batches of one prompt of each length "
-                    f"{f3e['mixed_mean_ms']:.2f} ms ({f3e['mixed_over_aligned']:.2f}x).", ""]
+        out += engine_lines(eng)
     return out
-
-
-def _padding_check(rows: list[dict]) -> str:
-    """Padding predicts that 1, 2 and 4 long rows cost alike (every row reads the longest context)."""
-    longs = [r["decode_step_ms"] for r in rows if r["num_long"] > 0]
-    if len(longs) < 2:
-        return ""
-    spread = max(longs) / min(longs)
-    if spread <= 1.25:
-        return f" Padding predicts 1, 2 and 4 long rows cost alike: they are within {spread:.2f}x of each other."
-    return (f" Padding predicts 1, 2 and 4 long rows cost alike, but they differ by {spread:.1f}x: padding does not "
-            "explain that spread; hypothesis (untested): noise of one run on this shared machine.")
 
 
 def _tables(res: dict) -> list[str]:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
 from servelab.cluster.config import ClusterConfig
 from servelab.cluster.presets import cluster_for
+from servelab.core.errors import UserError
 from servelab.core.request import RequestSpec
 from servelab.designs.alignedserve.reproduce import latency
 from servelab.simulator.run import Simulation
@@ -138,6 +140,44 @@ def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *
     out["handoff_ms"] = [1e3 * dur for src, dst, _, dur, _ in res.transfers
                          if dst >= 0 and _role(sim, dst) == "decode"]
     return out
+
+
+JOBS_ENV = "SERVELAB_REPRO_JOBS"  # worker processes for ``run_many`` (unset or 1: in this process)
+
+
+def run_many(tasks: list[dict], keep: Callable[[dict], dict] | None = None) -> list[dict]:
+    """``keep(run(**task))`` for each task, in order (``keep``: a module-level function that keeps
+    what the caller needs, applied where the run ran, so a worker sends back rows, not traces).
+    With ``SERVELAB_REPRO_JOBS`` > 1 the runs spread over that many worker processes (as
+    KunServe's reproduction): every run is a deterministic simulation of the requests in its task,
+    so the results are the same as in one process (the test compares them) but for ``cpu_s``,
+    each run's own; the runner charges the workers' CPU to the step once they have ended
+    (``runner.cpu_time_s``)."""
+    import os
+
+    raw = os.environ.get(JOBS_ENV, "1") or "1"
+    try:
+        jobs = int(raw)
+    except ValueError:
+        raise UserError(f"{JOBS_ENV} must be a whole number of processes, got {raw!r}") from None
+    if jobs <= 1 or len(tasks) <= 1:
+        return [_run_task((t, keep)) for t in tasks]
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)))
+    try:
+        out = list(pool.map(_run_task, [(t, keep) for t in tasks]))
+    except BaseException:  # Ctrl-C / SIGTERM / a failed run: drop the queued runs (``with`` would wait for them all)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return out
+
+
+def _run_task(item: tuple[dict, Callable[[dict], dict] | None]) -> dict:
+    task, keep = item
+    r = run(**task)
+    return keep(r) if keep is not None else r
 
 
 def _first90(done) -> float:
