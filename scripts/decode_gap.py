@@ -149,8 +149,7 @@ def step_by_op(batch: int, context: int, repeats: int) -> dict:
     from servelab.engine.kv_cache import PagedKVCache
     from servelab.engine.runner import ModelRunner, SeqChunk
 
-    model = random_model(torch.float32)
-    model.pack_linears()
+    model = random_model(torch.float32)  # projections oneDNN-packed, as the engine loads them
     num_blocks, tables = layout(batch, context + 1)
     c = model.config
     cache = PagedKVCache(c.num_layers, num_blocks, BLOCK, c.num_kv_heads, c.head_dim)
