@@ -152,6 +152,8 @@ def main() -> int:
                          "go below the start value); between runs they return to this script's nice value.")
     ap.add_argument("--max-minutes", type=float, default=None,
                     help="Start no new run after this many minutes (the rest resumes next time).")
+    ap.add_argument("--why-not", default=None,
+                    help="For a report that leaves loads out: one sentence on why (it goes into the doc).")
     ap.add_argument("--vllm-client-loads", default=None,
                     help="Comma-separated loads that vLLM's client also sends, first repeat only "
                          "(default: the 32-request loads; 'none' for none).")
@@ -241,7 +243,8 @@ def main() -> int:
         left = [ld.name for ld in all_loads if ld.name not in measured]
         loads = tuple(ld for ld in loads if ld.name in measured)
         ctx["loads_run"] = (f"Loads in this report: {len(loads)} of the issue's {len(all_loads)} "
-                            f"({', '.join(ld.name for ld in loads)}); not run this time: {', '.join(left)}.")
+                            f"({', '.join(ld.name for ld in loads)}); not run this time: {', '.join(left)}."
+                            + (f" Why: {args.why_not.strip().rstrip('.')}." if args.why_not else ""))
         ctx["scope"] = f" that ran ({len(loads)} of {len(all_loads)})"
     args.doc.parent.mkdir(parents=True, exist_ok=True)
     args.doc.write_text(render(records, loads, setup.fingerprint(), ctx, command))
