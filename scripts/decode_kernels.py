@@ -152,8 +152,8 @@ def main() -> int:
         lines += ["", "No bf16 rows: this CPU has no oneDNN bf16 path (no AVX512), oneDNN refuses to pack bf16 "
                   "weights, and torch's bf16 matmul falls back to a slow kernel, so the engine's CPU benchmarks serve "
                   "float32 here."]
-    peak = max(b for d, _, _, _, b in gemms if d == "float32")
-    lines += ["", f"Best fp32 rate measured: {peak:.0f} GFLOP/s (the roofline's compute peak below).", "",
+    peak = max(max(a, b) for d, _, _, a, b in gemms if d == "float32")
+    lines += ["", f"Best fp32 rate measured (either column): {peak:.0f} GFLOP/s (the roofline's compute peak below).", "",
               "## 2. Decode attention, one layer (ms)", "",
               "Bench-200m heads (16 query, 4 KV, dim 64), float32, 32 rows, block size 16, blocks scattered; "
               "`split-kv N`: units of N tokens, merged as the engine merges them (up to "
@@ -176,23 +176,32 @@ def main() -> int:
               "split's block-major gather. The engine runs "
               + ", ".join(f"{n} in {str(d).removeprefix('torch.')}" for d, n in
                           ((d, _engine_split(d)) for d in dtypes()))
-              + " (`attention.cpu_split_bmm`). FLOPs against the best rate of section 1 in the step's dtype.", ""]
+              + " (`attention.cpu_split_bmm`). FLOPs against the best rate of section 1 in the step's dtype (either "
+              "column). `roofline`: max(bytes / BW, FLOPs / peak) over the whole step, the classic bound; `per-op "
+              "bound`: the same bound taken separately for the projections (weights, their FLOPs) and the attention "
+              "(KV, its FLOPs) and summed, also a lower bound for one thread that runs them one after the other, and a "
+              "tighter one (the projections are compute-bound, the attention memory-bound).", ""]
     bandwidth = read_bandwidth_bytes_per_s()
-    lines += [f"Read bandwidth (tensor.sum over 512 MiB): {bandwidth / 1e9:.1f} GB/s.", "",
+    lines += [f"Read bandwidth (tensor.sum over 512 MiB, fastest of 5 in CPU time): {bandwidth / 1e9:.1f} GB/s.", "",
               "| dtype | context | kernel | ms/step | tok/s | min bytes | bytes / BW (ms) | FLOPs / peak (ms) | "
-              "roofline / step |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+              "roofline / step | per-op bound (ms) | per-op bound / step |",
+              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for dtype in dtypes():
         name = str(dtype).removeprefix("torch.")
         model = random_model(dtype)
-        peak_d = max(b for d, _, _, _, b in gemms if d == name)
+        peak_d = max(max(a, b) for d, _, _, a, b in gemms if d == name)
         for context in (256, 1152):
             nbytes, flops = step_bytes(model, 32, context), step_flops(model, 32, context)
             roof = max(nbytes / bandwidth, flops / (peak_d * 1e9)) * 1e3
+            w_bytes, w_flops = step_bytes(model, 32, 0), step_flops(model, 32, 0)  # the projections alone
+            per_op = (max(w_bytes / bandwidth, w_flops / (peak_d * 1e9))
+                      + max((nbytes - w_bytes) / bandwidth, (flops - w_flops) / (peak_d * 1e9))) * 1e3
             for kernel, flash in (("split-kv", False), ("split-kv", True), ("padded", False)):
                 ms = decode_step_ms(model, 32, context, kernel, args.repeats, flash)
                 label = kernel + ((" flash" if flash else " bmm") if kernel == "split-kv" else "")
                 lines.append(f"| {name} | {context} | {label} | {ms:.1f} | {32e3 / ms:.1f} | {nbytes / 1e9:.3f} GB | "
-                             f"{nbytes / bandwidth * 1e3:.0f} | {flops / peak_d / 1e6:.0f} | {roof / ms:.0%} |")
+                             f"{nbytes / bandwidth * 1e3:.0f} | {flops / peak_d / 1e6:.0f} | {roof / ms:.0%} | "
+                             f"{per_op:.0f} | {per_op / ms:.0%} |")
         del model
     load1 = os.getloadavg()[0]
     lines[lines.index("LOADEND")] = f"and {load1:.2f} at the end)."

@@ -71,10 +71,12 @@ NOTES = """## Reading
   short-32-burst: its forward pass is nearly all of its busy time, so overlapping scheduling,
   sampling and output handling with the forward (as vLLM v1's async scheduling does) cannot
   close a gap of more than a few percent: the gap is in the model step, above all the decode
-  step. Where in it is a hypothesis (vLLM's step was not profiled): servelab's decode attention
-  copies each split's K and V out of the paged cache before attending (on the AVX2 EPYC, the
-  copy and torch's flash kernel took about equal shares of it), where vLLM's CPU kernel reads
-  the cache in place.
+  step. Where in the decode step: [decode_gap.md](decode_gap.md)
+  (`python scripts/decode_gap.py`) tests the hypothesis that the gap is servelab copying each
+  split's K and V out of the paged cache (vLLM's CPU kernel reads the cache in place): it times
+  a step's decode attention with the copy, with the copy removed (the same kernel on K/V gathered
+  beforehand) and vLLM's own kernel on the same blocks, and profiles servelab's step by op; its
+  Reading says how much of the gap the copy is.
 - **Machine.** The earlier reports of this file (issue 27: 1.04-1.31x) ran on an AVX512-BF16
   CPU in bf16; the machine line above says which CPU this report ran on, and runs on different
   CPUs or dtypes are not comparable (`runs.jsonl` keeps the set-up with every run).
@@ -150,6 +152,8 @@ def main() -> int:
                          "go below the start value); between runs they return to this script's nice value.")
     ap.add_argument("--max-minutes", type=float, default=None,
                     help="Start no new run after this many minutes (the rest resumes next time).")
+    ap.add_argument("--why-not", default=None,
+                    help="For a report that leaves loads out: one sentence on why (it goes into the doc).")
     ap.add_argument("--vllm-client-loads", default=None,
                     help="Comma-separated loads that vLLM's client also sends, first repeat only "
                          "(default: the 32-request loads; 'none' for none).")
@@ -158,6 +162,7 @@ def main() -> int:
     # stop the servers on Ctrl-C or kill, also when started in the background (where SIGINT is ignored)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))  # the terminal closed (servers also die with us: PDEATHSIG)
     python = Path(sys.executable)
     requested_dtype = args.dtype
     if args.dtype == "auto":
@@ -238,7 +243,8 @@ def main() -> int:
         left = [ld.name for ld in all_loads if ld.name not in measured]
         loads = tuple(ld for ld in loads if ld.name in measured)
         ctx["loads_run"] = (f"Loads in this report: {len(loads)} of the issue's {len(all_loads)} "
-                            f"({', '.join(ld.name for ld in loads)}); not run this time: {', '.join(left)}.")
+                            f"({', '.join(ld.name for ld in loads)}); not run this time: {', '.join(left)}."
+                            + (f" Why: {args.why_not.strip().rstrip('.')}." if args.why_not else ""))
         ctx["scope"] = f" that ran ({len(loads)} of {len(all_loads)})"
     args.doc.parent.mkdir(parents=True, exist_ok=True)
     args.doc.write_text(render(records, loads, setup.fingerprint(), ctx, command))

@@ -124,11 +124,35 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
     raise RuntimeError(f"server for {url} not ready after {timeout_s:.0f} s")
 
 
-def start_server(setup: Setup, server: str, log: Path) -> subprocess.Popen:
-    argv, env = server_command(setup, server)
+def _die_with(parent: int):
+    """A ``preexec_fn``: the child gets SIGTERM when ``parent`` dies, even by SIGKILL (Linux
+    ``PR_SET_PDEATHSIG``). Why: a server runs in its own session (so ``stop_server`` can signal
+    its whole group), which also shields it from the signals that end the benchmark; a
+    benchmark killed with -9 once left a vLLM server polling a core for 90 minutes."""
+    def arm() -> None:
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # not Linux: stop_server is the only clean-up
+            return
+        if os.getppid() != parent:  # the parent died before the line above
+            os._exit(1)
+    return arm
+
+
+def spawn_server(argv: list[str], env: dict[str, str] | None, log: Path) -> subprocess.Popen:
+    """Start a server in its own session (its own process group), tied to this process's life."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as f:
-        proc = subprocess.Popen(argv, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(argv, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_die_with(os.getpid()))
+
+
+def start_server(setup: Setup, server: str, log: Path) -> subprocess.Popen:
+    argv, env = server_command(setup, server)
+    proc = spawn_server(argv, env, log)
     try:
         wait_ready(setup.url(server), proc, setup.startup_timeout_s)
     except BaseException:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -143,3 +144,35 @@ def test_records_keep_their_nice_value():
     old = rec.to_json()
     old.pop("nice")  # records written before the field existed
     assert Record.from_json(old).nice is None
+
+
+def test_a_server_dies_with_the_benchmark_even_when_it_is_killed(tmp_path):
+    """A server runs in its own session; SIGKILL of the process that started it must still end it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys, time; from pathlib import Path; from servelab.bench.vs_vllm import spawn_server; "
+            f"p = spawn_server(['sleep', '60'], None, Path({str(tmp_path / 'server.log')!r})); "
+            "print(p.pid, flush=True); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[2])
+    server = int(parent.stdout.readline())
+    try:
+        os.kill(server, 0)  # running
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(server, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"server {server} outlived its benchmark by 10 s")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server, signal.SIGKILL)
