@@ -93,7 +93,7 @@ if a["no_gc"]:
     gc.disable()
 if os.environ.get("SERVELAB_GC_GEN0"):  # an experiment's young-generation threshold (scale_attribution.py)
     from servelab.simulator import run as sim_run
-    sim_run.fewer_collections.__wrapped__.__defaults__ = (int(os.environ["SERVELAB_GC_GEN0"]),)
+    sim_run.fewer_collections.__wrapped__.__defaults__ = (int(os.environ["SERVELAB_GC_GEN0"]), 1)
 freeze = os.environ.get("SERVELAB_GC_FREEZE") == "1"  # gc.freeze() once set up (scale_attribution.py)
 profiler = None
 if a.get("profile"):
