@@ -58,9 +58,21 @@ def _funcs(profiler):
         return None
     import pstats
     out = {}
-    for (path, line, name), (_, calls, own, _, _) in pstats.Stats(profiler).stats.items():
-        short = path.split("servelab/", 1)[-1] if "servelab/" in path else path.rsplit("/", 1)[-1]
-        out[f"{short}:{line}({name})"] = (calls, own)
+    for (path, line, name), (_, calls, own, _, callers) in pstats.Stats(profiler).stats.items():
+        out[_short(path, line, name)] = (calls, own)
+    return out
+def _short(path, line, name):
+    short = path.split("servelab/", 1)[-1] if "servelab/" in path else path.rsplit("/", 1)[-1]
+    return f"{short}:{line}({name})"
+def _builtin_callers(profiler):
+    # built-ins (lists, dicts, heapq) have no file: their own CPU-s split by the function that called them
+    if profiler is None:
+        return None
+    import pstats
+    out = {}
+    for (path, line, name), (_, _, _, _, callers) in pstats.Stats(profiler).stats.items():
+        if path == "~":
+            out[_short(path, line, name)] = {_short(*c): v[2] for c, v in callers.items()}
     return out
 cost = cost_for_spec(InstanceSpec(scale_bench.GPU, scale_bench.MODEL), CostOptions())
 spec = scale_bench.workload_spec(a["instances"], a["requests"], 5.5)
@@ -79,12 +91,17 @@ if a["evict_kb"]:
     cluster_driver.ClusterDriver._dispatch = evicting
 if a["no_gc"]:
     gc.disable()
+if os.environ.get("SERVELAB_GC_GEN0"):  # an experiment's young-generation threshold (scale_attribution.py)
+    from servelab.simulator import run as sim_run
+    sim_run.fewer_collections.__wrapped__.__defaults__ = (int(os.environ["SERVELAB_GC_GEN0"]), 1)
+freeze = os.environ.get("SERVELAB_GC_FREEZE") == "1"  # gc.freeze() once set up (scale_attribution.py)
 profiler = None
 if a.get("profile"):
     import cProfile
-    profiler = cProfile.Profile()
+    profiler = cProfile.Profile(time.process_time)  # CPU time: the default wall clock charges a loaded machine's waits to whatever ran
 load0 = os.getloadavg()[0]
 cpu = tokens = records = 0.0
+gc_s = [0.0]
 prints = []
 for seed in range(a["repeats"]):
     workload = parse_workload(spec, default_data_dir(), seed)
@@ -92,10 +109,14 @@ for seed in range(a["repeats"]):
     if a["router"]:
         config = dataclasses.replace(config, router=a["router"])
     sim = Simulation(workload, config, cost_model=cost)
+    if freeze:
+        gc.collect()
+        gc.freeze()
     if profiler is not None:
         profiler.enable()
     t0 = time.process_time()
-    result = sim.run()
+    with scale_bench.collector_time(gc_s):
+        result = sim.run()
     cpu += time.process_time() - t0
     if profiler is not None:
         profiler.disable()
@@ -103,11 +124,14 @@ for seed in range(a["repeats"]):
     records += result.collector.num_steps
     prints.append(scale_bench.fingerprint(result))
     del result
+    if freeze:
+        gc.unfreeze()
 net = cpu - walk[0]
 print(json.dumps({**a, "cpu_s": cpu, "walk_cpu_s": walk[0], "output_tokens": int(tokens),
                   "tokens_per_cpu_s": tokens / net, "records_per_ktok": records / tokens * 1e3,
                   "fingerprints": prints, "load": [load0, os.getloadavg()[0]],
-                  "peak_rss_gb": scale_bench.peak_rss_gb(), "funcs": _funcs(profiler)}))
+                  "peak_rss_gb": scale_bench.peak_rss_gb(), "funcs": _funcs(profiler), "gc_cpu_s": gc_s[0],
+                  "builtin_callers": _builtin_callers(profiler)}))
 """
 
 

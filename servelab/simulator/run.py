@@ -118,17 +118,34 @@ class Simulation:
         return [get_gpu(g.gpu).peak_flops * g.tp * g.pp for g in self.factory.groups]
 
     def run(self) -> SimResult:
-        with fewer_collections():
+        with fewer_collections(instances=len(self.driver.drivers)):
             return self.driver.run(self.specs)
 
 
+YOUNG_PER_32_INSTANCES = 100_000
+
+
+def young_threshold(instances: int) -> int:
+    """The young generation's collection threshold for a run on ``instances`` instances:
+    100,000 allocations per 32 instances (at least 100,000). At equal load per instance a
+    cluster allocates in proportion to its instances, so a fixed threshold spans less simulated
+    time the larger the cluster (the likely reason it cost more there: more of the objects that
+    live for a step or a request are still alive when a collection scans them). Measured at
+    128 instances (docs/benchmarks/scale_attribution.md): 100,000 spent 1.4 CPU-s in collections,
+    400,000 0.8 CPU-s, same results and peak RSS."""
+    return YOUNG_PER_32_INSTANCES * max(1, -(-instances // 32))
+
+
 @contextmanager
-def fewer_collections(gen0: int = 100_000):
+def fewer_collections(gen0: int | None = None, instances: int = 1):
     """Python's cyclic collector less often while a simulation runs: a run allocates millions of
     small objects that live long (requests, step records) and makes almost no cycles, so the
     default young-generation threshold (700) spent 10-14% of the CPU time in collections that
-    free nothing (measured at 64 instances, equal load, docs/benchmarks/scale.md). Results are
+    free nothing (measured at 64 instances, equal load, docs/benchmarks/scale.md). ``gen0``
+    (default: ``young_threshold(instances)``) is the young generation's threshold. Results are
     unchanged; the old thresholds come back afterwards."""
+    if gen0 is None:
+        gen0 = young_threshold(instances)
     old = gc.get_threshold()
     gc.set_threshold(max(gen0, old[0]), max(old[1], 50), max(old[2], 100))
     try:
