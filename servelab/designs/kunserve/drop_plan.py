@@ -202,10 +202,14 @@ def merge_layers(held: Sequence[tuple[int, tuple[int, int]]], num_layers: int
 
 def time_drop_plan(num_instances: int, repeats: int = 200) -> dict:
     """CPU time of planning for ``num_instances`` single instances whose need forces every
-    merge (N-1 of them, the worst case), median over ``repeats`` plans."""
+    merge (N-1 of them, the worst case), median over ``repeats`` plans; with the machine's
+    1-minute load average at the start (the number is this machine's, measured)."""
+    import os
+
     groups = [(i,) for i in range(num_instances)]
     tie = {i: float((i * 7919) % num_instances) for i in range(num_instances)}
     samples = []
+    load = os.getloadavg()[0]
     for _ in range(repeats):
         t0 = time.process_time()  # CPU time: the machine is shared, wall time is not the plan's
         plan = drop_plan(groups, need_bytes=float(num_instances), copy_bytes=1.0, tie=tie)
@@ -213,4 +217,4 @@ def time_drop_plan(num_instances: int, repeats: int = 200) -> dict:
     samples.sort()
     return {"num_instances": num_instances, "median_ms": 1e3 * samples[len(samples) // 2],
             "p99_ms": 1e3 * samples[min(len(samples) - 1, int(0.99 * len(samples)))],
-            "num_merges": num_instances - len(plan.groups), "repeats": repeats}
+            "num_merges": num_instances - len(plan.groups), "repeats": repeats, "load_avg_1m": load}
