@@ -112,3 +112,28 @@ def test_rerun_steps_replace_the_full_runs_sections():
     assert res["timings_cpu_s"] == {"x": 1.0, "drop-plan time": 0.5}
     assert res["rerun"] == {"steps": ["drop-plan time", "gap"], "why": "why"}
     assert render.main(["--partial", "p.json", "--out", "."]) == 2  # neither --previous nor --base
+
+
+def test_sections_from_a_same_code_run_are_told_apart_from_its_older_ones():
+    """A cut-short run merged with an earlier run of the same simulation code: the earlier run's
+    own sections are named as same-code, those it had itself taken from older code apart."""
+    previous = {"end_to_end": {"a-14B": 1, "b-14B": 2}, "restore": 3, "faithful_grid": 4,
+                "reused": {"from": "commit old", "sections": ["end to end b-14B", "restore"]}}
+    partial = {"results": {"end_to_end": {"a-14B": 9}}, "steps_done": ["end to end a 14B"], "timings_cpu_s": {}}
+    res = render.merge(partial, previous, "the run at X", same_code=True)
+    assert res["end_to_end"] == {"a-14B": 9, "b-14B": 2} and res["restore"] == 3
+    assert res["reused"]["sections"] == ["faithful_grid"]
+    assert res["reused"]["older"] == {"from": "commit old", "sections": ["end to end b-14B", "restore"]}
+    plain = render.merge(partial, previous, "the run at X")
+    assert "older" not in plain["reused"] and "restore" in plain["reused"]["sections"]
+
+
+def test_a_step_run_alone_must_be_one_of_the_full_runs(tmp_path, capsys):
+    from servelab.designs.kunserve.reproduce import standalone
+
+    src = tmp_path / "p.json"
+    src.write_text('{"results": {"end_to_end": {}}}')
+    assert standalone.main(["steps", "--from-partial", str(src), "--steps", "no such step", "--out",
+                            str(tmp_path / "o.json")]) == 2
+    assert "unknown steps" in capsys.readouterr().err and not (tmp_path / "o.json").exists()
+    assert standalone.main(["nope"]) == 2

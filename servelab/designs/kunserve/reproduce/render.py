@@ -32,9 +32,11 @@ SECTIONS = ("plan_time", "eq1", "end_to_end", "gap_microbatches", "gap_vs_baseli
             "ablation_memory_bound", "restore", "ablation", "extreme", "pp_throughput", "gap_merge")
 
 
-def merge(partial: dict, previous: dict, label: str) -> dict:
+def merge(partial: dict, previous: dict, label: str, same_code: bool = False) -> dict:
     """The partial run's results, each missing section (an end-to-end workload counts as one)
-    taken from ``previous``; ``reused`` lists what came from where."""
+    taken from ``previous``; ``reused`` lists what came from where. ``same_code``: the previous
+    run's simulation code is this one's (shown, e.g., by a step rerun here giving identical
+    numbers); the sections it had itself taken from an older run are listed apart."""
     res = dict(partial["results"])
     reused = []
     for key in SECTIONS:
@@ -51,6 +53,11 @@ def merge(partial: dict, previous: dict, label: str) -> dict:
     timings = dict(partial.get("timings_cpu_s", {}))
     res["timings_cpu_s"] = timings
     res["reused"] = {"from": label, "sections": reused, "steps_run": list(partial.get("steps_done", []))}
+    if same_code:  # the previous run's own sections are this code's; those it took from an older run are not
+        older = previous.get("reused") or {}
+        old = [x for x in reused if x in older.get("sections", [])]
+        res["reused"] |= {"same_code": True, "sections": [x for x in reused if x not in old],
+                          "older": {"from": older.get("from"), "sections": old}}
     return res
 
 
@@ -72,6 +79,8 @@ def main(argv=None) -> int:
                     help="partial results, repeatable (the first holding a section wins)")
     ap.add_argument("--previous", type=Path, help="a previous full run's kunserve.json, for the sections not reached")
     ap.add_argument("--previous-label", help="where the previous results come from (a commit)")
+    ap.add_argument("--previous-same-code", action="store_true",
+                    help="the previous run's simulation code is this one's (its own older sections listed apart)")
     ap.add_argument("--base", type=Path, help="a full run's kunserve.json of this code: the partial files' steps "
                                               "were rerun after it and replace its sections")
     ap.add_argument("--why", help="with --base: why those steps were rerun (printed at the report's head)")
@@ -103,7 +112,7 @@ def main(argv=None) -> int:
     if a.base is not None:
         res = rebase(partial, json.loads(a.base.read_text()), a.why)
     else:
-        res = merge(partial, json.loads(a.previous.read_text()), a.previous_label)
+        res = merge(partial, json.loads(a.previous.read_text()), a.previous_label, a.previous_same_code)
     res = plain(_strip_raw(res))
     fig_dir = a.out / "kunserve"
     fig_dir.mkdir(parents=True, exist_ok=True)

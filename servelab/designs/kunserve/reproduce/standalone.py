@@ -7,11 +7,13 @@ the full run touches only these steps.
     python -m servelab.designs.kunserve.reproduce.standalone vs --from-partial P --systems "a,b" --out vs.json
     python -m servelab.designs.kunserve.reproduce.standalone pp --from-partial P --out pp.json
     python -m servelab.designs.kunserve.reproduce.standalone plan --out plan.json
+    python -m servelab.designs.kunserve.reproduce.standalone steps --from-partial P --steps "a;b" --out steps.json
 
 ``grid``: the faithful point over five seeds and a finer grid (``faithful_grid``); ``vs``: the
 vs-baselines gap for a subset of its systems (``gaps.GAP_SYSTEMS``), the subset recorded;
 ``pp``: the dispatch / compute-headroom gap test against vLLM-PP (``gap_pp``); ``plan``: the
-drop-plan time (measured: run it alone on a quiet machine).
+drop-plan time (measured: run it alone on a quiet machine); ``steps``: any of the full run's
+steps by label, in order, the results written after each.
 """
 
 from __future__ import annotations
@@ -147,7 +149,54 @@ def plan_main(argv=None) -> int:
     return 0
 
 
-SUBCOMMANDS = {"grid": grid_main, "vs": vs_main, "pp": pp_main, "plan": plan_main}
+def steps_main(argv=None) -> int:
+    """Named steps of the full run alone, in the given order, from a run's results (the
+    end-to-end blocks other steps read their rates from; a step run here that makes one, e.g.
+    ``end to end longbench 72B``, serves the steps after it). The results so far are written
+    after every step, so a run cut short keeps what it finished."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    from servelab.designs.kunserve.reproduce.run import FULL, REPRODUCTION, _start, _steps, _strip_raw
+    from servelab.metrics.plain_json import plain
+    from servelab.reproduce.runner import Run, _store, cpu_time_s
+
+    ap = argparse.ArgumentParser(description="steps of the full run, alone")
+    ap.add_argument("--from-partial", type=Path, required=True, help="a partial file or a full run's kunserve.json")
+    ap.add_argument("--steps", required=True, help="step labels separated by ';', run in this order")
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    if not a.from_partial.is_file():
+        print(f"steps: no file {a.from_partial}", file=sys.stderr)
+        return 2
+    data = json.loads(a.from_partial.read_text())
+    run = Run(REPRODUCTION, a.out.parent, False, 0, FULL, {}, 1, None, lambda m: print(m, file=sys.stderr, flush=True))
+    _start(run)
+    run.results["end_to_end"] = dict(data.get("results", data).get("end_to_end", {}))
+    known = {st.label: st for st in _steps(run)}
+    wanted = [x.strip() for x in a.steps.split(";") if x.strip()]
+    unknown = [x for x in wanted if x not in known]
+    if unknown:
+        print(f"steps: unknown steps {unknown} (known: {', '.join(known)})", file=sys.stderr)
+        return 2
+    done, timings, out = [], {}, {}
+    for label in wanted:
+        step = known[label]
+        run.say(f"[standalone] {label}")
+        t0 = cpu_time_s()
+        value = step.run(run)
+        timings[label] = cpu_time_s() - t0
+        _store(run.results, step.key, value)
+        _store(out, step.key, value)
+        done.append(label)
+        a.out.write_text(json.dumps(plain({"steps_done": done, "timings_cpu_s": timings,
+                                           "results": _strip_raw(out)})))
+        run.say(f"[standalone] {label}: {timings[label]:.0f} s CPU")
+    return 0
+
+
+SUBCOMMANDS = {"grid": grid_main, "vs": vs_main, "pp": pp_main, "plan": plan_main, "steps": steps_main}
 
 
 def _strip(value):
