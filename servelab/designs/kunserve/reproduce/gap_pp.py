@@ -5,7 +5,7 @@ H1, dispatch: Llumnix's freeness dispatcher (the most free KV per request) sends
 the pipeline groups, whose KV is twice a single's, and they queue there behind the groups'
 pipelined compute while single instances, short of KV, have compute to spare. It predicts,
 per seed, from the first group formed to the last arrival (``dispatch_probe``): (a) the groups
-get a larger share of the arrivals than their share of the GPUs; (b) arrivals sent to groups
+get a larger share of the arrivals than their share of the GPUs (by more than ``FAVOUR``); (b) arrivals sent to groups
 queue longer than those sent to single instances; (c) most of the worst 1% by TTFT that
 arrived then were sent to groups; (d) a group's queue waits for compute (its steps at 90% of
 the budget while requests queue, most of its queued time) while single instances' steps leave
@@ -38,6 +38,9 @@ KV_COMPUTE = "kunserve, dispatch kv+compute"
 SYSTEMS = {"vllm-pp": "vllm-pp", "kunserve": "kunserve", KV_COMPUTE: "kunserve:dispatch=kv+compute"}
 SATURATED = 0.5  # vLLM-PP compute-bound: its steps at >= 90% of the budget with requests queued, this share of its burst step time
 MAJORITY = 2 / 3  # of the seeds
+# (a): arrivals to groups over the groups' GPU share above this; a plain ">" read 100% of arrivals
+# against a 99% share (every instance in a group: no other destination) as favouring the groups
+FAVOUR = 1.1
 
 
 def _keep(runs: dict, summaries: dict) -> None:
@@ -46,9 +49,9 @@ def _keep(runs: dict, summaries: dict) -> None:
         summaries[name]["throughput_tok_s"] = r.get("throughput_tok_s")
 
 
-def run(over_seeds, rate: float, hw: st.Hardware, sizes: ex.Sizes) -> dict:
+def run(over_seeds, rate: float, hw: st.Hardware, sizes: ex.Sizes, factors=RATE_FACTORS) -> dict:
     grid = []
-    for f in RATE_FACTORS:
+    for f in factors:
         out = over_seeds(SYSTEMS, "decode-heavy", f * rate, hw, sizes, sizes.duration_s, sizes.bursts, hook=_keep)
         grid.append({"factor": f, "rate": f * rate, "seeds": out["seeds"]})
     return {"rate": rate, "workload": "decode-heavy", "systems": SYSTEMS, "saturated_share": SATURATED, "grid": grid}
@@ -82,7 +85,7 @@ def seed_h1(s: dict) -> dict:
            "group_fill": _get(grp, "fill"), "single_fill": _get(sgl, "fill"),
            "p99": kun["ttft_s"]["99"], "p99_kv_compute": alt["ttft_s"]["99"] if alt else None,
            "p99_vllm_pp": s["runs"]["vllm-pp"]["ttft_s"]["99"]}
-    out["a"] = _gt(out["to_groups"], out["group_gpu_share"])
+    out["a"] = _gt(out["to_groups"], None if out["group_gpu_share"] is None else FAVOUR * out["group_gpu_share"])
     out["b"] = _gt(out["queue_group_s"], out["queue_single_s"])
     out["c"] = None if out["worst_to_group_of_late"] is None else out["worst_to_group_of_late"] > 0.5
     out["d"] = None if out["group_queued_compute"] is None or out["single_fill"] is None else \
@@ -98,6 +101,12 @@ def pp_saturation(s: dict) -> float | None:
     """vLLM-PP's burst step time spent at >= 90% of the budget with requests queued (share)."""
     g = _get(s["runs"]["vllm-pp"], "dispatch", "burst", "steps", "group")
     return _share(_get(g, "queued_compute_s"), _get(g, "busy_s"))
+
+
+def pp_queue_for_compute(s: dict) -> float | None:
+    """Of vLLM-PP's burst step time with requests queued, the share at >= 90% of the budget."""
+    g = _get(s["runs"]["vllm-pp"], "dispatch", "burst", "steps", "group")
+    return _share(_get(g, "queued_compute_s"), _get(g, "queued_s"))
 
 
 def verdicts(block: dict) -> dict:
@@ -125,6 +134,7 @@ def verdicts(block: dict) -> dict:
         known_sat = [v for v in sat if v is not None]
         saturated = bool(known_sat) and sum(v >= SATURATED for v in known_sat) >= MAJORITY * len(known_sat)
         h2["rates"].append({"rate": row["rate"], "factor": row["factor"], "saturation": sat, "saturated": saturated,
+                            "queued_for_compute": [pp_queue_for_compute(s) for s in row["seeds"]],
                             "kun_over_pp": x, "kunserve_wins": sum(v < 1 for v in x) >= MAJORITY * len(x)
                             and float(np.mean(x)) < 1})
     at_faithful = h2["rates"][0]

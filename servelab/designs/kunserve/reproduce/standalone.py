@@ -115,14 +115,20 @@ def pp_main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description="KunServe against vLLM-PP: dispatch and compute headroom, alone")
     ap.add_argument("--from-partial", type=Path, required=True, help="a partial file or a full run's kunserve.json")
+    ap.add_argument("--factors", default=None, help="rate factors, comma-separated (default: gap_pp.RATE_FACTORS)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
+    try:
+        factors = tuple(float(x) for x in a.factors.split(",")) if a.factors else gap_pp.RATE_FACTORS
+    except ValueError:
+        print(f"gap_pp: --factors must be numbers separated by commas, got {a.factors!r}", file=sys.stderr)
+        return 2
     point = _faithful(a.from_partial) if a.from_partial.is_file() else None
     if point is None:
         print(f"gap_pp: no faithful end-to-end block in {a.from_partial}", file=sys.stderr)
         return 2
     t0 = cpu_time_s()
-    out = gap_pp.run(_over_seeds, point["rate"], _clusters(FULL)[0], FULL)
+    out = gap_pp.run(_over_seeds, point["rate"], _clusters(FULL)[0], FULL, factors)
     label = "gap: KunServe vs vLLM-PP, dispatch and compute headroom"
     a.out.write_text(json.dumps(plain({"steps_done": [label], "timings_cpu_s": {label: cpu_time_s() - t0},
                                        "results": {"gap_pp": _strip(out)}})))
