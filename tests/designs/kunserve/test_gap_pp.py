@@ -59,22 +59,24 @@ def test_the_probe_reads_destinations_queueing_and_what_each_queue_waits_for():
 
 
 def _run(p99, to_groups=0.8, gpu=0.5, qg=2.0, qs=0.1, late=(0.5, 0.5, 0.0), compute=(3.0, 4.0), single_fill=0.5,
-         sat=None):
+         sat=None, queued=0.0):
     d = {"to_groups": to_groups, "group_gpu_share": gpu,
          "by_dest": {"group": {"mean_queue_s": qg}, "single": {"mean_queue_s": qs}},
          "worst": {"before": late[0], "to_group": late[1], "to_single": late[2]},
          "steps": {"group": {"queued_compute_s": compute[0], "queued_s": compute[1], "queued_other_kv_full_s": 0.0,
                              "fill": 0.8}, "single": {"fill": single_fill}}}
-    burst = {"steps": {"group": {"queued_compute_s": sat, "busy_s": 1.0}}} if sat is not None else None
+    burst = {"steps": {"group": {"queued_compute_s": sat, "queued_s": max(sat, queued), "busy_s": 1.0}}} \
+        if sat is not None else None
     return {"ttft_s": {"99": p99}, "dispatch": {"after_first_group": d, "burst": burst}}
 
 
-def _block(kun=(2.0, 2.4, 3.0), alt=(1.2, 1.3, 1.4), pp=(1.0, 1.1, 1.2), sat=(0.1, 0.7), high=(0.8, 0.9, 0.9), **kw):
-    def row(f, s_pp, kun_p99, pp_p99):
+def _block(kun=(2.0, 2.4, 3.0), alt=(1.2, 1.3, 1.4), pp=(1.0, 1.1, 1.2), sat=(0.1, 0.7), high=(0.8, 0.9, 0.9),
+           queued=(0.0, 0.0), **kw):
+    def row(f, s_pp, kun_p99, pp_p99, q):
         return {"factor": f, "rate": 6.9 * f, "seeds": [
-            {"seed": i, "runs": {"vllm-pp": _run(pp_p99[i], sat=s_pp), "kunserve": _run(kun_p99[i], **kw),
+            {"seed": i, "runs": {"vllm-pp": _run(pp_p99[i], sat=s_pp, queued=q), "kunserve": _run(kun_p99[i], **kw),
                                  gap_pp.KV_COMPUTE: _run(alt[i])}} for i in range(3)]}
-    return {"rate": 6.9, "grid": [row(1.0, sat[0], kun, pp), row(2.0, sat[1], high, (1.0, 1.0, 1.0))]}
+    return {"rate": 6.9, "grid": [row(1.0, sat[0], kun, pp, queued[0]), row(2.0, sat[1], high, (1.0, 1.0, 1.0), queued[1])]}
 
 
 def test_the_verdicts_follow_the_numbers():
@@ -92,6 +94,9 @@ def test_the_verdicts_follow_the_numbers():
     assert gap_pp.verdicts(_block(high=(1.5, 1.2, 0.9)))["h2"]["verdict"] == "refuted"
     assert gap_pp.verdicts(_block(sat=(0.1, 0.2)))["h2"]["verdict"] == "untested"
     assert gap_pp.verdicts(_block(sat=(0.8, 0.9)))["h2"]["verdict"] == "refuted"  # no headroom at the faithful rate
+    # never compute-bound (its KV binds first) but overloaded at 2x: read there, and KunServe above it refutes
+    v = gap_pp.verdicts(_block(sat=(0.1, 0.3), queued=(0.2, 0.9), high=(1.2, 1.3, 1.1)))["h2"]
+    assert v["verdict"] == "refuted" and v["by_overload"] and [r["overloaded"] for r in v["rates"]] == [False, True]
 
 
 def test_the_section_prints_each_prediction_and_verdict():

@@ -17,8 +17,11 @@ H2, compute headroom: at the faithful point compute has room, so vLLM-PP's lower
 (its pipeline bubbles; the paper: 3.3-21.8% below DP, the paper's reason vLLM-PP loses) never
 binds. It predicts that vLLM-PP's queue in the burst is not waiting for compute at the
 faithful rate, and that at a higher rate where it is (``saturated``), KunServe's P99 TTFT is
-below vLLM-PP's. KunServe still at or above vLLM-PP there refutes it; a grid that never
-saturates vLLM-PP leaves it untested.
+below vLLM-PP's. KunServe still at or above vLLM-PP there refutes it. Where no rate meets that
+compute-bound criterion (at decode-heavy lengths vLLM-PP's KV binds first as the rate grows),
+the rates where vLLM-PP is overloaded (requests queued, for compute or memory, most of its burst
+step time: its throughput binds whatever binds it) are read instead, and the report says so;
+with neither, it is untested.
 
 The grid: the faithful rate x ``RATE_FACTORS``, vLLM-PP, KunServe and KunServe with the
 kv+compute dispatcher, on every seed's arrivals (the same lengths and bursts). Higher rates are
@@ -93,6 +96,11 @@ def seed_h1(s: dict) -> dict:
     return out
 
 
+def _majority(vals) -> bool:
+    known = [v for v in vals if v is not None]
+    return bool(known) and sum(v >= SATURATED for v in known) >= MAJORITY * len(known)
+
+
 def _gt(a, b):
     return None if a is None or b is None else a > b
 
@@ -101,6 +109,12 @@ def pp_saturation(s: dict) -> float | None:
     """vLLM-PP's burst step time spent at >= 90% of the budget with requests queued (share)."""
     g = _get(s["runs"]["vllm-pp"], "dispatch", "burst", "steps", "group")
     return _share(_get(g, "queued_compute_s"), _get(g, "busy_s"))
+
+
+def pp_queued(s: dict) -> float | None:
+    """vLLM-PP's burst step time with requests queued, for compute or for memory (share)."""
+    g = _get(s["runs"]["vllm-pp"], "dispatch", "burst", "steps", "group")
+    return _share(_get(g, "queued_s"), _get(g, "busy_s"))
 
 
 def pp_queue_for_compute(s: dict) -> float | None:
@@ -135,6 +149,8 @@ def verdicts(block: dict) -> dict:
         saturated = bool(known_sat) and sum(v >= SATURATED for v in known_sat) >= MAJORITY * len(known_sat)
         h2["rates"].append({"rate": row["rate"], "factor": row["factor"], "saturation": sat, "saturated": saturated,
                             "queued_for_compute": [pp_queue_for_compute(s) for s in row["seeds"]],
+                            "queued": [pp_queued(s) for s in row["seeds"]],
+                            "overloaded": _majority([pp_queued(s) for s in row["seeds"]]),
                             "kun_over_pp": x, "kunserve_wins": sum(v < 1 for v in x) >= MAJORITY * len(x)
                             and float(np.mean(x)) < 1})
     at_faithful = h2["rates"][0]
@@ -142,7 +158,11 @@ def verdicts(block: dict) -> dict:
     if at_faithful["saturated"]:
         h2["verdict"] = "refuted"  # the premise of H2 (headroom at the faithful point) is false
     elif not sat_rows:
-        h2["verdict"] = "untested"
+        # the compute-bound criterion unmet (KV can bind first): read where vLLM-PP is overloaded instead,
+        # its requests queued (for compute or memory) most of its burst step time; named in the report
+        over = [r for r in h2["rates"][1:] if r["overloaded"]]
+        h2["by_overload"] = bool(over)
+        h2["verdict"] = "untested" if not over else ("holds" if all(r["kunserve_wins"] for r in over) else "refuted")
     else:
         h2["verdict"] = "holds" if all(r["kunserve_wins"] for r in sat_rows) else "refuted"
     return {"h1": h1, "h1_seeds": rows, "h2": h2}
