@@ -3,7 +3,13 @@ the need, ties go to the most loaded; stage ranges cover the model."""
 
 from __future__ import annotations
 
-from servelab.designs.kunserve.drop_plan import drop_plan, merge_layers, stage_layers, time_drop_plan
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servelab.designs.kunserve.drop_plan import (BULK_FROM, _bulk_plan, _heap_plan, drop_plan, merge_layers,
+                                                 stage_layers, time_drop_plan)
 
 
 def test_pairs_singletons_before_growing_groups():
@@ -59,3 +65,53 @@ def test_a_merge_of_formed_groups_keeps_each_member_inside_the_layers_it_holds()
         assert all(have[i][0] <= lo and hi <= have[i][1] for i, (lo, hi) in layout)
     assert [r for _, r in merge_layers(cases[0], 48)] == [(0, 12), (12, 24), (24, 36), (36, 48)]
     assert merge_layers([(0, (0, 24)), (1, (30, 48))], 48) is None  # layers 24-30: nobody holds them
+
+
+@st.composite
+def _plan_inputs(draw):
+    """Groups partitioning shuffled instance ids (singles and formed groups), ties drawn from a
+    few values (so equal ties happen) or none, needs from none to everything, and caps."""
+    ids = draw(st.permutations(list(range(draw(st.integers(1, 48))))))
+    sizes = draw(st.lists(st.integers(1, 5), min_size=len(ids), max_size=len(ids)))
+    groups, k = [], 0
+    for size in sizes:
+        if k >= len(ids):
+            break
+        groups.append(tuple(ids[k:k + size]))
+        k += size
+    values = st.sampled_from([0.0, -1.0, 0.5, 1.0, 2.0, -0.0]) | st.floats(-3, 3)
+    tie = draw(st.none() | st.dictionaries(st.sampled_from(ids), values))
+    need = draw(st.sampled_from([0.0, -1.0, 1e18]) | st.floats(0, 60))
+    copy = draw(st.sampled_from([1.0, 0.1, 0.3, 2.5, 0.0]))
+    cap = draw(st.none() | st.integers(1, 12))
+    return groups, need, copy, tie, cap
+
+
+@settings(max_examples=400, deadline=None)
+@given(_plan_inputs())
+def test_the_bulk_plan_is_the_heap_plan(args):
+    """The faster planner (runs of merges per numpy operation) changes no plan: the same groups,
+    merged groups in the same order, the same bytes freed, on random inputs."""
+    assert _bulk_plan(*args) == _heap_plan(*args)
+
+
+def test_the_bulk_plan_is_the_heap_plan_at_cluster_scale():
+    """Past ``BULK_FROM`` ``drop_plan`` takes the bulk path; hundreds to thousands of groups,
+    some already formed, random loads, needs and caps: every plan equals the heap's."""
+    rnd = random.Random(24)
+    for trial in range(30):
+        n = rnd.randint(BULK_FROM, 2048)
+        ids = list(range(n))
+        rnd.shuffle(ids)
+        groups, k = [], 0
+        while k < n:
+            size = rnd.choice((1, 1, 1, 2, 4))
+            groups.append(tuple(ids[k:k + size]))
+            k += size
+        tie = {i: float(rnd.randint(0, 20)) for i in ids} if trial % 3 else {i: rnd.random() for i in ids}
+        for need, cap in ((float(n), None), (rnd.uniform(0, n / 2), None), (float(n), rnd.choice((2, 4, 8, 64)))):
+            assert drop_plan(groups, need, 1.0, tie, cap) == _heap_plan(groups, need, 1.0, tie, cap)
+    nan_tie = {0: float("nan")} | {i: 1.0 for i in range(1, BULK_FROM)}
+    singles = [(i,) for i in range(BULK_FROM)]
+    assert _bulk_plan(singles, 5.0, 1.0, nan_tie, None) is None  # NaN: no key order; the heap plans
+    assert drop_plan(singles, 5.0, 1.0, nan_tie) == _heap_plan(singles, 5.0, 1.0, nan_tie, None)

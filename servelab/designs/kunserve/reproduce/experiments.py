@@ -91,6 +91,7 @@ def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec
     out["trigger_trace"] = trigger_trace.trace(router, log, table.arrival_s, ttft, table.queueing_s, table.request_id)
     out["raw"]["gap_bins"] = tpot_split.binned(res.requests, log, float(res.makespan_s))
     out["fill"] = _fill_after_drop(res.collector.steps, log, st.token_budget(hw), out["last_arrival_s"])
+    out["dispatch"] = _dispatch(res, log, router, table, hw, sizes, out["last_arrival_s"])
     out["events"] = [(t, k, d) for t, k, d in log if k in ("form", "split", "merge", "fail", "restore", "restored")]
     out["exchange_events"] = [(t, k, {"group": d["group"]}) for t, k, d in log if k == "exchanged"]
     ex = [d for _, k, d in log if k == "exchanged"]
@@ -160,6 +161,22 @@ def _fill_after_drop(steps, log, budget: int, until_s: float) -> dict | None:
         w = float(np.sum(dur[sel]))
         out[name] = float(np.sum(fill[sel] * dur[sel]) / w) if w > 0 else None
     out["first_form_s"] = forms[0][0]
+    return out
+
+
+def _dispatch(res, log, router, table, hw: st.Hardware, sizes: Sizes, last_arrival_s: float) -> dict:
+    """``dispatch_probe`` from the first group formed to the last arrival, and over the first burst."""
+    from servelab.designs.kunserve.reproduce import dispatch_probe
+
+    def probe(window):
+        return dispatch_probe.measure(res.collector.steps, log, getattr(router, "placed", None), table.request_id,
+                                      table.arrival_s, table.queueing_s, table.ttft_s, st.token_budget(hw),
+                                      hw.num_instances, window)
+
+    forms = [t for t, k, _ in log if k == "form"]
+    out = {"after_first_group": probe((min(forms), last_arrival_s))} if forms else {}
+    if sizes.bursts:
+        out["burst"] = probe(tuple(sizes.bursts[0]))
     return out
 
 

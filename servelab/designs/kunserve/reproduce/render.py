@@ -12,6 +12,13 @@ subset of systems); the first file holding a section wins:
 
     python -m servelab.designs.kunserve.reproduce.render --partial docs/reproduction/kunserve.partial.json \\
         --previous old/kunserve.json --previous-label "commit 3bd0fd6" --out docs/reproduction
+
+With ``--base`` instead of ``--previous``, the base is a full run of this code and the partial
+files hold steps rerun alone after it (a change that touched only them): their sections replace
+the full run's, and the report's head names them and ``--why``:
+
+    python -m servelab.designs.kunserve.reproduce.render --partial plan.json --partial pp.json \\
+        --base docs/reproduction/kunserve.json --why "..." --out docs/reproduction
 """
 
 from __future__ import annotations
@@ -25,9 +32,11 @@ SECTIONS = ("plan_time", "eq1", "end_to_end", "gap_microbatches", "gap_vs_baseli
             "ablation_memory_bound", "restore", "ablation", "extreme", "pp_throughput", "gap_merge")
 
 
-def merge(partial: dict, previous: dict, label: str) -> dict:
+def merge(partial: dict, previous: dict, label: str, same_code: bool = False) -> dict:
     """The partial run's results, each missing section (an end-to-end workload counts as one)
-    taken from ``previous``; ``reused`` lists what came from where."""
+    taken from ``previous``; ``reused`` lists what came from where. ``same_code``: the previous
+    run's simulation code is this one's (shown, e.g., by a step rerun here giving identical
+    numbers); the sections it had itself taken from an older run are listed apart."""
     res = dict(partial["results"])
     reused = []
     for key in SECTIONS:
@@ -44,6 +53,23 @@ def merge(partial: dict, previous: dict, label: str) -> dict:
     timings = dict(partial.get("timings_cpu_s", {}))
     res["timings_cpu_s"] = timings
     res["reused"] = {"from": label, "sections": reused, "steps_run": list(partial.get("steps_done", []))}
+    if same_code:  # the previous run's own sections are this code's; those it took from an older run are not
+        older = previous.get("reused") or {}
+        old = [x for x in reused if x in older.get("sections", [])]
+        res["reused"] |= {"same_code": True, "sections": [x for x in reused if x not in old],
+                          "older": {"from": older.get("from"), "sections": old}}
+    return res
+
+
+def rebase(partial: dict, base: dict, why: str) -> dict:
+    """A full run's results with the rerun steps' sections in place of its own (an end-to-end
+    workload counts as one); ``rerun`` lists the steps and why."""
+    res = dict(base)
+    res.pop("reused", None)
+    for k, v in partial["results"].items():
+        res[k] = res.get(k, {}) | v if k == "end_to_end" else v
+    res["timings_cpu_s"] = dict(base.get("timings_cpu_s", {})) | dict(partial.get("timings_cpu_s", {}))
+    res["rerun"] = {"steps": list(partial.get("steps_done", [])), "why": why}
     return res
 
 
@@ -51,11 +77,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--partial", type=Path, action="append", required=True,
                     help="partial results, repeatable (the first holding a section wins)")
-    ap.add_argument("--previous", type=Path, required=True)
-    ap.add_argument("--previous-label", required=True, help="where the previous results come from (a commit)")
+    ap.add_argument("--previous", type=Path, help="a previous full run's kunserve.json, for the sections not reached")
+    ap.add_argument("--previous-label", help="where the previous results come from (a commit)")
+    ap.add_argument("--previous-same-code", action="store_true",
+                    help="the previous run's simulation code is this one's (its own older sections listed apart)")
+    ap.add_argument("--base", type=Path, help="a full run's kunserve.json of this code: the partial files' steps "
+                                              "were rerun after it and replace its sections")
+    ap.add_argument("--why", help="with --base: why those steps were rerun (printed at the report's head)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
-    for p in (*a.partial, a.previous):
+    if (a.previous is None) == (a.base is None) or (a.previous and not a.previous_label) or (a.base and not a.why):
+        print("render: give --previous with --previous-label, or --base with --why", file=sys.stderr)
+        return 2
+    for p in (*a.partial, a.previous or a.base):
         if not p.is_file():
             print(f"render: no file {p}", file=sys.stderr)
             return 2
@@ -75,7 +109,10 @@ def main(argv=None) -> int:
                 partial["results"].setdefault(k, v)
         partial["steps_done"] += [x for x in part.get("steps_done", []) if x not in partial["steps_done"]]
         partial["timings_cpu_s"] = part.get("timings_cpu_s", {}) | partial["timings_cpu_s"]
-    res = merge(partial, json.loads(a.previous.read_text()), a.previous_label)
+    if a.base is not None:
+        res = rebase(partial, json.loads(a.base.read_text()), a.why)
+    else:
+        res = merge(partial, json.loads(a.previous.read_text()), a.previous_label, a.previous_same_code)
     res = plain(_strip_raw(res))
     fig_dir = a.out / "kunserve"
     fig_dir.mkdir(parents=True, exist_ok=True)

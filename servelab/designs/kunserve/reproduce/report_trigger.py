@@ -109,10 +109,10 @@ def timeline_section(res: dict) -> list[str]:
 
 
 def _phase_reading(phase: str) -> str:
-    return {"group": "In a group after its exchange landed, with KV to spare, the worst requests queue for the "
-                     "group's compute: the dispatcher (Llumnix's most free KV per request) keeps sending arrivals to "
-                     "the groups, whose KV is twice a single's, while single instances decode with compute to spare "
-                     "(budget used by groups' and singles' steps in the table above).",
+    return {"group": "They queue in a group after its exchange landed. The reason given before, that the "
+                     "dispatcher (Llumnix's most free KV per request) keeps sending arrivals to the groups, whose KV "
+                     "is twice a single's, where they queue for compute while single instances have compute to "
+                     "spare, is tested in *Gap: why KunServe loses to vLLM-PP* below (H1).",
             "exchange": "The KV exchange holds them: requests rejoining a group wait for their KV to land.",
             "single, before its drop": "They queue on single instances before their unit's trigger fires: the "
                                        "burst's queue builds before memory is exhausted."}[phase]
