@@ -31,6 +31,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from servelab.designs.kunserve.reproduce.trigger_trace import group_ends
+
 FILL_FULL = 0.9  # as the premise check's: a step at 90% of its budget leaves no room for queued work
 KV_FULL = 0.95  # as the premise check's
 KINDS = ("group", "single")
@@ -39,10 +41,7 @@ KINDS = ("group", "single")
 def group_spans(events: Sequence) -> list[tuple[int, float, float, int]]:
     """(group id, formed, ended, members) for every group in the reconfiguration log
     ``(t, kind, details)``; a group still alive at the end ends at infinity."""
-    ends: dict[int, list[float]] = {}
-    for t, kind, d in events:
-        if kind in ("split", "merge"):
-            ends.setdefault(d["group"], []).append(t)
+    ends = group_ends(events)
     out = []
     for t, kind, d in events:
         if kind == "form":

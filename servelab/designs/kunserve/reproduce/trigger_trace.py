@@ -18,16 +18,24 @@ import numpy as np
 PHASES = ("single, before its drop", "exchange", "group")
 
 
+def group_ends(events) -> dict[int, list[float]]:
+    """Group id -> the times it split or merged into another, from the reconfiguration log
+    ``(t, kind, details)`` (a group id is reused after a split, so callers take the first end
+    after the formation they look at)."""
+    ends: dict[int, list[float]] = {}
+    for t, kind, d in events:
+        if kind in ("split", "merge"):
+            ends.setdefault(d["group"], []).append(t)
+    return ends
+
+
 def _unit_spans(events) -> list[tuple[float, float, float, tuple[int, ...]]]:
     """(formed, exchange landed, ended, members) per group, from the reconfiguration log."""
     landed = {}
     for t, kind, d in events:
         if kind == "exchanged":
             landed.setdefault(d["group"], []).append(t)
-    ends: dict[int, list[float]] = {}
-    for t, kind, d in events:
-        if kind in ("split", "merge"):
-            ends.setdefault(d["group"], []).append(t)
+    ends = group_ends(events)
     out = []
     for t, kind, d in events:
         if kind != "form":
