@@ -44,6 +44,8 @@ SHAPES = ((32, 288), (8, 1116), (32, 1152))  # (batch, context): vs_vllm_steps' 
 
 
 def cpu_ms(fn, repeats: int) -> float:
+    """Median CPU ms of ``fn()`` after a warm-up: servelab.engine.bench.median_cpu_ms, repeated here
+    because this file also runs as a child in vLLM's venv, where servelab is not importable."""
     fn()
     times = []
     for _ in range(repeats):
