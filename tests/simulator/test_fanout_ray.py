@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
+import ray  # pinned in the lock: the ray backend is part of what is tested, never skipped
 
-ray = pytest.importorskip("ray")
-
-from servelab import api  # noqa: E402
-from servelab.core.errors import UserError  # noqa: E402
-from servelab.core.request import SLO  # noqa: E402
-from servelab.simulator.fanout import Fanout  # noqa: E402
-from simkit import random_workload  # noqa: E402
+from servelab import api
+from servelab.core.errors import UserError
+from servelab.core.request import SLO
+from servelab.simulator.fanout import Fanout
+from simkit import random_workload
 
 
 @pytest.mark.slow
@@ -19,14 +18,19 @@ def test_sweep_on_local_ray_same_rows_as_serial():
     slo = SLO(ttft_s=0.5, tpot_s=0.05)
     started = not ray.is_initialized()
     try:
-        heard = []
-        try:
-            fanned = api.sweep(workload, ["vllm", "sarathi"], [2.0, 8.0], slo=slo,
-                               fanout=Fanout(jobs=2, backend="ray"), on_point=heard.append)
-        except UserError as err:  # an overloaded machine: Ray's raylet missed its start-up deadline
-            if "could not start a local Ray" in str(err):
-                pytest.skip(str(err))
-            raise
+        for attempt in range(3):
+            heard = []
+            try:
+                fanned = api.sweep(workload, ["vllm", "sarathi"], [2.0, 8.0], slo=slo,
+                                   fanout=Fanout(jobs=2, backend="ray"), on_point=heard.append)
+                break
+            except UserError as err:
+                # Ray's raylet has a fixed 30 s start-up deadline that an overloaded machine can
+                # miss: start it again rather than skip; a third miss fails the test
+                if "could not start a local Ray" not in str(err) or attempt == 2:
+                    raise
+                if ray.is_initialized():
+                    ray.shutdown()
         serial = api.sweep(workload, ["vllm", "sarathi"], [2.0, 8.0], slo=slo)
     finally:
         if started and ray.is_initialized():
