@@ -20,9 +20,9 @@ import numpy as np
 
 from servelab.cluster.config import ClusterConfig
 from servelab.cluster.presets import cluster_for
-from servelab.core.errors import UserError
 from servelab.core.request import RequestSpec
 from servelab.designs.alignedserve.reproduce import latency
+from servelab.reproduce.jobs import JOBS_ENV, map_in_processes  # noqa: F401  (JOBS_ENV: the tests' handle)
 from servelab.simulator.run import Simulation
 
 GPU = "H100-80GB"
@@ -142,36 +142,12 @@ def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *
     return out
 
 
-JOBS_ENV = "SERVELAB_REPRO_JOBS"  # worker processes for ``run_many`` (unset or 1: in this process)
-
-
 def run_many(tasks: list[dict], keep: Callable[[dict], dict] | None = None) -> list[dict]:
     """``keep(run(**task))`` for each task, in order (``keep``: a module-level function that keeps
-    what the caller needs, applied where the run ran, so a worker sends back rows, not traces).
-    With ``SERVELAB_REPRO_JOBS`` > 1 the runs spread over that many worker processes (as
-    KunServe's reproduction): every run is a deterministic simulation of the requests in its task,
-    so the results are the same as in one process (the test compares them) but for ``cpu_s``,
-    each run's own; the runner charges the workers' CPU to the step once they have ended
-    (``runner.cpu_time_s``)."""
-    import os
-
-    raw = os.environ.get(JOBS_ENV, "1") or "1"
-    try:
-        jobs = int(raw)
-    except ValueError:
-        raise UserError(f"{JOBS_ENV} must be a whole number of processes, got {raw!r}") from None
-    if jobs <= 1 or len(tasks) <= 1:
-        return [_run_task((t, keep)) for t in tasks]
-    from concurrent.futures import ProcessPoolExecutor
-
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)))
-    try:
-        out = list(pool.map(_run_task, [(t, keep) for t in tasks]))
-    except BaseException:  # Ctrl-C / SIGTERM / a failed run: drop the queued runs (``with`` would wait for them all)
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
-    return out
+    what the caller needs, applied where the run ran, so a worker sends back rows, not traces),
+    over ``SERVELAB_REPRO_JOBS`` worker processes (``servelab.reproduce.jobs``: same results as
+    one process but for ``cpu_s``, each run's own)."""
+    return map_in_processes(_run_task, [(t, keep) for t in tasks])
 
 
 def _run_task(item: tuple[dict, Callable[[dict], dict] | None]) -> dict:

@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from servelab.designs.kunserve.reproduce import setting as st
+from servelab.reproduce.jobs import map_in_processes
 from servelab.metrics import RequestTable
 from servelab.simulator import Simulation
 
@@ -110,23 +111,11 @@ def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec
     return out
 
 
-JOBS_ENV = "SERVELAB_REPRO_JOBS"  # worker processes for ``run_many`` (unset or 1: in this process)
-
-
 def run_many(tasks: Sequence[dict]) -> list[dict]:
-    """``run_system(**task)`` for each task, in order. With ``SERVELAB_REPRO_JOBS`` > 1 the runs
-    spread over that many worker processes: every run is deterministic and independent (its
-    arrivals are in the task), so the results are the same; the runner charges the workers'
-    CPU to the step (``runner.cpu_time_s``)."""
-    import os
-
-    jobs = int(os.environ.get(JOBS_ENV, "1") or 1)
-    if jobs <= 1 or len(tasks) <= 1:
-        return [run_system(**t) for t in tasks]
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
-        return list(pool.map(_run_task, tasks))
+    """``run_system(**task)`` for each task, in order, over ``SERVELAB_REPRO_JOBS`` worker
+    processes (``servelab.reproduce.jobs``): every run is deterministic and independent (its
+    arrivals are in the task), so the results are the same as in one process."""
+    return map_in_processes(_run_task, tasks)
 
 
 def _run_task(task: dict) -> dict:
