@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from servelab.designs.kunserve.reproduce import setting as st
+from servelab.designs.kunserve.reproduce.trigger_trace import group_ends
 from servelab.reproduce.jobs import map_in_processes
 from servelab.metrics import RequestTable
 from servelab.simulator import Simulation
@@ -129,10 +130,7 @@ def _fill_after_drop(steps, log, budget: int, until_s: float) -> dict | None:
     forms = [(t, d["group"], len(d["members"])) for t, k, d in log if k == "form"]
     if not forms or not len(steps):
         return None
-    ends: dict[int, list[float]] = {}
-    for t, k, d in log:
-        if k in ("split", "merge"):
-            ends.setdefault(d["group"], []).append(t)
+    ends = group_ends(log)
     spans = []  # (group id, from, to, stages)
     for t, gid, n in forms:
         later = [e for e in ends.get(gid, []) if e > t]
