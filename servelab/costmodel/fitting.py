@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import isotonic_regression
+
+MAX_FACTOR_TOKENS = 16  # token counts that get their own factor in a linear step-time model
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +78,32 @@ def nonneg_relative_lstsq_elimination(features: np.ndarray, measured: np.ndarray
             break
         del active[int(np.argmin(sol))]
     return coef
+
+
+def small_token_factors(tokens: np.ndarray, ratios: np.ndarray, c_step: float = 0.0, per_row: float = 0.0,
+                        max_tokens: int = MAX_FACTOR_TOKENS) -> tuple[float, ...]:
+    """Median ratio per token count <= ``max_tokens`` timed at least twice, made monotone,
+    linear between those counts, up to the largest; clipped to [0.5, 2] (a BLAS regime is tens
+    of percent, more is noise). Empty when fewer than two such counts were timed, or when no
+    step was larger (the line then has nothing else to fit and the factors would only echo its
+    misfit).
+
+    Monotone: a decode of T + 1 rows does everything one of T rows does and more, so the line's
+    part of it, ``(c_step + per_row * T) * factor(T)``, may not fall as T grows; the medians
+    are fitted to that by pool-adjacent-violators (weighted by steps; scipy's
+    ``isotonic_regression``). Without it a burst of load during a few small steps made a 1-row decode dearer than a 3-row one."""
+    small = [int(t) for t in tokens if 0 < t <= max_tokens]
+    counts = sorted(t for t in set(small) if small.count(t) >= 2)
+    if len(counts) < 2 or not np.any(tokens > max_tokens):
+        return ()
+    line = np.array([c_step + per_row * t for t in counts])
+    medians = np.array([float(np.median(ratios[tokens == t])) for t in counts])
+    weights = [small.count(t) for t in counts]
+    if np.all(line > 0):
+        medians = isotonic_regression(medians * line, weights=np.asarray(weights, dtype=float)).x / line
+    grid = np.arange(1, counts[-1] + 1)
+    if np.all(line > 0):  # interpolate the step times (monotone), not the factors
+        values = np.interp(grid, counts, medians * line) / (c_step + per_row * grid)
+    else:
+        values = np.interp(grid, counts, medians)
+    return tuple(float(np.clip(v, 0.5, 2.0)) for v in values)

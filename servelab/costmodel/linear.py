@@ -49,14 +49,14 @@ from servelab.catalog.instance import InstanceSpec, kv_bytes_per_token
 from servelab.core.errors import UserError, shown
 from servelab.core.plan import StepShape
 from servelab.costmodel.base import register_cost_model
-from servelab.costmodel.fitting import FitError, fit_error, nonneg_relative_lstsq
+from servelab.costmodel.fitting import (MAX_FACTOR_TOKENS, FitError, fit_error, nonneg_relative_lstsq,
+                                        small_token_factors)
 from servelab.costmodel.links import LinkSpec
 
 SCHEMA = "servelab.linear_cost_model"
 SCHEMA_VERSION = 4
 READABLE_VERSIONS = (1, 2, 3, 4)
 ATTENTION_KERNELS = ("auto", "padded", "split-kv")
-MAX_FACTOR_TOKENS = 16  # token counts that get their own factor
 COEFFICIENTS = ("c_step", "c_token", "c_decode_ctx", "c_prefill_attn", "c_row", "c_swap_block", "c_decode_pad")
 REQUIRED_COEFFICIENTS = COEFFICIENTS[:5]  # c_swap_block (no swap measured), c_decode_pad (v1) may be absent
 
@@ -288,7 +288,7 @@ def _fit_arrays(features: np.ndarray, tokens: np.ndarray, measured: np.ndarray, 
         base = x[:, _BASE_COLUMNS] @ coef[_BASE_COLUMNS]
         rest = x @ coef - base
         per_row = float(coef[COEFFICIENTS.index("c_token")] + coef[COEFFICIENTS.index("c_row")])
-        table = _token_factors(tokens, (measured - rest) / np.maximum(base, 1e-12),
+        table = small_token_factors(tokens, (measured - rest) / np.maximum(base, 1e-12),
                                float(coef[COEFFICIENTS.index("c_step")]), per_row)
     return coef, table
 
@@ -299,47 +299,6 @@ def _predict(features: np.ndarray, coef: np.ndarray, table: tuple[float, ...], k
     scale = np.array([table[int(t) - 1] if 0 < t <= len(table) else 1.0 for t in features[:, 1]])
     base = features[:, _BASE_COLUMNS] @ coef[_BASE_COLUMNS]
     return base * scale + (features @ coef - base)
-
-
-def _token_factors(tokens: np.ndarray, ratios: np.ndarray, c_step: float = 0.0, per_row: float = 0.0
-                   ) -> tuple[float, ...]:
-    """Median ratio per token count <= MAX_FACTOR_TOKENS timed at least twice, made monotone,
-    linear between those counts, up to the largest; clipped to [0.5, 2] (a BLAS regime is tens
-    of percent, more is noise). Empty when fewer than two such counts were timed, or when no
-    step was larger (the line then has nothing else to fit and the factors would only echo its
-    misfit).
-
-    Monotone: a decode of T + 1 rows does everything one of T rows does and more, so the line's
-    part of it, ``(c_step + per_row * T) * factor(T)``, may not fall as T grows; the medians
-    are fitted to that by pool-adjacent-violators (weighted by steps). Without it a burst of
-    load during a few small steps made a 1-row decode dearer than a 3-row one."""
-    small = [int(t) for t in tokens if 0 < t <= MAX_FACTOR_TOKENS]
-    counts = sorted(t for t in set(small) if small.count(t) >= 2)
-    if len(counts) < 2 or not np.any(tokens > MAX_FACTOR_TOKENS):
-        return ()
-    line = np.array([c_step + per_row * t for t in counts])
-    medians = np.array([float(np.median(ratios[tokens == t])) for t in counts])
-    weights = [small.count(t) for t in counts]
-    if np.all(line > 0):
-        medians = isotonic(medians * line, weights) / line
-    grid = np.arange(1, counts[-1] + 1)
-    if np.all(line > 0):  # interpolate the step times (monotone), not the factors
-        values = np.interp(grid, counts, medians * line) / (c_step + per_row * grid)
-    else:
-        values = np.interp(grid, counts, medians)
-    return tuple(float(np.clip(v, 0.5, 2.0)) for v in values)
-
-
-def isotonic(values: np.ndarray, weights) -> np.ndarray:
-    """The non-decreasing sequence closest to ``values`` in weighted least squares (pool
-    adjacent violators)."""
-    blocks: list[list[float]] = []  # [mean, weight, length]
-    for v, w in zip(values, weights):
-        blocks.append([float(v), float(w), 1])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (m2, w2, n2), (m1, w1, n1) = blocks.pop(), blocks.pop()
-            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
-    return np.array([m for m, _, n in blocks for _ in range(n)])
 
 
 def fit_linear_cost_model(samples: list[tuple[StepShape, float]], *, kv_bytes_per_token: int = 0,

@@ -219,10 +219,3 @@ def test_a_load_burst_on_the_small_steps_cannot_make_fewer_rows_dearer():
     burst = TRUE.step_time_s(StepShape(num_decodes=1, decode_context_sum=128, decode_context_max=128)) * 1.25
     assert times[0] < 0.95 * burst  # the 1-row decode is not priced at the burst
 
-
-def test_isotonic_pools_adjacent_violators():
-    from servelab.costmodel.linear import isotonic
-
-    assert isotonic(np.array([3.0, 1.0, 2.0, 5.0]), [1, 1, 1, 1]).tolist() == [2.0, 2.0, 2.0, 5.0]
-    assert isotonic(np.array([1.0, 4.0, 2.0]), [1, 3, 1]).tolist() == [1.0, 3.5, 3.5]
-    assert isotonic(np.array([1.0, 2.0]), [1, 1]).tolist() == [1.0, 2.0]
