@@ -152,7 +152,7 @@ def write(rows: list[dict], before: dict[int, dict], args) -> None:
              f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, Python {platform.python_version()}, "
              f"load average {os.getloadavg()[0]:.1f} when written, run at nice {os.nice(0)} on the shared machine "
              "(the cores were shared with other work: CPU "
-             "seconds, not wall time; every run in its own process; a row gives the 1-minute load "
+             "seconds, not wall time; every point in its own process; a row gives the 1-minute load "
              "average when its run started and ended). "
              + _runs_text(args) + "CPU seconds do not count the other work, but the caches and "
              "memory bandwidth are shared with it, and the larger points are the ones that depend on them "
