@@ -193,7 +193,8 @@ def write(rows: list[dict], before: dict[int, dict], args) -> None:
               "before the run (workload built), over the requests of one workload. *fingerprint*: a digest of every request's status, output tokens and finish time "
               "(seed 0)."]
     if before:
-        lines += ["", f"## Before this issue: the same points at revision {args.compare_rev} (measured)", "",
+        lines += ["", f"## Another revision: the same points at {args.compare_rev} (measured, each right after "
+                  "the point here)", "",
                   "| instances | CPU-s before | tok per CPU-s before | vs one instance before | CPU-s now | "
                   "speed-up | same results | load avg before (start-end) |", "|---:|---:|---:|---:|---:|---:|---|---|"]
         one_before = before[rows[0]["instances"]]["tokens_per_cpu_s"] if rows[0]["instances"] in before else None
