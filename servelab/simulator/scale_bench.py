@@ -80,6 +80,10 @@ def _point(instances: int, requests: int, rate: float, repeats: int, data_dir, c
             workload = parse_workload(spec, data_dir, seed)
         build_s += time.process_time() - t0
         rss_before = max(rss_before, peak_rss_gb())
+        # untimed: a finished simulation is freed by the cyclic collector (its driver, views and
+        # instances refer to each other), and left to it the next run paid for that: a
+        # one-instance run right after 96 instances spent 1.2 of its 2.2 CPU-s collecting them
+        gc.collect()
         t0 = time.process_time()
         sim = Simulation(workload, cluster_for(POLICY, num_instances=instances, gpu=GPU, model=MODEL),
                          cost_model=cost)
