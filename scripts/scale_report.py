@@ -8,13 +8,16 @@ Poisson workload at the same load per instance (5.5 req/s, 977 requests, prompts
 U(512,1536), outputs U(100,300) tokens; 977 x 1,024 = 1M requests), ``vllm`` on simulated
 A100-80GB instances serving Llama-2-7B behind a least-loaded router. One instance runs
 ``--one-repeats`` such workloads (seeds 0..) back to back, so its CPU time is not a few
-milliseconds. ``--compare-with DIR`` (a source tree of another revision, e.g. from
-``git archive``) runs the points below 1,024 instances there too, each right after the same
-point here (the machine's load changes over minutes): the same fingerprints mean the same
-simulated results, and its CPU time is the "before". The points below 256 instances take
-seconds, and one run of each moved by 0.3 in their ratio to one instance between reports on
-the shared machine: they run ``--small-runs`` times, the sizes alternating, and the median run
-is reported with every run's ratio. ``--quick``: 1, 8, 32 instances,
+milliseconds. The ratio to one instance is measured inside each point's process
+(``--reference-rounds``): the point runs between two one-instance runs, reference, point,
+reference, ..., and each run is divided by the mean of the two around it; points below 256
+instances run ``--small-runs`` times that way (one run per process moved the 32-instance
+ratio by 0.3 between reports on the shared machine, and one slow one-instance run moved every
+ratio at once), the larger points once. The row is the point's median run, with every run's
+ratio and the spread of the references. ``--compare-with DIR`` (a source tree of another
+revision, e.g. from ``git archive``) runs the points below 1,024 instances there too, each right
+after the same point here (the machine's load changes over minutes): the same fingerprints mean
+the same simulated results, and its CPU time is the "before". ``--quick``: 1, 8, 32 instances,
 200 requests each, for development. The report is written by this command only.
 """
 
@@ -37,7 +40,7 @@ TARGET_RSS_GB = 4.0
 # The same point in another source tree (which may predate ``perf scale``): the workload,
 # cluster and fingerprint of servelab/simulator/scale_bench.py, written out.
 COMPARE = r"""
-import hashlib, json, resource, sys, time
+import gc, hashlib, json, resource, sys, time
 from servelab.catalog.instance import InstanceSpec
 from servelab.cluster.presets import cluster_for
 from servelab.costmodel.options import CostOptions
@@ -52,6 +55,7 @@ cpu = tokens = 0.0
 prints = []
 for seed in range(repeats):
     wl = parse_workload(spec, default_data_dir(), seed)
+    gc.collect()  # as perf scale: the last run's garbage is not charged to this one
     t0 = time.process_time()
     res = Simulation(wl, cluster_for("vllm", num_instances=n, gpu="A100-80GB", model="Llama-2-7B"),
                      cost_model=cost).run()
@@ -66,9 +70,11 @@ print(json.dumps({"cpu_s": cpu, "output_tokens": int(tokens), "tokens_per_cpu_s"
 """
 
 
-def run_point(n: int, requests: int, repeats: int) -> dict:
+def run_point(n: int, requests: int, repeats: int, reference_rounds: int = 0, reference_repeats: int = 16) -> dict:
     cmd = [sys.executable, "-m", "servelab.cli.main", "perf", "scale", "--instances", str(n), "--requests",
            str(requests), "--repeats", str(repeats)]
+    if reference_rounds:
+        cmd += ["--reference-rounds", str(reference_rounds), "--reference-repeats", str(reference_repeats)]
     print("running", " ".join(cmd[2:]), flush=True)
     load0 = os.getloadavg()[0]
     out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
@@ -119,11 +125,26 @@ def _command(args) -> str:
 
 
 def _runs_text(args) -> str:
-    if not getattr(args, "paired", None):
-        return "Each point ran once. "
-    return (f"Points below {SMALL_LIMIT:,} instances ran {args.small_runs} times each, the sizes alternating "
-            "round by round (a point's row is its median run; *each run* gives every round's speed over one "
-            "instance's in the same round); the larger points ran once. ")
+    return (f"The ratio to one instance is measured in each point's own process: the point ran between two "
+            f"one-instance runs ({args.one_repeats} workloads each), reference, point, reference, ..., and each "
+            "run's speed is divided by the mean of the two references around it (*each run*); points below "
+            f"{SMALL_LIMIT:,} instances ran {args.small_runs} times that way (the row is the median run, the ratio "
+            "the median of the runs' ratios), the larger points once. The one-instance row ran in a process of "
+            "its own (its peak RSS). Before every timed run the cyclic collector frees what the last run "
+            "left (untimed): a finished simulation is garbage in reference cycles, and a one-instance run right "
+            "after 96 instances spent 1.2 of its 2.2 CPU-s collecting it. ")
+
+
+def ratio(r: dict) -> float:
+    """A point's ratio to one instance: the median of its runs' bracketed ratios (1.0 for one instance)."""
+    rs = sorted(r.get("ratios") or [1.0])
+    mid = len(rs) // 2
+    return rs[mid] if len(rs) % 2 else (rs[mid - 1] + rs[mid]) / 2
+
+
+def _spread(values: list[float]) -> str:
+    v = sorted(values)
+    return f"{v[len(v) // 2]:,.0f} ({v[0]:,.0f}-{v[-1]:,.0f}, {len(v)} runs)"
 
 
 def write(rows: list[dict], before: dict[int, dict], args) -> None:
@@ -134,7 +155,7 @@ def write(rows: list[dict], before: dict[int, dict], args) -> None:
              f"Machine: {platform.machine()}, {os.cpu_count()} cores visible, Python {platform.python_version()}, "
              f"load average {os.getloadavg()[0]:.1f} when written, run at nice {os.nice(0)} on the shared machine "
              "(the cores were shared with other work: CPU "
-             "seconds, not wall time; every run in its own process; a row gives the 1-minute load "
+             "seconds, not wall time; every point in its own process; a row gives the 1-minute load "
              "average when its run started and ended). "
              + _runs_text(args) + "CPU seconds do not count the other work, but the caches and "
              "memory bandwidth are shared with it, and the larger points are the ones that depend on them "
@@ -152,23 +173,31 @@ def write(rows: list[dict], before: dict[int, dict], args) -> None:
              "`servelab perf scale --instances N` runs one point and prints its JSON.", "",
              "## Cost per simulated token and peak memory (measured on this machine)", "",
              "| instances | requests | output tokens | CPU-s | simulated output tok per CPU-s | vs one instance "
-             "| each run | in the cyclic GC | peak RSS (GB) | RSS per request (KB) | makespan (s, simulated) | fingerprint "
-             "| load avg (start-end) |",
-             "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---|"]
-    paired = getattr(args, "paired", None) or {}
+             "| each run | one instance in the same process: tok per CPU-s, median (range) | in the cyclic GC "
+             "| peak RSS (GB) | RSS per request (KB) | makespan (s, simulated) | fingerprint | load avg (start-end) |",
+             "|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
+        ref = r.get("reference")
         per_req = (r["peak_rss_gb"] - r["rss_gb_before_run"]) * 2**20 / max(r["requests"] / r["repeats"], 1)
         lines.append(f"| {r['instances']:,} | {r['requests']:,} | {r['output_tokens']:,} | {r['cpu_s']:.1f} | "
-                     f"{r['tokens_per_cpu_s']:,.0f} | {r['tokens_per_cpu_s'] / one:.2f} | "
-                     f"{' / '.join(f'{x:.2f}' for x in paired.get(r['instances'], [])) or '-'} | {_gc(r)} | "
+                     f"{r['tokens_per_cpu_s']:,.0f} | {ratio(r):.2f} | "
+                     f"{' / '.join(f'{x:.2f}' for x in r.get('ratios', [])) or '-'} | "
+                     f"{_spread(ref['tokens_per_cpu_s']) if ref else '-'} | {_gc(r)} | "
                      f"{r['peak_rss_gb']:.2f} | "
                      f"{per_req:.1f} | {max(r['makespan_s']):,.1f} | `{r['fingerprints'][0]}` | {_load(r)} |")
+    refs = [x for r in rows if r.get("reference") for x in r["reference"]["tokens_per_cpu_s"]]
+    same = all(r["reference"]["fingerprints"] == rows[0]["fingerprints"] for r in rows if r.get("reference"))
+    if refs:
+        lines += ["", f"One instance over every reference run of the points' processes: {_spread(refs)} simulated "
+                  f"output tok per CPU-s (the row above, in a process of its own: {one:,.0f}); every reference run "
+                  f"gave the one-instance row's results: {'yes' if same else '**no**'}."]
     lines += ["", "*in the cyclic GC*: the CPU seconds of Python's cyclic garbage collections during the runs "
               "(timed by `gc.callbacks`), and their share of the CPU-s. *RSS per request*: the peak minus the RSS "
               "before the run (workload built), over the requests of one workload. *fingerprint*: a digest of every request's status, output tokens and finish time "
               "(seed 0)."]
     if before:
-        lines += ["", f"## Before this issue: the same points at revision {args.compare_rev} (measured)", "",
+        lines += ["", f"## Another revision: the same points at {args.compare_rev} (measured, each right after "
+                  "the point here)", "",
                   "| instances | CPU-s before | tok per CPU-s before | vs one instance before | CPU-s now | "
                   "speed-up | same results | load avg before (start-end) |", "|---:|---:|---:|---:|---:|---:|---|---|"]
         one_before = before[rows[0]["instances"]]["tokens_per_cpu_s"] if rows[0]["instances"] in before else None
@@ -177,19 +206,18 @@ def write(rows: list[dict], before: dict[int, dict], args) -> None:
             if b is None:
                 continue
             same = "yes" if b["fingerprints"] == r["fingerprints"] else "**no**"
-            ratio = f"{b['tokens_per_cpu_s'] / one_before:.2f}" if one_before else "-"
-            lines.append(f"| {r['instances']:,} | {b['cpu_s']:.1f} | {b['tokens_per_cpu_s']:,.0f} | {ratio} | "
+            ratio_before = f"{b['tokens_per_cpu_s'] / one_before:.2f}" if one_before else "-"
+            lines.append(f"| {r['instances']:,} | {b['cpu_s']:.1f} | {b['tokens_per_cpu_s']:,.0f} | {ratio_before} | "
                          f"{r['cpu_s']:.1f} | {b['cpu_s'] / r['cpu_s']:.2f}x | {same} | {_load(b)} |")
         lines += ["", "*same results*: every fingerprint of the point (each seed) equal to this revision's."]
     lines += ["", "## Targets (issue 29)", ""]
     for r in rows[1:]:
-        ratio = r["tokens_per_cpu_s"] / one
-        each = paired.get(r["instances"])
-        verdict = "met" if ratio >= TARGET_RATIO else "not met"
-        if each and ratio >= TARGET_RATIO and min(each) < TARGET_RATIO:
+        each = r.get("ratios") or []
+        verdict = "met" if ratio(r) >= TARGET_RATIO else "not met"
+        if len(each) > 1 and ratio(r) >= TARGET_RATIO and min(each) < TARGET_RATIO:
             verdict = f"met by the median, in {sum(x >= TARGET_RATIO for x in each)} of {len(each)} runs"
-        runs_note = f" (median; each run {' / '.join(f'{x:.2f}' for x in each)})" if each else ""
-        lines.append(f"- {r['instances']:,} instances at {ratio:.2f}{runs_note} of one instance's tokens per "
+        runs_note = f" (median; each run {' / '.join(f'{x:.2f}' for x in each)})" if len(each) > 1 else ""
+        lines.append(f"- {r['instances']:,} instances at {ratio(r):.2f}{runs_note} of one instance's tokens per "
                      f"CPU-s (target >= {TARGET_RATIO}): **{verdict}**.")
     lines.append(f"- {big['instances']:,} instances, {big['requests']:,} requests: {big['tokens_per_cpu_s'] / 1e6:.2f} M "
                  f"tokens per CPU-s (target >= {TARGET_TOK_S / 1e6:g} M: "
@@ -210,22 +238,13 @@ SMALL_LIMIT = 256  # points below this many instances run --small-runs times
 
 
 def _one(n: int, requests: int, args, runs: dict, runs_before: dict) -> None:
-    r = run_point(n, requests, args.one_repeats if n == 1 else 1)
-    runs[n].append(r)
+    if n == 1:
+        r = run_point(1, requests, args.one_repeats)
+    else:
+        r = run_point(n, requests, 1, args.small_runs if n < SMALL_LIMIT else 1, args.one_repeats)
+    runs[n] = r
     if args.compare_with is not None and n < 1024:  # right after, so both see the same load on the machine
-        runs_before[n].append(run_compare(args.compare_with, n, requests, r["rate_per_instance"], r["repeats"]))
-
-
-def median_run(runs: list[dict]) -> dict:
-    """The run with the median CPU-s (the lower middle of an even count), with every run's CPU-s."""
-    mid = sorted(runs, key=lambda r: r["cpu_s"])[(len(runs) - 1) // 2]
-    return {**mid, "cpu_runs": [r["cpu_s"] for r in runs]}
-
-
-def paired_ratios(runs: dict[int, list[dict]], one: int) -> dict[int, list[float]]:
-    """Per size, its speed over the first size's in the same round (runs of both sizes paired in order)."""
-    return {n: [r["tokens_per_cpu_s"] / o["tokens_per_cpu_s"] for r, o in zip(rs, runs[one])]
-            for n, rs in runs.items() if len(rs) > 1}
+        runs_before[n] = run_compare(args.compare_with, n, requests, r["rate_per_instance"], r["repeats"])
 
 
 def main() -> None:
@@ -236,31 +255,24 @@ def main() -> None:
     ap.add_argument("--compare-with", type=Path, default=None,
                     help="a source tree of another revision: run the points below 1,024 instances there too")
     ap.add_argument("--small-runs", type=int, default=3,
-                    help=f"runs of each point below {SMALL_LIMIT} instances (median reported)")
+                    help=f"runs of each point below {SMALL_LIMIT} instances, each between one-instance runs "
+                         "in its process (median reported)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     instances = [1, 8, 32] if args.quick else [int(x) for x in args.instances.split(",")]
     requests = 200 if args.quick else args.requests
-    before: dict[int, dict] = {}
     args.compare_rev = "?"
     if args.compare_with is not None:
         args.compare_rev = revision(args.compare_with)
         if args.compare_rev == "?" and (args.compare_with / "REVISION").exists():
             args.compare_rev = (args.compare_with / "REVISION").read_text().strip()
-    small = [n for n in instances if n < SMALL_LIMIT]
-    runs: dict[int, list[dict]] = {n: [] for n in instances}
-    runs_before: dict[int, list[dict]] = {n: [] for n in instances}
-    # the small points take seconds: each runs --small-runs times, the sizes alternating round by
-    # round (a round's points see about the same load, so their ratio is paired), the median kept
-    for _ in range(args.small_runs if small else 0):
-        for n in small:
-            _one(n, requests, args, runs, runs_before)
+    if instances[0] != 1:
+        sys.exit("scale_report: --instances must start with 1 (the one-instance row)")
+    runs: dict[int, dict] = {}
+    before: dict[int, dict] = {}
     for n in instances:
-        if n not in small:
-            _one(n, requests, args, runs, runs_before)
-    rows = [median_run(runs[n]) for n in instances]
-    before = {n: median_run(b) for n, b in runs_before.items() if b}
-    args.paired = paired_ratios(runs, instances[0])
+        _one(n, requests, args, runs, before)
+    rows = [runs[n] for n in instances]
     write(rows, before, args)
 
 

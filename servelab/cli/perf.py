@@ -62,6 +62,9 @@ def scale(
     requests: int = typer.Option(977, min=1, help="Requests per instance (977 x 1,024 instances = 1M)."),
     rate: float = typer.Option(5.5, min=0.001, help="Poisson arrivals per second per instance."),
     repeats: int = typer.Option(1, min=1, help="Workloads run back to back (seeds 0..repeats-1)."),
+    reference_rounds: int = typer.Option(0, min=0, help="Run the point this many times, each between two runs "
+                                         "of one instance in this process (the ratio's reference)."),
+    reference_repeats: int = typer.Option(16, min=1, help="Workloads of each one-instance reference run."),
     data_dir: Optional[Path] = typer.Option(None, help="Folder with traces/ and datasets/ (default ../shared/data)."),
 ) -> None:
     """Simulator speed at equal load per instance: tokens per CPU-second and peak RSS of one point (JSON).
@@ -72,6 +75,7 @@ def scale(
 
     with user_errors():
         scale_bench.run(SimpleNamespace(instances=instances, requests=requests, rate=rate, repeats=repeats,
+                                        reference_rounds=reference_rounds, reference_repeats=reference_repeats,
                                         data_dir=data_dir or default_data_dir()))
 
 

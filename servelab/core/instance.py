@@ -71,6 +71,8 @@ class InstanceRuntime(InstanceQueues):
     mutates them: ``apply`` (plan -> memory moves and a ``StepShape``), ``complete`` (result ->
     request progress), and the simulator's decode fast-forward."""
 
+    __slots__ = ()
+
     # ---- plan application ----
     def apply(self, plan: StepPlan, now_s: float) -> "AppliedStep":
         """Make the plan's memory moves and reserve KV; returns the step's shape and requests."""

@@ -40,7 +40,14 @@ class InstanceQueues:
     way in, or parked in a candidate buffer) and ``detached`` (a request that left, whose KV
     is still being copied out). Neither is scheduled; both hold blocks; reserved requests
     count in the load (their work is coming), detached ones do not.
+
+    ``__slots__``: every step reads these fields, and with many instances the object is cold;
+    in the object they take no values array of their own to fetch (issue 29).
     """
+
+    __slots__ = ("instance_id", "role", "blocks", "max_batch_tokens", "max_num_seqs", "cost_model", "spec",
+                 "waiting", "_running", "_others", "group", "swapped", "reserved", "_reserved_owed", "detached",
+                 "_by_id", "num_preemptions", "num_swaps", "load_watch", "_owed", "_inflight_group")
 
     def __init__(self, instance_id: int, kv: KVCacheConfig, limits: InstanceLimits = InstanceLimits(),
                  role: str = "mixed", *, cost_model=None, spec=None) -> None:

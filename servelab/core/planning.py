@@ -66,6 +66,9 @@ def step_limit_error(req: Request, state: InstanceState) -> str | None:
 
 
 class PlanBuilder:
+    __slots__ = ("state", "blocks", "free_blocks", "token_budget", "num_tokens", "ids", "counts", "preempt",
+                 "swap_out", "reject", "evicted", "group", "num_group_rows")
+
     def __init__(self, state: InstanceState, *, token_budget: int) -> None:
         self.state = state
         self.blocks = state.blocks

@@ -1,10 +1,11 @@
 """Run-time metrics collection: what the simulator or engine reports while a run goes on.
 
-``MetricsCollector`` sits in the simulator's hot loop, so each call only appends one tuple
-to a list (about half a microsecond); every ``CHUNK_STEPS`` records the tuples become one
-float64 block (88 bytes a step instead of about 400 as tuples of Python numbers, which at a
-million requests was gigabytes), and the columns become numpy arrays the first time they
-are read after a change. No summarising happens here: ``summary.summarize`` reads
+``MetricsCollector`` sits in the simulator's hot loop, so each call only appends one record's
+eleven numbers to a flat ``array('d')`` (88 bytes a step, written in sequence; as a tuple of
+Python numbers a record took about 400 bytes in objects scattered over the heap, which at a
+million requests was gigabytes and, with many instances, cache lines taken from the
+instances' own state; issue 29); every ``CHUNK_STEPS`` records the array becomes one float64
+block, and the columns become numpy arrays the first time they are read after a change. No summarising happens here: ``summary.summarize`` reads
 the arrays this module exposes.
 
 Step records are samples taken at each step's start: KV blocks in use and queue lengths
@@ -18,6 +19,7 @@ are non-negative (checked when the columns are built, with the offending step na
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -27,7 +29,7 @@ from servelab.core.request import Request
 
 PREEMPTION_KINDS = ("recompute", "swap")
 
-CHUNK_STEPS = 1 << 16  # step records kept as tuples before they are packed into a float64 block
+CHUNK_STEPS = 1 << 16  # step records kept in the flat array before they are packed into a float64 block
 
 # Column order of a step record.
 STEP_COLUMNS = ("instance_id", "start_s", "duration_s", "num_tokens", "num_rows", "num_padding_tokens",
@@ -72,7 +74,7 @@ class MetricsCollector:
     """Accumulates step records, preemptions and ended requests for one run."""
 
     def __init__(self) -> None:
-        self._steps: list[tuple] = []  # the records since the last packed block
+        self._steps = array("d")  # the records since the last packed block, NUM_FIELDS numbers each
         self._blocks: list[np.ndarray] = []  # packed records, [CHUNK_STEPS x len(STEP_COLUMNS)] each
         self._num_packed = 0
         self._preemptions: list[tuple[int, float, str]] = []
@@ -84,17 +86,18 @@ class MetricsCollector:
                 num_padding_tokens: int, kv_used_blocks: int, kv_total_blocks: int, num_waiting: int,
                 num_running: int, flops: float | None = None) -> None:
         steps = self._steps
-        steps.append((instance_id, start_s, duration_s, num_tokens, num_rows, num_padding_tokens,
-                      kv_used_blocks, kv_total_blocks, num_waiting, num_running, flops))
+        steps.extend((instance_id, start_s, duration_s, num_tokens, num_rows, num_padding_tokens,
+                      kv_used_blocks, kv_total_blocks, num_waiting, num_running, _NAN if flops is None else flops))
         self._columns = None
-        if len(steps) >= CHUNK_STEPS:
+        if len(steps) >= CHUNK_STEPS * NUM_FIELDS:
             self._pack()
 
     def _pack(self) -> None:
-        """The tuples so far become one float64 block (flops None -> NaN, as in the columns)."""
-        self._blocks.append(_table(self._steps, self._num_packed))
-        self._num_packed += len(self._steps)
-        self._steps = []
+        """The records so far become one float64 block (flops None -> NaN, as in the columns)."""
+        table = _table(self._steps)
+        self._blocks.append(table)
+        self._num_packed += len(table)
+        self._steps = array("d")
 
     def on_preemption(self, instance_id: int, now_s: float, kind: str) -> None:
         if kind not in PREEMPTION_KINDS:
@@ -111,12 +114,12 @@ class MetricsCollector:
     # ---- read side ----
     @property
     def num_steps(self) -> int:
-        return self._num_packed + len(self._steps)
+        return self._num_packed + len(self._steps) // NUM_FIELDS
 
     @property
     def steps(self) -> StepColumns:
         if self._columns is None:
-            blocks = self._blocks + ([_table(self._steps, self._num_packed)] if self._steps else [])
+            blocks = self._blocks + ([_table(self._steps)] if self._steps else [])
             self._columns = _build_columns(blocks)
         return self._columns
 
@@ -159,17 +162,13 @@ class MetricsCollector:
         return times, np.cumsum(deltas[by_time]), end_s
 
 
-def _table(steps: list[tuple], first: int) -> np.ndarray:
-    """Records ``first``.. as a float64 table (one row each)."""
-    try:
-        table = np.array(steps, dtype=np.float64)  # flops None -> NaN
-    except ValueError:
-        table = None
-    if table is None or table.ndim != 2 or table.shape[1] != len(STEP_COLUMNS):
-        bad = next((k for k, rec in enumerate(steps) if len(rec) != len(STEP_COLUMNS)), 0)
-        raise ValueError(f"step records must have {len(STEP_COLUMNS)} fields, got {len(steps[bad])} "
-                         f"(step {first + bad})")
-    return table
+NUM_FIELDS = len(STEP_COLUMNS)
+_NAN = float("nan")
+
+
+def _table(steps: array) -> np.ndarray:
+    """The flat records as a float64 table (one row each, a copy: the array is reused)."""
+    return np.frombuffer(steps, dtype=np.float64).reshape(-1, NUM_FIELDS).copy()
 
 
 def _build_columns(blocks: list[np.ndarray]) -> StepColumns:

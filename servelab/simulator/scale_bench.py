@@ -63,17 +63,13 @@ def collector_time(totals: list[float]):
         gc.callbacks.remove(callback)
 
 
-def run_point(instances: int, requests: int, rate: float, repeats: int = 1, data_dir=None) -> dict:
+def _point(instances: int, requests: int, rate: float, repeats: int, data_dir, cost) -> dict:
     """Simulate one point; CPU seconds of the runs only (workload and cost model built before)."""
-    from servelab.catalog.instance import InstanceSpec
     from servelab.cluster.presets import cluster_for
-    from servelab.costmodel.options import CostOptions
     from servelab.simulator import Simulation
-    from servelab.simulator.hardware import cost_for_spec
     from servelab.workloads.memory import run_shape
     from servelab.workloads.spec import parse_workload
 
-    cost = cost_for_spec(InstanceSpec(GPU, MODEL), CostOptions())
     spec = workload_spec(instances, requests, rate)
     cpu_s = tokens = 0.0
     build_s, makespans, prints, num_requests, rss_before = 0.0, [], [], 0, 0.0
@@ -84,6 +80,10 @@ def run_point(instances: int, requests: int, rate: float, repeats: int = 1, data
             workload = parse_workload(spec, data_dir, seed)
         build_s += time.process_time() - t0
         rss_before = max(rss_before, peak_rss_gb())
+        # untimed: a finished simulation is freed by the cyclic collector (its driver, views and
+        # instances refer to each other), and left to it the next run paid for that: a
+        # one-instance run right after 96 instances spent 1.2 of its 2.2 CPU-s collecting them
+        gc.collect()
         t0 = time.process_time()
         sim = Simulation(workload, cluster_for(POLICY, num_instances=instances, gpu=GPU, model=MODEL),
                          cost_model=cost)
@@ -105,6 +105,62 @@ def run_point(instances: int, requests: int, rate: float, repeats: int = 1, data
             "peak_rss_gb": peak_rss_gb(), "router": "round_robin" if instances == 1 else "least_loaded"}
 
 
+def _cost():
+    from servelab.catalog.instance import InstanceSpec
+    from servelab.costmodel.options import CostOptions
+    from servelab.simulator.hardware import cost_for_spec
+
+    return cost_for_spec(InstanceSpec(GPU, MODEL), CostOptions())
+
+
+def run_point(instances: int, requests: int, rate: float, repeats: int = 1, data_dir=None) -> dict:
+    """Simulate one point; CPU seconds of the runs only (workload and cost model built before)."""
+    return _point(instances, requests, rate, repeats, data_dir, _cost())
+
+
+def bracketed_ratios(point_speeds: list[float], reference_speeds: list[float]) -> list[float]:
+    """Each run's speed over the mean of the two one-instance runs around it (reference k and
+    k + 1 bracket point run k): the machine's speed drifts over minutes on a shared host, and
+    this divides it out of each ratio."""
+    if len(reference_speeds) != len(point_speeds) + 1:
+        raise ValueError(f"{len(point_speeds)} runs need {len(point_speeds) + 1} references around them, "
+                         f"got {len(reference_speeds)}")
+    return [p / ((a + b) / 2) for p, a, b in zip(point_speeds, reference_speeds, reference_speeds[1:])]
+
+
+def run_with_reference(instances: int, requests: int, rate: float, rounds: int = 1, reference_repeats: int = 16,
+                       data_dir=None) -> dict:
+    """The point ``rounds`` times in this process, each run between two runs of the one-instance
+    reference (``reference_repeats`` workloads of ``requests``, seeds 0..): reference, point,
+    reference, point, ..., reference. The same process, allocator and neighbours for both, so
+    the ratio to one instance is not one noisy point set against another process's. The row
+    is the point's median run (by CPU-s); ``ratios`` holds every run's bracketed ratio and
+    ``reference`` every reference run's speed."""
+    cost = _cost()
+    _point(1, requests, rate, 1, data_dir, cost)  # untimed: the first run in a process pays for lazy imports
+    refs = [_point(1, requests, rate, reference_repeats, data_dir, cost)]
+    runs = []
+    for _ in range(rounds):
+        runs.append(_point(instances, requests, rate, 1, data_dir, cost))
+        refs.append(_point(1, requests, rate, reference_repeats, data_dir, cost))
+    ratios = bracketed_ratios([r["tokens_per_cpu_s"] for r in runs], [r["tokens_per_cpu_s"] for r in refs])
+    if any(r["fingerprints"] != refs[0]["fingerprints"] for r in refs) or \
+            any(r["fingerprints"] != runs[0]["fingerprints"] for r in runs):
+        raise RuntimeError("the same workload gave different results in one process")
+    k = sorted(range(rounds), key=lambda i: runs[i]["cpu_s"])[(rounds - 1) // 2]
+    return {**runs[k], "cpu_runs": [r["cpu_s"] for r in runs], "ratios": ratios,
+            "reference": {"repeats": reference_repeats, "tokens_per_cpu_s": [r["tokens_per_cpu_s"] for r in refs],
+                          "cpu_s": [r["cpu_s"] for r in refs], "fingerprints": refs[0]["fingerprints"]},
+            "peak_rss_gb": peak_rss_gb()}
+
+
 def run(args) -> None:
-    """``servelab perf scale``: one point, JSON on stdout."""
-    print(json.dumps(run_point(args.instances, args.requests, args.rate, args.repeats, args.data_dir), indent=2))
+    """``servelab perf scale``: one point, JSON on stdout (with ``reference_rounds``, the point
+    that many times between one-instance reference runs, ``run_with_reference``)."""
+    rounds = getattr(args, "reference_rounds", 0)
+    if rounds:
+        out = run_with_reference(args.instances, args.requests, args.rate, rounds,
+                                 getattr(args, "reference_repeats", 16), args.data_dir)
+    else:
+        out = run_point(args.instances, args.requests, args.rate, args.repeats, args.data_dir)
+    print(json.dumps(out, indent=2))

@@ -1,10 +1,11 @@
-"""scripts/scale_report.py: a point run several times reports its median run, and each run's
-ratio to one instance is paired with the one-instance run of the same round."""
+"""scripts/scale_report.py: a point's ratio to one instance is the median of its runs' ratios to
+the one-instance runs around them in its process, and the targets are judged on it."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -19,18 +20,28 @@ def report():
     return module
 
 
-def _run(cpu: float, tokens: float = 1e6) -> dict:
-    return {"cpu_s": cpu, "tokens_per_cpu_s": tokens / cpu, "fingerprints": ["f"]}
+def _row(n: int, ratios: list[float] | None = None) -> dict:
+    row = {"instances": n, "requests": 10 * n, "output_tokens": 1000 * n, "cpu_s": 1.0, "tokens_per_cpu_s": 1e6,
+           "gc_cpu_s": 0.0, "peak_rss_gb": 0.2, "rss_gb_before_run": 0.1, "repeats": 1, "makespan_s": [10.0],
+           "fingerprints": ["f"], "rate_per_instance": 5.5, "requests_per_instance": 10, "load": [1.0, 1.0]}
+    if ratios is not None:
+        row["ratios"] = ratios
+        row["reference"] = {"tokens_per_cpu_s": [1e6] * (len(ratios) + 1), "fingerprints": ["f"]}
+    return row
 
 
-def test_median_run_keeps_the_middle_run_and_every_cpu(report):
-    m = report.median_run([_run(3.0), _run(1.0), _run(2.0)])
-    assert m["cpu_s"] == 2.0 and m["cpu_runs"] == [3.0, 1.0, 2.0]
-    assert report.median_run([_run(4.0), _run(1.0)])["cpu_s"] == 1.0  # the lower middle of two
+def test_ratio_is_the_median_of_the_bracketed_runs(report):
+    assert report.ratio(_row(32, [0.9, 0.7, 0.8])) == pytest.approx(0.8)
+    assert report.ratio(_row(32, [0.9, 0.7])) == pytest.approx(0.8)  # the middle of two
+    assert report.ratio(_row(1)) == 1.0  # the one-instance row itself
 
 
-def test_paired_ratios_divide_within_a_round(report):
-    runs = {1: [_run(1.0), _run(2.0)], 32: [_run(1.25), _run(2.0)], 256: [_run(9.0)]}
-    ratios = report.paired_ratios(runs, 1)
-    assert ratios[32] == pytest.approx([0.8, 1.0]) and ratios[1] == pytest.approx([1.0, 1.0])
-    assert 256 not in ratios  # one run: nothing to pair
+def test_write_judges_targets_by_the_median_and_names_every_run(report, tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "OUT", tmp_path / "scale.md")
+    args = SimpleNamespace(quick=False, small_runs=3, compare_with=None, compare_rev="?", one_repeats=16)
+    report.write([_row(1), _row(32, [0.84, 0.90, 0.88]), _row(256, [0.6])], {}, args)
+    text = (tmp_path / "scale.md").read_text()
+    assert "- 32 instances at 0.88 (median; each run 0.84 / 0.90 / 0.88) of one instance's tokens per CPU-s " \
+           "(target >= 0.85): **met by the median, in 2 of 3 runs**." in text
+    assert "- 256 instances at 0.60 of one instance's tokens per CPU-s (target >= 0.85): **not met**." in text
+    assert "every reference run gave the one-instance row's results: yes" in text
