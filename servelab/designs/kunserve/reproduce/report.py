@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from servelab.designs.kunserve.reproduce import report_gap_pp as gap_pp
+from servelab.designs.kunserve.reproduce import report_gap_residual as gap_res
 from servelab.designs.kunserve.reproduce import report_gaps as gap
 from servelab.designs.kunserve.reproduce import report_trigger as trig
 from servelab.designs.kunserve.reproduce import report_sections as sec
@@ -149,6 +150,7 @@ def _lines(res: dict) -> list[str]:
     out += gap.vs_section(res)
     out += trig.timeline_section(res)
     out += gap_pp.section(res)
+    out += gap_res.section(res)
     out += gap.merge_section(res)
     out += sec.extreme(res)
     out += sec.pp_table(res)
@@ -264,6 +266,7 @@ def _claims(res: dict) -> list[str]:
                 "requests at t=0, cluster A |")
     rows += gap.claims(res)
     rows += gap_pp.claims(res)
+    rows += gap_res.claims(res)
     rows += trig.claims(res)
     pt = [r for r in res["plan_time"] if r["num_instances"] == 1024]
     if pt:
