@@ -51,3 +51,23 @@ def test_the_report_section_states_the_verdicts():
     assert "**R1 refuted**" in text and "**R2 refuted**" in text and "**R3 refuted**" in text
     assert report_gap_residual.claims(res)[0].count("**refuted**") == 3
     assert report_gap_residual.section({}) == [] and report_gap_residual.claims({}) == []
+
+
+def test_the_bubble_reason_needs_long_prompts_to_unbalance_token_chunking():
+    from servelab.designs.kunserve.reproduce import gap_bubble as gb
+    from servelab.designs.kunserve.reproduce import report_gap_bubble
+
+    def block(tokens, look):
+        return {"rate": 2.5, "systems": gb.SYSTEMS, "seeds": [
+            {"seed": s, "runs": {gb.TOKENS: {"bubble_share": t}, gb.STEP: {"bubble_share": lk},
+                                 gb.QUEUE: {"bubble_share": lk}}} for s, (t, lk) in enumerate(zip(tokens, look))]}
+
+    held = gb.verdict(block([0.20, 0.22, 0.18], [0.08, 0.09, 0.07]), [0.08, 0.08, 0.08])
+    assert held["a"] and held["b"] and held["verdict"] == "holds"
+    flat = gb.verdict(block([0.09, 0.10, 0.08], [0.07, 0.07, 0.07]), [0.08, 0.08, 0.08])
+    assert flat["a"] is False and flat["verdict"] == "refuted"  # long prompts leave the bubble where it was
+    assert gb.verdict(block([0.2], [0.1]), [])["verdict"] == "untested"  # no faithful-point bubble to compare
+    runs = {s: {"bubble_share": 0.1, "ttft_s": {"99": 1.0}, "tpot_s": {"50": 0.05, "99": 0.08}} for s in gb.SYSTEMS}
+    res = {"gap_bubble": {"rate": 2.5, "systems": gb.SYSTEMS, "seeds": [{"seed": 0, "runs": runs}]},
+           "ablation_memory_bound": {"seeds": [{"runs": {"+coordinated": {"bubble_share": 0.08}}}]}}
+    assert "**B1 refuted**" in "\n".join(report_gap_bubble.section(res))  # 10% < 2 x 8%

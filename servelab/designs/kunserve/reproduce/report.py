@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from servelab.designs.kunserve.reproduce import report_gap_pp as gap_pp
+from servelab.designs.kunserve.reproduce import report_gap_bubble as gap_bub
 from servelab.designs.kunserve.reproduce import report_gap_residual as gap_res
 from servelab.designs.kunserve.reproduce import report_gaps as gap
 from servelab.designs.kunserve.reproduce import report_trigger as trig
@@ -151,6 +152,7 @@ def _lines(res: dict) -> list[str]:
     out += trig.timeline_section(res)
     out += gap_pp.section(res)
     out += gap_res.section(res)
+    out += gap_bub.section(res)
     out += gap.merge_section(res)
     out += sec.extreme(res)
     out += sec.pp_table(res)
@@ -267,6 +269,7 @@ def _claims(res: dict) -> list[str]:
     rows += gap.claims(res)
     rows += gap_pp.claims(res)
     rows += gap_res.claims(res)
+    rows += gap_bub.claims(res)
     rows += trig.claims(res)
     pt = [r for r in res["plan_time"] if r["num_instances"] == 1024]
     if pt:

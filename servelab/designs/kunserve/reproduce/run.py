@@ -9,7 +9,8 @@ with two bursts (Fig. 15), repeated extreme bursts (Fig. 16), the microbatch cou
 cost, the gap tests of ``gaps`` (the merge rule at 72B; KunServe against vLLM-PP and
 InferCept at the faithful point) and ``gap_pp`` (the two reasons KunServe loses to vLLM-PP,
 on a rate grid up from the faithful point), ``gap_residual`` (the three candidate reasons for the
-gap left with the kv+compute dispatcher), and time the drop plan up to 1,024 instances; ``_write`` makes the plots under
+gap left with the kv+compute dispatcher), ``gap_bubble`` (token chunking's bubble at LongBench
+lengths), and time the drop plan up to 1,024 instances; ``_write`` makes the plots under
 ``out_dir/kunserve/`` and ``out_dir/kunserve.md``, and the runner (``servelab.reproduce``)
 writes ``out_dir/kunserve.json``, times the steps and shows progress.
 """
@@ -24,6 +25,7 @@ import numpy as np
 from servelab.designs.kunserve.drop_plan import time_drop_plan
 from servelab.designs.kunserve.reproduce import experiments as ex
 from servelab.designs.kunserve.reproduce import faithful_grid
+from servelab.designs.kunserve.reproduce import gap_bubble
 from servelab.designs.kunserve.reproduce import gap_pp
 from servelab.designs.kunserve.reproduce import gap_residual
 from servelab.designs.kunserve.reproduce import gaps
@@ -105,6 +107,8 @@ def _steps(run: Run) -> list[Step]:
              ("end_to_end", "longbench-72B")),
         Step("ablation (Fig. 14), LongBench", lambda _: _ablation(point("longbench-14B")["rate"], hw_a, sizes),
              "ablation"),
+        Step("gap: bubble by prompt length", lambda _: gap_bubble.run(point("longbench-14B")["rate"], hw_a, sizes),
+             "gap_bubble"),
         Step("extreme bursts (Fig. 16)", lambda _: _extreme(point("longbench-72B")["rate"], hw_b, sizes, seed),
              "extreme"),
         Step("PP throughput at saturation", lambda _: _pp_throughput(hw_a, seed), "pp_throughput"),
