@@ -10,7 +10,7 @@ cost, the gap tests of ``gaps`` (the merge rule at 72B; KunServe against vLLM-PP
 InferCept at the faithful point) and ``gap_pp`` (the two reasons KunServe loses to vLLM-PP,
 on a rate grid up from the faithful point), ``gap_residual`` (the three candidate reasons for the
 gap left with the kv+compute dispatcher), ``gap_bubble`` (token chunking's bubble at LongBench
-lengths), and time the drop plan up to 1,024 instances; ``_write`` makes the plots under
+lengths), ``gap_restore`` (restore's P50 TTFT gain with whole rows per microbatch), and time the drop plan up to 1,024 instances; ``_write`` makes the plots under
 ``out_dir/kunserve/`` and ``out_dir/kunserve.md``, and the runner (``servelab.reproduce``)
 writes ``out_dir/kunserve.json``, times the steps and shows progress.
 """
@@ -28,6 +28,7 @@ from servelab.designs.kunserve.reproduce import faithful_grid
 from servelab.designs.kunserve.reproduce import gap_bubble
 from servelab.designs.kunserve.reproduce import gap_pp
 from servelab.designs.kunserve.reproduce import gap_residual
+from servelab.designs.kunserve.reproduce import gap_restore
 from servelab.designs.kunserve.reproduce import gaps
 from servelab.designs.kunserve.reproduce import points
 from servelab.designs.kunserve.reproduce import setting as st
@@ -102,6 +103,8 @@ def _steps(run: Run) -> list[Step]:
         Step("ablation (Fig. 14), faithful point",
              lambda _: _ablation(point(FAITHFUL)["rate"], hw_a, sizes, "decode-heavy"), "ablation_memory_bound"),
         Step("restore (Fig. 15)", lambda _: _restore(RESTORE_RATE * point(FAITHFUL)["rate"], hw_a, sizes), "restore"),
+        Step("gap: restore with whole rows", lambda _: gap_restore.run(RESTORE_RATE * point(FAITHFUL)["rate"], hw_a,
+                                                                        sizes), "gap_restore"),
         *[e2e[wl] for wl in wls[1:]],
         Step("end to end longbench 72B", lambda _: _end_to_end("longbench", hw_b, sizes, seed),
              ("end_to_end", "longbench-72B")),
