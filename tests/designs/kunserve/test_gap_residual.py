@@ -71,3 +71,21 @@ def test_the_bubble_reason_needs_long_prompts_to_unbalance_token_chunking():
     res = {"gap_bubble": {"rate": 2.5, "systems": gb.SYSTEMS, "seeds": [{"seed": 0, "runs": runs}]},
            "ablation_memory_bound": {"seeds": [{"runs": {"+coordinated": {"bubble_share": 0.08}}}]}}
     assert "**B1 refuted**" in "\n".join(report_gap_bubble.section(res))  # 10% < 2 x 8%
+
+
+def test_the_restore_reason_needs_rows_to_double_restores_gain():
+    from servelab.designs.kunserve.reproduce import gap_restore as gs
+    from servelab.designs.kunserve.reproduce import report_gap_restore
+
+    def run(t50):
+        return {"ttft_s": {"50": t50, "99": 2.0}, "tpot_s": {"50": 0.06}, "forms": 2, "splits": 2, "bubble_share": 0.1}
+
+    restore = {"seeds": [{"seed": s, "runs": {"kunserve": run(0.95), "kunserve w/o restore": run(1.0)}} for s in range(3)]}
+    big = {"rate": 6.9, "systems": gs.SYSTEMS, "seeds": [{"seed": s, "runs": {gs.ON: run(0.8), gs.OFF: run(1.0)}}
+                                                          for s in range(3)]}
+    v = gs.verdict(big, restore)  # -20% with rows against -5%
+    assert v["verdict"] == "holds" and all(abs(x + 0.05) < 1e-9 for x in v["default"])
+    small = {**big, "seeds": [{"seed": s, "runs": {gs.ON: run(0.93), gs.OFF: run(1.0)}} for s in range(3)]}
+    assert gs.verdict(small, restore)["verdict"] == "refuted"  # -7% is not twice -5%
+    assert gs.verdict(big, None)["verdict"] == "untested"
+    assert "**S1 holds**" in "\n".join(report_gap_restore.section({"gap_restore": big, "restore": restore}))

@@ -7,6 +7,7 @@ from pathlib import Path
 from servelab.designs.kunserve.reproduce import report_gap_pp as gap_pp
 from servelab.designs.kunserve.reproduce import report_gap_bubble as gap_bub
 from servelab.designs.kunserve.reproduce import report_gap_residual as gap_res
+from servelab.designs.kunserve.reproduce import report_gap_restore as gap_rst
 from servelab.designs.kunserve.reproduce import report_gaps as gap
 from servelab.designs.kunserve.reproduce import report_trigger as trig
 from servelab.designs.kunserve.reproduce import report_sections as sec
@@ -142,6 +143,7 @@ def _lines(res: dict) -> list[str]:
                            "split only after the last arrival; restore needs the group's head-of-line demand under 50% of its members' KV "
                            "without the drop). The paper: BurstGPT; its lengths do not reach the premise here, see above.")
     out += gap.restore_waits(res)
+    out += gap_rst.section(res)
     m = res["gap_microbatches"]
     out += sec.seeds_table(m, "## Microbatches per step: the pipeline's TPOT cost",
                            "At the faithful point: as many microbatches as stages (the default; vLLM's virtual "
@@ -270,6 +272,7 @@ def _claims(res: dict) -> list[str]:
     rows += gap_pp.claims(res)
     rows += gap_res.claims(res)
     rows += gap_bub.claims(res)
+    rows += gap_rst.claims(res)
     rows += trig.claims(res)
     pt = [r for r in res["plan_time"] if r["num_instances"] == 1024]
     if pt:
