@@ -45,3 +45,9 @@ def test_sources_needs_a_label_per_partial(tmp_path, capsys):
     assert render.main(["--partial", str(p), "--previous", str(p), "--previous-label", "x", "--sources",
                         "--out", str(tmp_path)]) == 2
     assert "--partial-label" in capsys.readouterr().err
+
+
+def test_a_section_still_from_older_code_says_so():
+    src = render.sources_of(_previous(), "render at X")
+    assert src["gap_merge"].startswith("old code Z (older simulation code")
+    assert src["faithful_grid"] == "run Y (same code)" and src["restore"] == "render at X"

@@ -56,7 +56,7 @@ def sources_of(results: dict, label: str) -> dict[str, str]:
     out = {}
     for name in _names(results):
         if name in older.get("sections", []):
-            out[name] = older["from"]
+            out[name] = f"{older['from']} (older simulation code: KunServe's numbers may differ under the current trigger)"
         elif name in reused.get("sections", []):
             out[name] = reused["from"]
         else:
