@@ -98,6 +98,8 @@ def _steps(run: Run) -> list[Step]:
              lambda _: gap_pp.run(_over_seeds, point(FAITHFUL)["rate"], hw_a, sizes), "gap_pp"),
         Step("gap: residual KunServe vs vLLM-PP", lambda _: gap_residual.run(point(FAITHFUL)["rate"], hw_a, sizes),
              "gap_residual"),
+        Step("gap: residual, token chunking", lambda _: gap_residual.run_tokens(point(FAITHFUL)["rate"], hw_a, sizes),
+             "gap_residual_tokens"),
         Step("faithful point: five seeds, finer grid",
              lambda _: faithful_grid.run(point(FAITHFUL), hw_a, sizes), "faithful_grid"),
         Step("ablation (Fig. 14), faithful point",
