@@ -89,3 +89,15 @@ def test_the_restore_reason_needs_rows_to_double_restores_gain():
     assert gs.verdict(small, restore)["verdict"] == "refuted"  # -7% is not twice -5%
     assert gs.verdict(big, None)["verdict"] == "untested"
     assert "**S1 holds**" in "\n".join(report_gap_restore.section({"gap_restore": big, "restore": restore}))
+
+
+def test_r3_on_the_residual_reads_the_token_chunking_runs_by_seed():
+    block = _block(kun_piped=1.02, pp_rows=1.1, t0_tokens=1.05)  # KunServe 1.1 s, vLLM-PP 1.0 s on every seed
+    closed = {"seeds": [{"seed": s, "run": {"ttft_s": {"99": 1.02}}} for s in range(3)]}
+    v = gr.tokens_verdict(block, closed)
+    assert v["verdict"] == "holds" and abs(v["gap_s"] - 0.1) < 1e-9 and abs(v["cut_s"] - 0.08) < 1e-9
+    barely = {"seeds": [{"seed": s, "run": {"ttft_s": {"99": 1.08}}} for s in range(3)]}
+    assert gr.tokens_verdict(block, barely)["verdict"] == "refuted"  # 0.02 s of a 0.1 s gap
+    assert gr.tokens_verdict(block, None) is None
+    text = "\n".join(report_gap_residual.section({"gap_residual": block, "gap_residual_tokens": closed}))
+    assert "**R3 on the residual itself**" in text and "**holds**" in text
