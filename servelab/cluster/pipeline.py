@@ -138,6 +138,9 @@ class PipelineStats:
     bubble_s: float = 0.0
     stage_capacity_s: float = 0.0  # stages x makespan
     activation_wait_s: float = 0.0
+    # steps run as one microbatch on a multi-stage group (a former that would not cut them, e.g.
+    # lookahead under its MIN tokens): every later stage idles while the earlier ones work
+    single_microbatch_steps: int = 0
 
     @property
     def bubble_share(self) -> float:
@@ -183,6 +186,7 @@ class PipelineExecutor:
             self._last, self._last_end_s = timing, start_s + timing.makespan_s
         st = self.stats
         st.num_steps += 1
+        st.single_microbatch_steps += len(parts) == 1 and len(self.stage_costs) > 1
         st.makespan_s += timing.makespan_s
         st.bubble_s += timing.bubble_s
         st.stage_capacity_s += len(self.stage_costs) * timing.makespan_s

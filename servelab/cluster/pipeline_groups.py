@@ -362,7 +362,8 @@ class PipelineGroups:
         self._finished_groups.append({"group": group.group_id, "members": [m.instance_id for m in group.members],
                                       "formed_s": group.formed_s, "ended_s": self.cluster.now_s,
                                       "steps": st.num_steps, "bubble_share": st.bubble_share,
-                                      "activation_wait_s": st.activation_wait_s})
+                                      "activation_wait_s": st.activation_wait_s,
+                                      "single_microbatch_steps": st.single_microbatch_steps})
 
     def pipeline_report(self) -> dict[int, dict]:
         out = {}
@@ -372,7 +373,8 @@ class PipelineGroups:
             st = group.executor.stats
             out[len(out)] = {"group": group.group_id, "members": [m.instance_id for m in group.members],
                              "formed_s": group.formed_s, "ended_s": None, "steps": st.num_steps,
-                             "bubble_share": st.bubble_share, "activation_wait_s": st.activation_wait_s}
+                             "bubble_share": st.bubble_share, "activation_wait_s": st.activation_wait_s,
+                             "single_microbatch_steps": st.single_microbatch_steps}
         return out
 
 

@@ -176,3 +176,17 @@ def test_dropping_half_the_layers_frees_weight_memory_for_kv():
     half = InstanceSpec("A100-80GB", "Llama-2-7B", layers=(0, 16))
     # half the weights freed, and each token's KV holds half the layers: more than twice the tokens
     assert num_kv_blocks(half) > 2 * num_kv_blocks(whole)
+
+
+def test_steps_the_former_leaves_whole_are_counted():
+    """A step the former returns as one microbatch idles the later stage while the first works:
+    counted, so a report can say how much of a group's bubble comes from such steps."""
+    one = [StepShape((), (), num_decodes=1, decode_context_sum=1, decode_context_max=1)]
+    two = one * 2
+    cost = _Scripted([1.0], 2)
+    formed = iter([one, two, one])
+    ex = PipelineExecutor([cost, cost], [Link("l", LinkSpec(1e12))], hidden_bytes_per_token=0.0,
+                          former=lambda shape: next(formed), overlap=False)
+    bubbles = [ex.time_step(one[0], start_s=10.0 * k).bubble_s for k in range(3)]
+    assert ex.stats.num_steps == 3 and ex.stats.single_microbatch_steps == 2
+    assert bubbles[0] == pytest.approx(2.0) and bubbles[1] == pytest.approx(2.0)  # 2 stages x 2 s - 2 s; 2 x 3 - 4

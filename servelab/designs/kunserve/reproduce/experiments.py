@@ -103,7 +103,9 @@ def run_system(system: str, specs: Sequence, hw: st.Hardware, sizes: Sizes, spec
     if groups:
         out["pipeline"] = {"num_groups": len(groups), "steps": sum(g["steps"] for g in groups),
                            "bubble_share": _weighted_bubble(groups),
-                           "activation_wait_s": sum(g["activation_wait_s"] for g in groups)}
+                           "activation_wait_s": sum(g["activation_wait_s"] for g in groups),
+                           "single_microbatch_share": sum(g.get("single_microbatch_steps", 0) for g in groups)
+                           / max(1, sum(g["steps"] for g in groups))}
         out["pipelined_throughput_tok_s"] = _throughput_in(table, [(g["formed_s"], g["ended_s"] or res.makespan_s)
                                                                    for g in groups])
     if hasattr(router, "report"):

@@ -91,6 +91,7 @@ def _summary(r: dict) -> dict:
                                                      "restore_s", "restore_demand_share", "size", "merged_s")}
                              for g in r.get("router", {}).get("groups", [])]
     out["bubble_share"] = r.get("pipeline", {}).get("bubble_share")
+    out["single_microbatch_share"] = r.get("pipeline", {}).get("single_microbatch_share")
     out["merges"] = sum(1 for e in r.get("events", []) if e[1] == "merge")
     out["merges_declined"] = r.get("router", {}).get("num_merges_declined", 0)
     out["worst_arrivals_s"] = r.get("worst_arrivals_s")

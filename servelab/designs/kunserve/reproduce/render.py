@@ -28,8 +28,71 @@ import json
 import sys
 from pathlib import Path
 
-SECTIONS = ("plan_time", "eq1", "end_to_end", "gap_microbatches", "gap_vs_baselines", "faithful_grid",
-            "ablation_memory_bound", "restore", "ablation", "extreme", "pp_throughput", "gap_merge")
+SECTIONS = ("plan_time", "eq1", "end_to_end", "gap_microbatches", "gap_vs_baselines", "gap_pp", "gap_residual",
+            "gap_residual_tokens", "gap_bubble", "gap_restore", "faithful_grid", "ablation_memory_bound", "restore",
+            "ablation", "extreme", "pp_throughput", "gap_merge")
+META = ("reduced", "seed", "sizes", "clusters")  # the run's settings, which a standalone step's file lacks
+
+
+def _names(results: dict) -> list[str]:
+    """The report's sections in ``results``, an end-to-end workload counting as one."""
+    out = []
+    for key in SECTIONS:
+        if key == "end_to_end":
+            out += [f"end to end {wl}" for wl in results.get(key, {})]
+        elif key in results:
+            out.append(key)
+    return out
+
+
+def sources_of(results: dict, label: str) -> dict[str, str]:
+    """Section -> the run it comes from, for a rendered run's results: its own ``sources`` if it
+    has them, else read from its ``reused`` record (the sections it took from an earlier run, and
+    those that run had taken from an older one), every other section being ``label``'s."""
+    if "sources" in results:
+        return dict(results["sources"])
+    reused = results.get("reused") or {}
+    older = reused.get("older") or {}
+    out = {}
+    for name in _names(results):
+        if name in older.get("sections", []):
+            out[name] = f"{older['from']} (older simulation code: KunServe's numbers may differ under the current trigger)"
+        elif name in reused.get("sections", []):
+            out[name] = reused["from"]
+        else:
+            out[name] = label
+    return out
+
+
+def with_sources(parts: list[tuple[dict, str]], previous: dict, previous_label: str) -> dict:
+    """Standalone steps' results (each with the label of the run that made it; the first file
+    holding a section wins) over a rendered run's: every section of the result names the run it
+    comes from (``sources``), so the report's head says it section by section. The run's
+    settings come from ``previous`` where the steps' files lack them."""
+    res = {k: previous[k] for k in META if k in previous}
+    sources = sources_of(previous, previous_label)
+    timings = dict(previous.get("timings_cpu_s", {}))
+    for key in SECTIONS:
+        if key in previous:
+            res[key] = dict(previous[key]) if key == "end_to_end" else previous[key]
+    taken: set[str] = set()
+    for part, label in parts:
+        for key, value in part["results"].items():
+            if key == "end_to_end":
+                for wl, block in value.items():
+                    name = f"end to end {wl}"
+                    if name not in taken:
+                        res.setdefault(key, {})[wl] = block
+                        sources[name] = label
+                        taken.add(name)
+            elif key not in taken:
+                res[key] = value
+                sources[key] = label
+                taken.add(key)
+        timings |= part.get("timings_cpu_s", {})
+    res["timings_cpu_s"] = timings
+    res["sources"] = {name: sources[name] for name in _names(res)}
+    return res
 
 
 def merge(partial: dict, previous: dict, label: str, same_code: bool = False) -> dict:
@@ -77,6 +140,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--partial", type=Path, action="append", required=True,
                     help="partial results, repeatable (the first holding a section wins)")
+    ap.add_argument("--partial-label", action="append", default=[],
+                    help="with --sources: the run each --partial comes from (commit, command), one per --partial")
+    ap.add_argument("--sources", action="store_true",
+                    help="with --previous: name each section's run at the report's head, read from the previous "
+                         "render's own record (its sections not rerun keep their runs; --previous-label names the "
+                         "rest)")
     ap.add_argument("--previous", type=Path, help="a previous full run's kunserve.json, for the sections not reached")
     ap.add_argument("--previous-label", help="where the previous results come from (a commit)")
     ap.add_argument("--previous-same-code", action="store_true",
@@ -88,6 +157,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if (a.previous is None) == (a.base is None) or (a.previous and not a.previous_label) or (a.base and not a.why):
         print("render: give --previous with --previous-label, or --base with --why", file=sys.stderr)
+        return 2
+    if a.sources and (a.previous is None or len(a.partial_label) != len(a.partial)):
+        print("render: --sources needs --previous and one --partial-label per --partial", file=sys.stderr)
         return 2
     for p in (*a.partial, a.previous or a.base):
         if not p.is_file():
@@ -109,7 +181,9 @@ def main(argv=None) -> int:
                 partial["results"].setdefault(k, v)
         partial["steps_done"] += [x for x in part.get("steps_done", []) if x not in partial["steps_done"]]
         partial["timings_cpu_s"] = part.get("timings_cpu_s", {}) | partial["timings_cpu_s"]
-    if a.base is not None:
+    if a.sources:
+        res = with_sources(list(zip(parts, a.partial_label)), json.loads(a.previous.read_text()), a.previous_label)
+    elif a.base is not None:
         res = rebase(partial, json.loads(a.base.read_text()), a.why)
     else:
         res = merge(partial, json.loads(a.previous.read_text()), a.previous_label, a.previous_same_code)

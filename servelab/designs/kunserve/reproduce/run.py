@@ -8,7 +8,9 @@ ablation (Fig. 14) at the LongBench point and at the faithful point, restore on 
 with two bursts (Fig. 15), repeated extreme bursts (Fig. 16), the microbatch count's TPOT
 cost, the gap tests of ``gaps`` (the merge rule at 72B; KunServe against vLLM-PP and
 InferCept at the faithful point) and ``gap_pp`` (the two reasons KunServe loses to vLLM-PP,
-on a rate grid up from the faithful point), and time the drop plan up to 1,024 instances; ``_write`` makes the plots under
+on a rate grid up from the faithful point), ``gap_residual`` (the three candidate reasons for the
+gap left with the kv+compute dispatcher), ``gap_bubble`` (token chunking's bubble at LongBench
+lengths), ``gap_restore`` (restore's P50 TTFT gain with whole rows per microbatch), and time the drop plan up to 1,024 instances; ``_write`` makes the plots under
 ``out_dir/kunserve/`` and ``out_dir/kunserve.md``, and the runner (``servelab.reproduce``)
 writes ``out_dir/kunserve.json``, times the steps and shows progress.
 """
@@ -23,7 +25,10 @@ import numpy as np
 from servelab.designs.kunserve.drop_plan import time_drop_plan
 from servelab.designs.kunserve.reproduce import experiments as ex
 from servelab.designs.kunserve.reproduce import faithful_grid
+from servelab.designs.kunserve.reproduce import gap_bubble
 from servelab.designs.kunserve.reproduce import gap_pp
+from servelab.designs.kunserve.reproduce import gap_residual
+from servelab.designs.kunserve.reproduce import gap_restore
 from servelab.designs.kunserve.reproduce import gaps
 from servelab.designs.kunserve.reproduce import points
 from servelab.designs.kunserve.reproduce import setting as st
@@ -91,16 +96,24 @@ def _steps(run: Run) -> list[Step]:
              lambda _: gaps.vs_baselines(_over_seeds, point(FAITHFUL)["rate"], hw_a, sizes), "gap_vs_baselines"),
         Step("gap: KunServe vs vLLM-PP, dispatch and compute headroom",
              lambda _: gap_pp.run(_over_seeds, point(FAITHFUL)["rate"], hw_a, sizes), "gap_pp"),
+        Step("gap: residual KunServe vs vLLM-PP", lambda _: gap_residual.run(point(FAITHFUL)["rate"], hw_a, sizes),
+             "gap_residual"),
+        Step("gap: residual, token chunking", lambda _: gap_residual.run_tokens(point(FAITHFUL)["rate"], hw_a, sizes),
+             "gap_residual_tokens"),
         Step("faithful point: five seeds, finer grid",
              lambda _: faithful_grid.run(point(FAITHFUL), hw_a, sizes), "faithful_grid"),
         Step("ablation (Fig. 14), faithful point",
              lambda _: _ablation(point(FAITHFUL)["rate"], hw_a, sizes, "decode-heavy"), "ablation_memory_bound"),
         Step("restore (Fig. 15)", lambda _: _restore(RESTORE_RATE * point(FAITHFUL)["rate"], hw_a, sizes), "restore"),
+        Step("gap: restore with whole rows", lambda _: gap_restore.run(RESTORE_RATE * point(FAITHFUL)["rate"], hw_a,
+                                                                        sizes), "gap_restore"),
         *[e2e[wl] for wl in wls[1:]],
         Step("end to end longbench 72B", lambda _: _end_to_end("longbench", hw_b, sizes, seed),
              ("end_to_end", "longbench-72B")),
         Step("ablation (Fig. 14), LongBench", lambda _: _ablation(point("longbench-14B")["rate"], hw_a, sizes),
              "ablation"),
+        Step("gap: bubble by prompt length", lambda _: gap_bubble.run(point("longbench-14B")["rate"], hw_a, sizes),
+             "gap_bubble"),
         Step("extreme bursts (Fig. 16)", lambda _: _extreme(point("longbench-72B")["rate"], hw_b, sizes, seed),
              "extreme"),
         Step("PP throughput at saturation", lambda _: _pp_throughput(hw_a, seed), "pp_throughput"),

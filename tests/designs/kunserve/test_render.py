@@ -1,0 +1,53 @@
+"""Rendering the report from standalone steps over a rendered run: every section names the run
+it comes from, the previous render's own record of its sources kept for what was not rerun."""
+
+from __future__ import annotations
+
+from servelab.designs.kunserve.reproduce import render
+
+
+def _previous():
+    # a render whose steps ran at commit X, with two sections from an earlier same-code run
+    # and two from older code
+    return {"reduced": False, "seed": 0, "sizes": {"s": 1}, "clusters": {"A": 1},
+            "end_to_end": {"a-14B": 1, "b-14B": 2}, "gap_pp": 3, "faithful_grid": 4, "gap_merge": 5, "restore": 6,
+            "timings_cpu_s": {"old": 1.0},
+            "reused": {"from": "run Y (same code)", "sections": ["faithful_grid"], "steps_run": ["restore (Fig. 15)"],
+                       "same_code": True, "older": {"from": "old code Z", "sections": ["end to end b-14B", "gap_merge"]}}}
+
+
+def test_each_section_names_its_run_and_rerun_steps_replace_the_older_ones():
+    steps = {"results": {"end_to_end": {"b-14B": 20}, "gap_merge": 50}, "timings_cpu_s": {"merge": 9.0}}
+    mine = {"results": {"gap_residual": 7, "gap_merge": 99}, "timings_cpu_s": {"residual": 2.0}}
+    res = render.with_sources([(steps, "steps at main"), (mine, "steps at branch")], _previous(), "render at X")
+    assert res["end_to_end"] == {"a-14B": 1, "b-14B": 20} and res["gap_merge"] == 50  # the first file wins
+    assert res["gap_residual"] == 7 and res["gap_pp"] == 3 and res["sizes"] == {"s": 1}  # settings kept
+    assert res["sources"] == {"end to end a-14B": "render at X", "end to end b-14B": "steps at main",
+                              "gap_pp": "render at X", "gap_residual": "steps at branch",
+                              "faithful_grid": "run Y (same code)", "restore": "render at X",
+                              "gap_merge": "steps at main"}
+    assert "reused" not in res and res["timings_cpu_s"] == {"old": 1.0, "merge": 9.0, "residual": 2.0}
+    # rendered again, its own sources are read back, not re-derived
+    again = render.with_sources([], res, "ignored")
+    assert again["sources"] == res["sources"]
+
+
+def test_the_report_head_lists_sections_by_run():
+    from servelab.designs.kunserve.reproduce.report import source_lines
+
+    lines = source_lines({"end to end a-14B": "run P", "gap_pp": "run Q", "restore": "run P"}, "cmd")
+    assert "- run P: end to end a-14B, restore" in lines and "- run Q: gap_pp" in lines
+
+
+def test_sources_needs_a_label_per_partial(tmp_path, capsys):
+    p = tmp_path / "p.json"
+    p.write_text('{"results": {}}')
+    assert render.main(["--partial", str(p), "--previous", str(p), "--previous-label", "x", "--sources",
+                        "--out", str(tmp_path)]) == 2
+    assert "--partial-label" in capsys.readouterr().err
+
+
+def test_a_section_still_from_older_code_says_so():
+    src = render.sources_of(_previous(), "render at X")
+    assert src["gap_merge"].startswith("old code Z (older simulation code")
+    assert src["faithful_grid"] == "run Y (same code)" and src["restore"] == "render at X"
