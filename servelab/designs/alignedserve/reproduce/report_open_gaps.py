@@ -1,0 +1,339 @@
+"""The report's section 'Gap reasons tested (issue 25)': the six reasons the report had only
+explained, each with what its numbers would look like were it wrong and the verdict the
+runs of ``open_gaps`` (and, for the rows of w/o prefetch, ``fig14_gap``'s runs) give.
+
+Verdicts are read from per-seed paired differences and their 95% t intervals; a verdict
+says 'holds' (the refuting result did not appear), 'refuted' or 'inconclusive' (the seeds
+cannot tell), never more than the interval allows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from servelab.reproduce.stats import t_interval
+
+F2 = "{:.2f}"
+
+
+def _ci(values, fmt=F2) -> str:
+    return t_interval(values).format(fmt)
+
+
+def _pick(rows, **match) -> list[dict]:
+    return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+
+
+def _one(rows, **match) -> dict:
+    got = _pick(rows, **match)
+    return got[0] if got else {}
+
+
+def _seeds(rows) -> list[int]:
+    return sorted({r["seed"] for r in rows})
+
+
+def _above(iv, value) -> bool:
+    return math.isfinite(iv.low) and iv.low > value
+
+
+def _below(iv, value) -> bool:
+    return math.isfinite(iv.high) and iv.high < value
+
+
+def open_gap_lines(res: dict) -> list[str]:
+    out = []
+    for fn in (_split, _fig13, _fig11, _fig15, _fig14_link, _rows_without_prefetch):
+        out += fn(res)
+    if not out:
+        return []
+    return ["## Gap reasons tested (issue 25)", "",
+            "Reasons the report above had only explained, each run as an experiment that could refute it "
+            "(`open_gaps.py`): the property each reason names is varied in a controlled workload, and the "
+            "numbers that would show the reason wrong are stated before the table. **Simulated**, profile cost "
+            "model, 8 x H100, OPT models; 95% t intervals over seeds, paired by seed.", ""] + out
+
+
+def _split(res: dict) -> list[str]:
+    rows = res.get("open_split")
+    if not rows:
+        return []
+    seeds, ks = _seeds(rows), sorted({r["num_prefill"] for r in rows if r["num_prefill"] is not None})
+    half = max(ks)
+
+    def ratio(s, a, ka, b, kb):
+        x, y = _one(rows, seed=s, label=a, num_prefill=ka), _one(rows, seed=s, label=b, num_prefill=kb)
+        return x["decode_tok_s"] / y["decode_tok_s"] if x and y and y["decode_tok_s"] else float("nan")
+    n = rows[0]["num_requests"]
+    out = ["**Figs. 7/8 against vLLM and FastGen: the P/D split's cost.** Stated reason: AlignedServe and "
+           "DistServe split the GPUs into prefill and decode; at time 0 the prefill GPUs idle once the prompts are "
+           "in, so a split system decodes on part of the server while vLLM and FastGen decode on all of it, and "
+           "AlignedServe's ratio over vLLM is its ratio over DistServe times DistServe's over vLLM. Two tests. "
+           "(1) If idle GPU time is the split's whole cost, DistServe over vLLM equals their busy shares' ratio "
+           "(the whole server's step time over GPUs x makespan; same work per busy second); refuted where the "
+           "per-seed difference's interval lies more than 0.05 off 0. (2) If the split's cost is separate from "
+           "AlignedServe's mechanisms, AlignedServe over DistServe does not depend on the split, so moving the "
+           "split moves AlignedServe over vLLM as it moves DistServe over vLLM: predicted AlignedServe / vLLM at k "
+           f"prefill GPUs = (AlignedServe / DistServe at {half}, the paper's half) x (DistServe / vLLM at k); "
+           "refuted where the measured - predicted interval excludes 0. "
+           f"Fig. 7's 95%-short mix, OPT-6.7B, {n} requests at time 0, {res['sizes']['num_gpus']} GPUs, seeds {seeds}, "
+           "split-kv:", "",
+           "| prefill GPUs | DistServe busy: prefill / decode / all | vLLM busy | DistServe / vLLM | predicted from "
+           "busy shares | AlignedServe / DistServe | AlignedServe / vLLM | predicted (test 2) | AlignedServe / "
+           "FastGen |", "|---|---|---|---|---|---|---|---|---|"]
+    verdicts1, verdicts2 = [], []
+    for k in ks:
+        ds = [_one(rows, seed=s, label="DistServe", num_prefill=k) for s in seeds]
+        vl = [_one(rows, seed=s, label="vLLM", num_prefill=None) for s in seeds]
+        dv = [ratio(s, "DistServe", k, "vLLM", None) for s in seeds]
+        pred1 = [d["busy_all"] / v["busy_all"] for d, v in zip(ds, vl)]
+        ad = [ratio(s, "AlignedServe", k, "DistServe", k) for s in seeds]
+        av = [ratio(s, "AlignedServe", k, "vLLM", None) for s in seeds]
+        pred2 = [ratio(s, "AlignedServe", half, "DistServe", half) * x for s, x in zip(seeds, dv)]
+        af = [ratio(s, "AlignedServe", k, "FastGen (sarathi)", None) for s in seeds]
+        role = {q: np.mean([d["busy_by_role"].get(q, np.nan) for d in ds]) for q in ("prefill", "decode")}
+        out.append(f"| {k} | {role['prefill']:.0%} / {role['decode']:.0%} / {np.mean([d['busy_all'] for d in ds]):.0%} "
+                   f"| {np.mean([v['busy_all'] for v in vl]):.0%} | {_ci(dv)} | {_ci(pred1)} | {_ci(ad)} | {_ci(av)} | "
+                   f"{_ci(pred2) if k != half else 'n/a'} | {_ci(af)} |")
+        d1 = t_interval([a - b for a, b in zip(dv, pred1)])
+        off = _above(d1, 0.05) or _below(d1, -0.05)
+        verdicts1.append(f"{k} prefill GPUs: measured - predicted {d1.format('{:+.2f}')}: "
+                         + ("refuted (idle time is not the split's whole cost)" if off else "holds"))
+        if k != half:
+            d2 = t_interval([a - b for a, b in zip(av, pred2)])
+            verdicts2.append(f"{k} prefill GPUs: measured - predicted {d2.format('{:+.2f}')}: "
+                             + ("refuted (AlignedServe's mechanisms cost differently under another split)"
+                                if d2.excludes(0.0) else "holds"))
+    best = max(ks, key=lambda k: np.mean([ratio(s, "AlignedServe", k, "vLLM", None) for s in seeds]))
+    out += ["", "Verdicts: (1) idle GPU time as the split's cost: " + "; ".join(verdicts1) + ". (2) the gap to vLLM "
+            "follows the split: " + "; ".join(verdicts2) + f". AlignedServe's best split here is {best} prefill "
+            f"GPUs, where it is {_ci([ratio(s, 'AlignedServe', best, 'vLLM', None) for s in seeds])} of vLLM and "
+            f"{_ci([ratio(s, 'AlignedServe', best, 'FastGen (sarathi)', None) for s in seeds])} of FastGen (the "
+            "paper: 1.32x and 1.85x).", ""]
+    return out
+
+
+def _fig13(res: dict) -> list[str]:
+    rows = res.get("open_fig13")
+    if not rows:
+        return []
+    seeds = _seeds(rows)
+    out = ["**Fig. 13 (ours ShareGPT-like 96% / 100% of forward passes under 30 ms, prefix-aware / FCFS; the paper "
+           "> 90% / < 10%).** Stated reason: under the split-KV kernel a decode step costs the sum of its rows' "
+           "contexts, so FCFS's mixed batches cost the mean context and alignment only gathers the long rows into "
+           "slow steps; the paper's FCFS < 10% needs a kernel where the longest row bounds the step (padded) and "
+           "a long row (>= 1K tokens) in nearly every FCFS step. Would-be refutations: under split-kv prefix-aware "
+           "ahead of FCFS by more than 5 points (interval above +0.05); under padded, FCFS's steps that hold a long "
+           "row not mostly over 30 ms, or prefix-aware not ahead of FCFS where long rows are common (the higher "
+           f"long share). Fig. 7's mix (long requests 1-8K tokens) at two long shares, OPT-13B, "
+           f"{rows[0]['num_requests']} requests at time 0, seeds {seeds}:", "",
+           "| long share | kernel | batching | under 30 ms | steps holding a long row | under 30 ms: steps with / "
+           "without a long row | step p50 ms |", "|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for p in sorted({r["long_share"] for r in rows}):
+        for kernel in ("split-kv", "padded"):
+            for b in ("prefix-aware", "FCFS"):
+                got = _pick(rows, long_share=p, kernel=kernel, batching=b)
+                out.append(f"| {p:.0%} | {kernel} | {b} | {_ci([r['under30_all'] for r in got])} | "
+                           f"{np.mean([r['share_long_steps'] for r in got]):.0%} | "
+                           f"{np.nanmean([r['under30_long'] for r in got]):.0%} / "
+                           f"{np.nanmean([r['under30_short'] for r in got]):.0%} | "
+                           f"{np.mean([r['step_p50_ms'] for r in got]):.1f} |")
+            diff = t_interval([_one(rows, seed=s, long_share=p, kernel=kernel, batching="prefix-aware")["under30_all"]
+                               - _one(rows, seed=s, long_share=p, kernel=kernel, batching="FCFS")["under30_all"]
+                               for s in seeds])
+            if kernel == "split-kv":
+                verdicts.append(f"{p:.0%} long, split-kv: prefix-aware - FCFS {diff.format('{:+.2f}')} ("
+                                + ("refuted: alignment speeds split-KV steps" if _above(diff, 0.05) else "holds") + ")")
+            else:
+                fc = _pick(rows, long_share=p, kernel=kernel, batching="FCFS")
+                slow_long = np.nanmean([r["under30_long"] for r in fc]) < 0.5
+                ok = slow_long and (p < max(r["long_share"] for r in rows) or _above(diff, 0.0))
+                verdicts.append(f"{p:.0%} long, padded: prefix-aware - FCFS {diff.format('{:+.2f}')}, FCFS steps "
+                                f"with a long row under 30 ms {np.nanmean([r['under30_long'] for r in fc]):.0%} ("
+                                + ("holds" if ok else "refuted") + ")")
+    top = max(r["long_share"] for r in rows)
+    fl = np.mean([r["share_long_steps"] for r in _pick(rows, long_share=top, kernel="padded", batching="FCFS")])
+    out += ["", "Verdicts: " + "; ".join(verdicts) + f". At {top:.0%} long requests {fl:.0%} of FCFS's padded steps "
+            "hold a long row; the paper's < 10% under 30 ms needs that share above 90% (and ShareGPT's stand-in, "
+            "log-normal with median 180 tokens, has far fewer long requests than either mix).", ""]
+    return out
+
+
+def _fig11(res: dict) -> list[str]:
+    rows = res.get("open_fig11")
+    if not rows:
+        return []
+    seeds = _seeds(rows)
+    out = ["**Fig. 11 (ours LongBench-like 22% of joining KV on the decode GPU within 5 ms of the schedule "
+           "decision; the paper > 95% of iterations scheduled within 5 ms).** Stated reason: a request's KV is too "
+           "large to cross its link in 5 ms: NVLink from a prefill GPU's buffer when prefetched, PCIe from the "
+           "pool otherwise (arXiv prompts run to thousands of tokens). Predicted share within 5 ms: the prefetched "
+           "share where one request's KV alone crosses NVLink in under 5 ms, plus the rest where it crosses PCIe "
+           "in under 5 ms. Refuted where the measured share's interval lies more than 0.2 below the prediction "
+           "(then something besides size, queueing behind other moves, sets it) or far above it. Prompts within "
+           f"10% of each length, outputs 64-128, OPT-6.7B, {rows[0]['num_requests']} requests at time 0, "
+           f"seeds {seeds}:", "",
+           "| prompt tokens | variant | one KV alone: NVLink / PCIe ms | prefetched | within 5 ms | predicted | "
+           "release->landed p50 ms |", "|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for prompt in sorted({r["prompt"] for r in rows}):
+        for label in ("AlignedServe", "w/o P"):
+            got = _pick(rows, prompt=prompt, label=label)
+            if not got:
+                continue
+            pred = [r["prefetched_share"] * (r["nvlink"] < 5.0) + (1 - r["prefetched_share"]) * (r["pcie"] < 5.0)
+                    for r in got]
+            meas = [r["release_under_5ms"] for r in got]
+            out.append(f"| {prompt} | {label} | {got[0]['nvlink']:.1f} / {got[0]['pcie']:.1f} | "
+                       f"{np.mean([r['prefetched_share'] for r in got]):.0%} | {_ci(meas)} | {np.mean(pred):.2f} | "
+                       f"{np.mean([r['release_p50_ms'] for r in got]):.1f} |")
+            d = t_interval([m - q for m, q in zip(meas, pred)])
+            bad = _below(d, -0.2) or _above(d, 0.2)
+            verdicts.append(f"{prompt} tokens, {label}: measured - predicted {d.format('{:+.2f}')} ("
+                            + ("refuted" if bad else "holds") + ")")
+    out += ["", "Verdicts: " + "; ".join(verdicts) + "."]
+    arx = res.get("open_fig11_arxiv")
+    run = next((r for r in res.get("fig11", []) if r["label"] == "AlignedServe"
+                and r["workload"].startswith("LongBench") and "router" in r), None)
+    if arx and run:
+        pref = run["router"]["num_prefetched"] / max(1, run["num_requests"])
+        pred = pref * arx["share_nvlink_5ms"] + (1 - pref) * arx["share_pcie_5ms"]
+        meas = run.get("release_share_under_5ms")
+        out += ["", f"The claim's own run (Fig. 11 step, LongBench-like, seed 0): prompts p50 {arx['prompt_p50']:.0f} "
+                f"tokens, {arx['share_nvlink_5ms']:.0%} of them small enough to cross NVLink alone in 5 ms and "
+                f"{arx['share_pcie_5ms']:.0%} PCIe; {pref:.0%} were prefetched, so size alone predicts "
+                f"{pred:.0%} within 5 ms against {meas:.0%} measured: "
+                + ("size explains it" if meas is not None and abs(meas - pred) <= 0.1 else
+                   "size explains part; what holds back the rest is not tested here (a candidate: the requests "
+                   "of one release sharing the link; the controlled table's prefetched 2048-token row reads it)" if meas is not None and meas < pred else
+                   "more land within 5 ms than size alone allows (not expected)") + "."]
+    return out + [""]
+
+
+def _fig15(res: dict) -> list[str]:
+    rows = res.get("open_fig15")
+    if not rows:
+        return []
+    seeds, spreads = _seeds(rows), sorted({r["spread"] for r in rows}, reverse=True)
+    out = ["**Fig. 15 LongBench (the wait before decoding stays above the paper's 2.54 s below capacity).** Stated "
+           "reason: requests of sparse prefix ranges wait for a batch (Density First Search cuts the dense ranges "
+           "first; a request whose range stays thin waits until its range fills or, with the bound, for 10 s). "
+           "Varied: the arXiv prompts' distance from their median, scaled (1: as sampled; 0.1: the same requests "
+           "crowded into a few ranges), each at half of DistServe's offline rate on its own lengths. Refuted if "
+           "AlignedServe's wait without the starvation bound is not longer on the sparse lengths (the per-seed "
+           "ratio sparse / dense with its interval not above 1). "
+           f"OPT-6.7B, {rows[0]['num_requests']} requests, Poisson arrivals, seeds {seeds}:", "",
+           "| spread | others within 256 tokens (median) | rate req/s | system | first->second wait mean (s) | p99 (s) "
+           "| starved | tok/s |", "|---|---|---|---|---|---|---|---|"]
+    for f in spreads:
+        for label in ("AlignedServe, no starvation bound", "AlignedServe", "DistServe"):
+            got = _pick(rows, spread=f, label=label)
+            st = [r["num_starved"] for r in got if r.get("num_starved") is not None]
+            starved = f"{np.mean(st):.0f}" if st else "n/a"
+            out.append(f"| {f:g} | {np.mean([r['neighbours'] for r in got]):.0f} | "
+                       f"{np.mean([r['rate'] for r in got]):.2f} | {label} | "
+                       f"{_ci([r['second_token_mean_s'] for r in got])} | "
+                       f"{np.mean([r['first_gap_p99_s'] for r in got]):.2f} | {starved} | "
+                       f"{np.mean([r['decode_tok_s'] for r in got]):.0f} |")
+    lab = "AlignedServe, no starvation bound"
+    ratio = t_interval([_one(rows, seed=s, spread=spreads[0], label=lab)["second_token_mean_s"]
+                        / _one(rows, seed=s, spread=spreads[-1], label=lab)["second_token_mean_s"] for s in seeds])
+    verdict = ("holds" if _above(ratio, 1.0) else "refuted: the wait is no longer on sparse lengths"
+               if _below(ratio, 1.0) else "inconclusive: the seeds cannot tell")
+    out += ["", f"Verdict: wait without the bound, spread {spreads[0]:g} / spread {spreads[-1]:g}: "
+            f"{ratio.format('{:.2f}', 'x')}: {verdict}.", ""]
+    return out
+
+
+def _fig14_link(res: dict) -> list[str]:
+    rows = res.get("open_fig14")
+    if not rows:
+        return []
+    base = [{**r, "link_scale": 1.0} for r in res.get("gap_fig14", [])  # x1: the Fig. 14 gap test's split-kv runs
+            if r["kernel"] == "split-kv" and r["label"] in ("AlignedServe", "w/o P") and r["seed"] in _seeds(rows)]
+    rows = base + [r for r in rows if r["link_scale"] != 1.0]
+    seeds = [s for s in _seeds(rows) if all(_one(rows, seed=s, link_scale=f, label=lab)
+                                            for f in {r["link_scale"] for r in rows} for lab in ("AlignedServe", "w/o P"))]
+    scales = sorted({r["link_scale"] for r in rows}, reverse=True)
+
+    def pair(s, f):
+        a, p = _one(rows, seed=s, link_scale=f, label="AlignedServe"), _one(rows, seed=s, link_scale=f, label="w/o P")
+        pred = 1 - (p["kv_wait_total_s"] - a["kv_wait_total_s"]) / (p["decode_gpus"] * p["makespan_s"])
+        return p["decode_tok_s"] / a["decode_tok_s"], pred, a, p
+    out = ["**Fig. 14 (w/o P over AlignedServe: ours 0.98 over 8 seeds, the paper 0.85).** Stated reason: without "
+           "prefetch the loss is the decode GPUs' pauses for joining KV over PCIe, which PCIe 5.0 keeps short here "
+           "(the pauses predict 0.92; more rows per iteration pay part back). Varied: the host link's bandwidth. If "
+           "the pauses set the loss, w/o P / AlignedServe falls as the link slows, with the pauses' prediction; "
+           "refuted if the ratio at the slowest link is not below the ratio at x1 (paired interval of the change "
+           "not below 0) while the prediction falls. Azure conv's lengths sampled per seed, OPT-6.7B, "
+           f"{rows[-1]['num_requests']} requests at time 0, seeds {seeds} (x1: the Fig. 14 gap test's runs):", "",
+           "| host link | w/o P / AlignedServe | predicted from the pauses | KV wait AlignedServe / w/o P (s) | "
+           "rows, w/o P / AlignedServe |", "|---|---|---|---|---|"]
+    for f in scales:
+        got = [pair(s, f) for s in seeds]
+        out.append(f"| x{f:g} | {_ci([g[0] for g in got])} | {_ci([g[1] for g in got])} | "
+                   f"{np.mean([g[2]['kv_wait_total_s'] for g in got]):.1f} / "
+                   f"{np.mean([g[3]['kv_wait_total_s'] for g in got]):.1f} | "
+                   f"{np.mean([g[3]['decode_rows'] / g[2]['decode_rows'] for g in got]):.3f} |")
+    change = t_interval([pair(s, scales[-1])[0] - pair(s, scales[0])[0] for s in seeds])
+    pchange = t_interval([pair(s, scales[-1])[1] - pair(s, scales[0])[1] for s in seeds])
+    gaps = {f: t_interval([pair(s, f)[0] - pair(s, f)[1] for s in seeds]) for f in scales}
+    verdict = ("holds: the ratio falls as the pauses grow" if _below(change, 0.0) else
+               "refuted: the ratio does not fall while the pauses' prediction does"
+               if _below(pchange, 0.0) and not _below(change, 0.0) and change.low > pchange.high
+               else "inconclusive: the seeds cannot tell")
+    out += ["", f"Verdict: from x{scales[0]:g} to x{scales[-1]:g} the ratio changes by {change.format('{:+.2f}')}, "
+            f"the pauses' prediction by {pchange.format('{:+.2f}')}: {verdict}. Measured - predicted per link: "
+            + "; ".join(f"x{f:g} {iv.format('{:+.2f}')}" for f, iv in gaps.items())
+            + " (a gap that stays as the link slows is the rows' payback, not the pauses').", ""]
+    return out
+
+
+def _rows_without_prefetch(res: dict) -> list[str]:
+    rows = res.get("gap_fig14")
+    if not rows:
+        return []
+    by = {(r["kernel"], r["seed"], r["label"]): r for r in rows}
+    out = ["**Why w/o prefetch runs more rows per iteration (the Fig. 14 gap test's rows factor 1.07-1.09).** "
+           "Stated reason (a hypothesis until now): without prefetch a decode GPU waits about half as often, each "
+           "wait longer, because joins that land over PCIe land together; the iterations after a wait then run "
+           "the joined rows at once. Would-be refutations: w/o P's number of KV waits not below AlignedServe's, or "
+           "its joins per wait not above; and, since the waits are the mechanism, the rows factor staying as far "
+           "above 1 when no iteration waits for joining KV (both prefetch settings with `wait_for_kv=false`, the "
+           "same runs' pair). Azure conv's lengths per seed, OPT-6.7B, the Fig. 14 gap test's runs:", "",
+           "| kernel | KV waits, w/o P / AlignedServe | mean wait, w/o P / AlignedServe | joins per wait, w/o P / "
+           "AlignedServe | rows factor with KV waits | rows factor without KV waits | change |",
+           "|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for kernel in dict.fromkeys(r["kernel"] for r in rows):
+        seeds = sorted({s for k, s, _ in by if k == kernel})
+        a = [by[(kernel, s, "AlignedServe")] for s in seeds]
+        p = [by[(kernel, s, "w/o P")] for s in seeds]
+        an = [by[(kernel, s, "AlignedServe, no KV wait")] for s in seeds]
+        pn = [by[(kernel, s, "w/o P, no KV wait")] for s in seeds]
+        waits = [y["num_kv_waits"] / x["num_kv_waits"] for x, y in zip(a, p)]
+        mean = [(y["kv_wait_total_s"] / y["num_kv_waits"]) / (x["kv_wait_total_s"] / x["num_kv_waits"])
+                for x, y in zip(a, p)]
+        joins = [(y["num_joins"] / y["num_kv_waits"]) / (x["num_joins"] / x["num_kv_waits"]) for x, y in zip(a, p)]
+        r1 = [y["decode_rows"] / x["decode_rows"] for x, y in zip(a, p)]
+        r0 = [y["decode_rows"] / x["decode_rows"] for x, y in zip(an, pn)]
+        ch = t_interval([x - y for x, y in zip(r0, r1)])
+        out.append(f"| {kernel} | {_ci(waits)} | {_ci(mean)} | {_ci(joins)} | {_ci(r1, '{:.3f}')} | "
+                   f"{_ci(r0, '{:.3f}')} | {ch.format('{:+.3f}')} |")
+        premise = _below(t_interval(waits), 1.0) and _above(t_interval(joins), 1.0)
+        r0i = t_interval(r0)
+        if not premise:
+            v = "refuted: w/o P does not wait less often with more joins per wait"
+        elif _below(ch, 0.0) and not _above(r0i, 1.0):
+            v = "holds: fewer, longer waits with joins landing together, and without waits the extra rows go"
+        elif _below(ch, 0.0):
+            v = "holds in part: without waits the extra rows shrink but stay above 1"
+        else:
+            v = "refuted: the extra rows stay without waits" if not _below(ch, 0.0) and _above(r0i, 1.0) \
+                else (f"inconclusive: the premise holds (fewer waits, more joins per each), but without waits the "
+                      f"rows factor {r0i.format('{:.3f}')} can be neither told from 1 nor from the factor with waits")
+        verdicts.append(f"{kernel}: {v}")
+    return out + ["", "Verdicts: " + "; ".join(verdicts) + ".", ""]
