@@ -158,3 +158,12 @@ def test_render_refuses_missing_or_foreign_files(tmp_path, capsys):
 def test_fixed_lengths_stay_within_a_tenth():
     p = np.array([r.num_prompt_tokens for r in og.fixed_lengths(200, 2048, 0)])
     assert p.min() >= 0.9 * 2048 - 1 and p.max() <= 1.1 * 2048 and p.std() > 0
+
+
+def test_burst_probe_reads_the_moves_the_router_timed():
+    specs = og.fixed_lengths(60, 512, 0)
+    r = og._keep_release(st.run(specs, "alignedserve", "OPT-2.7B", 2, probe=og.burst_probe))
+    # every move onto a decode GPU is one release the router timed: the two shares are one quantity
+    assert r["moves_under_5ms"] == pytest.approx(r["release_under_5ms"])
+    # queueing behind a burst can only delay a move: the serial prediction never exceeds the alone one
+    assert r["serial_under_5ms"] <= r["alone_under_5ms"] and r["burst_p50"] >= 1
