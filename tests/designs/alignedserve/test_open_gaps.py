@@ -167,3 +167,11 @@ def test_burst_probe_reads_the_moves_the_router_timed():
     assert r["moves_under_5ms"] == pytest.approx(r["release_under_5ms"])
     # queueing behind a burst can only delay a move: the serial prediction never exceeds the alone one
     assert r["serial_under_5ms"] <= r["alone_under_5ms"] and r["burst_p50"] >= 1
+
+
+def test_keep_sections_drops_the_other_sections_and_their_steps():
+    part = {"results": {"open_fig13": [1], "open_fig11": [2]}, "steps_done": ["s13", "s11", "other"],
+            "timings_cpu_s": {"s13": 1.0, "s11": 2.0, "other": 3.0}}
+    kept = render.keep_sections(part, {"open_fig13"}, {"s13": "open_fig13", "s11": "open_fig11"})
+    assert kept["results"] == {"open_fig13": [1]} and kept["steps_done"] == ["s13", "other"]
+    assert kept["timings_cpu_s"] == {"s13": 1.0, "other": 3.0}

@@ -8,7 +8,9 @@ project's 2-core machine, too much to repeat for a change that adds or touches a
         --base docs/reproduction/alignedserve/results.json --base-label "full run at commit a3768b0" \\
         --label "commit 1234abc" --why "issue 25: new gap tests" --out docs/reproduction
 
-Several ``--partial`` files may be given (the first holding a section wins). The merged
+Several ``--partial`` files may be given (the first holding a section wins); ``--sections``
+keeps only the named sections of them (a file that also holds sections its step's code has
+changed since). The merged
 results replace ``--out``'s results.json, so a later render takes them as its base and keeps
 the earlier reruns' names (``reruns``, oldest first).
 """
@@ -31,6 +33,14 @@ def combine(parts: list[dict]) -> dict:
         out["timings_cpu_s"] = part.get("timings_cpu_s", {}) | out["timings_cpu_s"]
         out["load_average"] += part.get("load_average", [])
     return out
+
+
+def keep_sections(partial: dict, sections: set[str], step_keys: dict[str, str]) -> dict:
+    """``partial`` with only ``sections``, and only the steps (and their CPU times) that made them
+    (``step_keys``: step label -> results key; a step not in it is kept)."""
+    steps = [x for x in partial["steps_done"] if x not in step_keys or step_keys[x] in sections]
+    return {**partial, "results": {k: v for k, v in partial["results"].items() if k in sections},
+            "steps_done": steps, "timings_cpu_s": {k: v for k, v in partial["timings_cpu_s"].items() if k in steps}}
 
 
 def rebase(partial: dict, base: dict, *, base_label: str, label: str, why: str) -> dict:
@@ -74,6 +84,7 @@ def main(argv=None) -> int:
     ap.add_argument("--base-label", required=True, help="where the base run comes from (a commit)")
     ap.add_argument("--label", required=True, help="where the partial runs come from (a commit)")
     ap.add_argument("--why", required=True, help="why those steps were run alone (printed at the report's head)")
+    ap.add_argument("--sections", help="keep only these results keys of the partial files, comma-separated")
     ap.add_argument("--out", type=Path, required=True, help="the folder of alignedserve.md")
     a = ap.parse_args(argv)
     for p in (*a.partial, a.base):
@@ -91,10 +102,19 @@ def main(argv=None) -> int:
         return 2
     from servelab.designs.alignedserve.reproduce import plots
     from servelab.designs.alignedserve.reproduce.report import write_report
+    from servelab.designs.alignedserve.reproduce.run import OPEN_GAP_STEPS
     from servelab.metrics.plain_json import plain
     from servelab.reproduce.runner import write_results_json
 
-    res = plain(rebase(combine(parts), base, base_label=a.base_label, label=a.label, why=a.why))
+    partial = combine(parts)
+    if a.sections:
+        wanted = {x.strip() for x in a.sections.split(",") if x.strip()}
+        missing = sorted(wanted - set(partial["results"]))
+        if missing:
+            print(f"render: --sections {missing} are in no --partial file", file=sys.stderr)
+            return 2
+        partial = keep_sections(partial, wanted, {label: key for label, _, key in OPEN_GAP_STEPS})
+    res = plain(rebase(partial, base, base_label=a.base_label, label=a.label, why=a.why))
     fig_dir = a.out / "alignedserve"
     fig_dir.mkdir(parents=True, exist_ok=True)
     res["plots"] = plots.all_figures(res, fig_dir)
