@@ -104,7 +104,7 @@ def test_fig14_link_takes_x1_from_the_fig14_gap_runs():
     slow = [row(s, 0.1, "AlignedServe", 100.0, 1.0) for s in range(3)]
     slow += [row(s, 0.1, "w/o P", 80.0 - s, 41.0) for s in range(3)]
     text = "\n".join(report_open_gaps._fig14_link({"gap_fig14": gap, "open_fig14": slow}))
-    assert "| x1 |" in text and "| x0.1 |" in text and "holds: the ratio falls" in text
+    assert "| x1 (" in text and "| x0.1 (" in text and "holds: the ratio falls" in text
 
 
 def test_standalone_refuses_unknown_steps_and_lists_the_new_ones(capsys, tmp_path):
