@@ -57,66 +57,77 @@ def open_gap_lines(res: dict) -> list[str]:
             "model, 8 x H100, OPT models; 95% t intervals over seeds, paired by seed.", ""] + out
 
 
+def _ratio(rows, s, a, ka, b, kb) -> float:
+    """Seed ``s``: system ``a`` at ``ka`` prefill GPUs over ``b`` at ``kb`` (None: a mixed system)."""
+    x, y = _one(rows, seed=s, label=a, num_prefill=ka), _one(rows, seed=s, label=b, num_prefill=kb)
+    return x["decode_tok_s"] / y["decode_tok_s"] if x and y and y["decode_tok_s"] else float("nan")
+
+
+def _split_intro(half: int, n: int, gpus: int, seeds: list[int]) -> list[str]:
+    return ["**Figs. 7/8 against vLLM and FastGen: the P/D split's cost.** Stated reason: AlignedServe and "
+            "DistServe split the GPUs into prefill and decode; at time 0 the prefill GPUs idle once the prompts are "
+            "in, so a split system decodes on part of the server while vLLM and FastGen decode on all of it, and "
+            "AlignedServe's ratio over vLLM is its ratio over DistServe times DistServe's over vLLM. Two tests. "
+            "(1) If idle GPU time is the split's whole cost, DistServe over vLLM equals their busy shares' ratio "
+            "(the whole server's step time over GPUs x makespan; same work per busy second); refuted where the "
+            "per-seed difference's interval lies more than 0.05 off 0. (2) If the split's cost is separate from "
+            "AlignedServe's mechanisms, AlignedServe over DistServe does not depend on the split, so moving the "
+            "split moves AlignedServe over vLLM as it moves DistServe over vLLM: predicted AlignedServe / vLLM at k "
+            f"prefill GPUs = (AlignedServe / DistServe at {half}, the paper's half) x (DistServe / vLLM at k); "
+            "refuted where the measured - predicted interval excludes 0, inconclusive where it is wider than +-0.1. "
+            f"Fig. 7's 95%-short mix, OPT-6.7B, {n} requests at time 0, {gpus} GPUs, seeds {seeds}, split-kv:", "",
+            "| prefill GPUs | DistServe busy: prefill / decode / all | vLLM busy | DistServe / vLLM | predicted from "
+            "busy shares | AlignedServe / DistServe | AlignedServe / vLLM | predicted (test 2) | AlignedServe / "
+            "FastGen |", "|---|---|---|---|---|---|---|---|---|"]
+
+
+def _split_point(rows, seeds, k: int, half: int) -> tuple[str, str, str | None]:
+    """One split's table row and its verdicts under tests (1) and (2) (None at the half itself)."""
+    ds = [_one(rows, seed=s, label="DistServe", num_prefill=k) for s in seeds]
+    vl = [_one(rows, seed=s, label="vLLM", num_prefill=None) for s in seeds]
+    dv = [_ratio(rows, s, "DistServe", k, "vLLM", None) for s in seeds]
+    pred1 = [d["busy_all"] / v["busy_all"] for d, v in zip(ds, vl)]
+    av = [_ratio(rows, s, "AlignedServe", k, "vLLM", None) for s in seeds]
+    pred2 = [_ratio(rows, s, "AlignedServe", half, "DistServe", half) * x for s, x in zip(seeds, dv)]
+    role = {q: np.mean([d["busy_by_role"].get(q, np.nan) for d in ds]) for q in ("prefill", "decode")}
+    line = (f"| {k} | {role['prefill']:.0%} / {role['decode']:.0%} / {np.mean([d['busy_all'] for d in ds]):.0%} "
+            f"| {np.mean([v['busy_all'] for v in vl]):.0%} | {_ci(dv)} | {_ci(pred1)} | "
+            f"{_ci([_ratio(rows, s, 'AlignedServe', k, 'DistServe', k) for s in seeds])} | {_ci(av)} | "
+            f"{_ci(pred2) if k != half else 'n/a'} | "
+            f"{_ci([_ratio(rows, s, 'AlignedServe', k, 'FastGen (sarathi)', None) for s in seeds])} |")
+    d1 = t_interval([a - b for a, b in zip(dv, pred1)])
+    v1 = (f"{k} prefill GPUs: measured - predicted {d1.format('{:+.2f}')}: "
+          + ("refuted (idle time is not the split's whole cost)" if _above(d1, 0.05) or _below(d1, -0.05)
+             else "holds"))
+    if k == half:
+        return line, v1, None
+    d2 = t_interval([a - b for a, b in zip(av, pred2)])
+    return line, v1, (f"{k} prefill GPUs: measured - predicted {d2.format('{:+.2f}')}: "
+                      + ("refuted (AlignedServe's mechanisms cost differently under another split)"
+                         if d2.excludes(0.0) else "holds" if d2.high - d2.low <= 0.2
+                         else "inconclusive (the interval is wider than +-0.1)"))
+
+
 def _split(res: dict) -> list[str]:
     rows = res.get("open_split")
     if not rows:
         return []
     seeds, ks = _seeds(rows), sorted({r["num_prefill"] for r in rows if r["num_prefill"] is not None})
     half = max(ks)
+    out = _split_intro(half, rows[0]["num_requests"], res["sizes"]["num_gpus"], seeds)
+    points = [_split_point(rows, seeds, k, half) for k in ks]
+    out += [p[0] for p in points]
 
-    def ratio(s, a, ka, b, kb):
-        x, y = _one(rows, seed=s, label=a, num_prefill=ka), _one(rows, seed=s, label=b, num_prefill=kb)
-        return x["decode_tok_s"] / y["decode_tok_s"] if x and y and y["decode_tok_s"] else float("nan")
-    n = rows[0]["num_requests"]
-    out = ["**Figs. 7/8 against vLLM and FastGen: the P/D split's cost.** Stated reason: AlignedServe and "
-           "DistServe split the GPUs into prefill and decode; at time 0 the prefill GPUs idle once the prompts are "
-           "in, so a split system decodes on part of the server while vLLM and FastGen decode on all of it, and "
-           "AlignedServe's ratio over vLLM is its ratio over DistServe times DistServe's over vLLM. Two tests. "
-           "(1) If idle GPU time is the split's whole cost, DistServe over vLLM equals their busy shares' ratio "
-           "(the whole server's step time over GPUs x makespan; same work per busy second); refuted where the "
-           "per-seed difference's interval lies more than 0.05 off 0. (2) If the split's cost is separate from "
-           "AlignedServe's mechanisms, AlignedServe over DistServe does not depend on the split, so moving the "
-           "split moves AlignedServe over vLLM as it moves DistServe over vLLM: predicted AlignedServe / vLLM at k "
-           f"prefill GPUs = (AlignedServe / DistServe at {half}, the paper's half) x (DistServe / vLLM at k); "
-           "refuted where the measured - predicted interval excludes 0, inconclusive where it is wider than +-0.1. "
-           f"Fig. 7's 95%-short mix, OPT-6.7B, {n} requests at time 0, {res['sizes']['num_gpus']} GPUs, seeds {seeds}, "
-           "split-kv:", "",
-           "| prefill GPUs | DistServe busy: prefill / decode / all | vLLM busy | DistServe / vLLM | predicted from "
-           "busy shares | AlignedServe / DistServe | AlignedServe / vLLM | predicted (test 2) | AlignedServe / "
-           "FastGen |", "|---|---|---|---|---|---|---|---|---|"]
-    verdicts1, verdicts2 = [], []
-    for k in ks:
-        ds = [_one(rows, seed=s, label="DistServe", num_prefill=k) for s in seeds]
-        vl = [_one(rows, seed=s, label="vLLM", num_prefill=None) for s in seeds]
-        dv = [ratio(s, "DistServe", k, "vLLM", None) for s in seeds]
-        pred1 = [d["busy_all"] / v["busy_all"] for d, v in zip(ds, vl)]
-        ad = [ratio(s, "AlignedServe", k, "DistServe", k) for s in seeds]
-        av = [ratio(s, "AlignedServe", k, "vLLM", None) for s in seeds]
-        pred2 = [ratio(s, "AlignedServe", half, "DistServe", half) * x for s, x in zip(seeds, dv)]
-        af = [ratio(s, "AlignedServe", k, "FastGen (sarathi)", None) for s in seeds]
-        role = {q: np.mean([d["busy_by_role"].get(q, np.nan) for d in ds]) for q in ("prefill", "decode")}
-        out.append(f"| {k} | {role['prefill']:.0%} / {role['decode']:.0%} / {np.mean([d['busy_all'] for d in ds]):.0%} "
-                   f"| {np.mean([v['busy_all'] for v in vl]):.0%} | {_ci(dv)} | {_ci(pred1)} | {_ci(ad)} | {_ci(av)} | "
-                   f"{_ci(pred2) if k != half else 'n/a'} | {_ci(af)} |")
-        d1 = t_interval([a - b for a, b in zip(dv, pred1)])
-        off = _above(d1, 0.05) or _below(d1, -0.05)
-        verdicts1.append(f"{k} prefill GPUs: measured - predicted {d1.format('{:+.2f}')}: "
-                         + ("refuted (idle time is not the split's whole cost)" if off else "holds"))
-        if k != half:
-            d2 = t_interval([a - b for a, b in zip(av, pred2)])
-            verdicts2.append(f"{k} prefill GPUs: measured - predicted {d2.format('{:+.2f}')}: "
-                             + ("refuted (AlignedServe's mechanisms cost differently under another split)"
-                                if d2.excludes(0.0) else "holds" if d2.high - d2.low <= 0.2
-                                else "inconclusive (the interval is wider than +-0.1)"))
-    best = max(ks, key=lambda k: np.mean([ratio(s, "AlignedServe", k, "vLLM", None) for s in seeds]))
-    dbest = max(ks, key=lambda k: np.mean([ratio(s, "DistServe", k, "vLLM", None) for s in seeds]))
-    out += ["", "Verdicts: (1) idle GPU time as the split's cost: " + "; ".join(verdicts1) + ". (2) the gap to vLLM "
-            "follows the split: " + "; ".join(verdicts2) + f". DistServe's best split here is {dbest} prefill GPUs, "
-            f"{_ci([ratio(s, 'DistServe', dbest, 'vLLM', None) for s in seeds])} of vLLM: no static split removes "
-            f"the split's cost at time 0. AlignedServe's best split here is {best} prefill "
-            f"GPUs, where it is {_ci([ratio(s, 'AlignedServe', best, 'vLLM', None) for s in seeds])} of vLLM and "
-            f"{_ci([ratio(s, 'AlignedServe', best, 'FastGen (sarathi)', None) for s in seeds])} of FastGen (the "
-            "paper: 1.32x and 1.85x).", ""]
+    def over(a, k, b):
+        return [_ratio(rows, s, a, k, b, None) for s in seeds]
+    best = max(ks, key=lambda k: np.mean(over("AlignedServe", k, "vLLM")))
+    dbest = max(ks, key=lambda k: np.mean(over("DistServe", k, "vLLM")))
+    out += ["", "Verdicts: (1) idle GPU time as the split's cost: " + "; ".join(p[1] for p in points)
+            + ". (2) the gap to vLLM follows the split: " + "; ".join(p[2] for p in points if p[2])
+            + f". DistServe's best split here is {dbest} prefill GPUs, {_ci(over('DistServe', dbest, 'vLLM'))} of "
+            f"vLLM: no static split removes the split's cost at time 0. AlignedServe's best split here is {best} "
+            f"prefill GPUs, where it is {_ci(over('AlignedServe', best, 'vLLM'))} of vLLM and "
+            f"{_ci(over('AlignedServe', best, 'FastGen (sarathi)'))} of FastGen (the paper: 1.32x and 1.85x).", ""]
     return out
 
 
@@ -175,9 +186,9 @@ def _fig13(res: dict) -> list[str]:
             f"and {pa:.0%} of prefix-aware's hold a long row: the paper's > 90% / < 10% needs prefix-aware steps "
             "nearly free of long rows while nearly every FCFS step holds one. Measured here, alignment does not keep "
             "long rows out of the steps: a decode GPU's running rows mix batches, hence prefix ranges, in most "
-            "iterations (the batch-switch share's test above, not refuted there: the Candidate Requests Buffer runs dry and the old "
-            "batch's long outputs stay), so the kernel alone cannot give the paper's split. ShareGPT's stand-in "
-            "(log-normal, median 180 tokens) has fewer long requests than either mix.", ""]
+            "iterations (the batch-switch share's test above, not refuted there: the Candidate Requests Buffer "
+            "runs dry and the old batch's long outputs stay), so the kernel alone cannot give the paper's split. "
+            "ShareGPT's stand-in (log-normal, median 180 tokens) has fewer long requests than either mix.", ""]
     return out
 
 
@@ -278,8 +289,9 @@ def _fig14_link(res: dict) -> list[str]:
     base = [{**r, "link_scale": 1.0} for r in res.get("gap_fig14", [])  # x1: the Fig. 14 gap test's split-kv runs
             if r["kernel"] == "split-kv" and r["label"] in ("AlignedServe", "w/o P") and r["seed"] in _seeds(rows)]
     rows = base + [r for r in rows if r["link_scale"] != 1.0]
-    seeds = [s for s in _seeds(rows) if all(_one(rows, seed=s, link_scale=f, label=lab)
-                                            for f in {r["link_scale"] for r in rows} for lab in ("AlignedServe", "w/o P"))]
+    every = {r["link_scale"] for r in rows}
+    seeds = [s for s in _seeds(rows)
+             if all(_one(rows, seed=s, link_scale=f, label=lab) for f in every for lab in ("AlignedServe", "w/o P"))]
     scales = sorted({r["link_scale"] for r in rows}, reverse=True)
 
     def pair(s, f):
