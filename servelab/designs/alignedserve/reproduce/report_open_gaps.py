@@ -257,8 +257,8 @@ def _fig15(res: dict) -> list[str]:
            "first; a request whose range stays thin waits until its range fills or, with the bound, for 10 s). "
            "Varied: the arXiv prompts' distance from their median, scaled (1: as sampled; 2: twice as spread; "
            f"0.1: the same requests crowded into a few ranges), each at {rows[0]['load']:.0%} of DistServe's "
-           "offline rate on its own lengths. Refuted if AlignedServe's wait without the starvation bound is not longer on the sparse lengths (the per-seed "
-           "ratio sparse / dense with its interval not above 1). "
+           "offline rate on its own lengths. Refuted if AlignedServe's wait without the starvation bound is not "
+           "longer on the sparsest lengths than on the densest (the per-seed ratio with its interval not above 1). "
            f"OPT-6.7B, {rows[0]['num_requests']} requests, Poisson arrivals, seeds {seeds}:", "",
            "| spread | others within 256 tokens (median) | rate req/s | system | first->second wait mean (s) | p99 (s) "
            "| starved | tok/s |", "|---|---|---|---|---|---|---|---|"]
