@@ -88,7 +88,7 @@ def test_fig15_verdict_reads_the_sparse_over_dense_wait():
         for s in range(3):
             for f, w in ((1.0, sparse_wait + 0.1 * s), (0.1, 1.0 + 0.05 * s)):
                 for lab in ("AlignedServe, no starvation bound", "AlignedServe", "DistServe"):
-                    out.append({"seed": s, "spread": f, "label": lab, "rate": 1.0, "neighbours": 5.0,
+                    out.append({"seed": s, "spread": f, "label": lab, "rate": 1.0, "neighbours": 5.0, "load": 0.9,
                                 "second_token_mean_s": w, "first_gap_p99_s": 2 * w, "num_starved": 0,
                                 "decode_tok_s": 10.0, "num_requests": 10})
         return out
