@@ -125,7 +125,9 @@ def _split(res: dict) -> list[str]:
     out += ["", "Verdicts: (1) idle GPU time as the split's cost: " + "; ".join(p[1] for p in points)
             + ". (2) the gap to vLLM follows the split: " + "; ".join(p[2] for p in points if p[2])
             + f". DistServe's best split here is {dbest} prefill GPUs, {_ci(over('DistServe', dbest, 'vLLM'))} of "
-            f"vLLM: no static split removes the split's cost at time 0. AlignedServe's best split here is {best} "
+            "vLLM" + (": no static split removes the split's cost at time 0"
+                      if _below(t_interval(over("DistServe", dbest, "vLLM")), 1.0) else "")
+            + f". AlignedServe's best split here is {best} "
             f"prefill GPUs, where it is {_ci(over('AlignedServe', best, 'vLLM'))} of vLLM and "
             f"{_ci(over('AlignedServe', best, 'FastGen (sarathi)'))} of FastGen (the paper: 1.32x and 1.85x).", ""]
     return out
