@@ -10,7 +10,7 @@ import pytest
 
 from servelab.core.request import RequestSpec
 from servelab.designs.alignedserve.reproduce import open_gaps as og
-from servelab.designs.alignedserve.reproduce import render, report_open_gaps, standalone
+from servelab.designs.alignedserve.reproduce import render, report_open_gaps, report_sources, standalone
 from servelab.designs.alignedserve.reproduce import setting as st
 
 
@@ -140,9 +140,9 @@ def test_rebase_replaces_sections_and_names_each_rerun():
     again = render.rebase({"results": {"fig7": [7]}, "steps_done": ["a"], "timings_cpu_s": {"a": 1.0}},
                           res, base_label="ignored", label="commit Z", why="fix")
     assert again["base_run"] == "full run X" and [r["label"] for r in again["reruns"]] == ["commit Y", "commit Z"]
-    head = "\n".join(render.head_lines(again))
+    head = "\n".join(report_sources.head_lines(again))
     assert "full run X" in head and "commit Y (6 s CPU, load average 3.0-4.5): steps b; c; why: new tests" in head
-    assert render.head_lines(base) == []
+    assert report_sources.head_lines(base) == []
 
 
 def test_render_refuses_missing_or_foreign_files(tmp_path, capsys):

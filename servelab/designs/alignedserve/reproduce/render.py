@@ -62,21 +62,6 @@ def rebase(partial: dict, base: dict, *, base_label: str, label: str, why: str) 
     return res
 
 
-def head_lines(res: dict) -> list[str]:
-    """The report's lines naming the sources of its sections (none for a plain full run)."""
-    reruns = res.get("reruns")
-    if not reruns:
-        return []
-    out = [f"**Sections from more than one run.** Every section not named below is the full run's "
-           f"({res.get('base_run', 'the base run')}). Rerun alone afterwards (`python -m "
-           "servelab.designs.alignedserve.reproduce.standalone`), merged by `python -m "
-           "servelab.designs.alignedserve.reproduce.render` (`--base` the full run's results.json):"]
-    for r in reruns:
-        load = f", load average {r['load_average'][0]:.1f}-{r['load_average'][1]:.1f}" if r.get("load_average") else ""
-        out.append(f"- {r['label']} ({r['cpu_s']:.0f} s CPU{load}): steps {'; '.join(r['steps'])}; why: {r['why']}")
-    return out + [""]
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--partial", type=Path, action="append", required=True,

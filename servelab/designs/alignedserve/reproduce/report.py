@@ -10,7 +10,7 @@ from servelab.designs.alignedserve.reproduce.prefetch_kernels import prefetch_ke
 from servelab.designs.alignedserve.reproduce.report_engine import engine_lines
 from servelab.designs.alignedserve.reproduce.report_claims import _claims, _f, _ratio, kernel_claim_lines, switch_gap_lines
 from servelab.designs.alignedserve.reproduce.report_gaps import gap_verdict_lines
-from servelab.designs.alignedserve.reproduce.render import head_lines
+from servelab.designs.alignedserve.reproduce.report_sources import head_lines
 from servelab.designs.alignedserve.reproduce.report_latency import fig15_gap_lines, tpot_gap_lines
 from servelab.designs.alignedserve.reproduce.report_open_gaps import open_gap_lines
 from servelab.designs.alignedserve.reproduce.report_regimes import regime_lines
