@@ -19,8 +19,9 @@ AlignedServe since issue 25 (headline grid over kernels and seeds, figures over 
 measured on this code (nice 19, shared machine). Issue 25's session 5 (sustained load 200 req/s x
 4000 requests, the Fig. 14 gap step, the switch test's unbounded variant): reduced 224 CPU-s
 without the engine step (load ~4 on 2 cores); a full run was stopped after 10.9 CPU-min still in
-the headline grid (load ~10, where every step took 2-4x its CPU-s of the committed run), so the
-full estimate below is a floor, not a measurement.
+the headline grid (load ~10, where every step took 2-4x its CPU-s of the committed run). The
+committed full run (a3768b0) took 2,376 CPU-s; issue 25's six gap-test steps (``open_gaps``), run
+alone, 543 more (load 7-21): full estimate 2,900.
 
 DynaServe since issue 26 (capacity on a rate grid over 3 seeds, both delay rules, nine variants):
 reduced measured on this code (the sum of its steps, rounded up); full not run on this code,
@@ -109,7 +110,7 @@ REPRODUCTIONS: tuple[Entry, ...] = (
           "AlignedServe: Figs. 1/3 (simulated, and measured on the CPU engine), 7-15, the batch-switch share, pool "
           "occupancy and Density First Search time against vllm, distserve and a FastGen stand-in, with the gap "
           "tests (simulated).",
-          {"reduced": 240, "full": 1200},
+          {"reduced": 240, "full": 2900},
           options=(Option("engine", True, "Also measure Figure 1's trend on the real engine (CPU, needs torch)."),)),
     Entry("kunserve", "KunServe", "kunserve.md", "servelab.designs.kunserve.reproduce.run",
           "KunServe: Figs. 12-16 (P99 TTFT, TPOT, SLO violation, ablation, restore, extreme bursts) and the "

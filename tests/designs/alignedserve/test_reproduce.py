@@ -26,7 +26,8 @@ def test_reproduction_writes_every_claim(tmp_path):
                   "Prefetch (Figs. 11/14): where does the buffer have room?", "over AlignedServe, one for one",
                   "Gap test: does the greedy join win by keeping the decode GPUs busier?", "GPU blocks used",
                   "Figures and gap tests over seeds (issue 25)", "w/o P over AlignedServe",
-                  "Gap test: what turning prefetch off does under each kernel", "control / AlignedServe"):
+                  "Gap test: what turning prefetch off does under each kernel", "control / AlignedServe",
+                  "Gap reasons tested (issue 25)", "P/D split's cost", "Why w/o prefetch runs more rows"):
         assert claim in text, claim
     assert all(r["conserved"] for r in res["fig7"] + res["fig8"])
     assert json.loads((tmp_path / "alignedserve" / "results.json").read_text())["dfs"]["searches"] == 20

@@ -10,7 +10,9 @@ from servelab.designs.alignedserve.reproduce.prefetch_kernels import prefetch_ke
 from servelab.designs.alignedserve.reproduce.report_engine import engine_lines
 from servelab.designs.alignedserve.reproduce.report_claims import _claims, _f, _ratio, kernel_claim_lines, switch_gap_lines
 from servelab.designs.alignedserve.reproduce.report_gaps import gap_verdict_lines
+from servelab.designs.alignedserve.reproduce.report_sources import head_lines
 from servelab.designs.alignedserve.reproduce.report_latency import fig15_gap_lines, tpot_gap_lines
+from servelab.designs.alignedserve.reproduce.report_open_gaps import open_gap_lines
 from servelab.designs.alignedserve.reproduce.report_regimes import regime_lines
 from servelab.designs.alignedserve.reproduce.report_seeds import seed_lines
 
@@ -32,6 +34,7 @@ def _lines(res: dict) -> list[str]:
         f"kernel unless a table names another, OPT models, one GPU per instance) "
         "unless marked **measured**. Do not edit: rerun the command.",
         "",
+        *head_lines(res),
         *([f"**Reduced run**: {sz['num_gpus']} GPUs, {sz['regime_requests']} requests per headline-grid cell and "
            f"{sz['seeds']} seeds, {sz['num_requests']} synthetic and {sz['app_requests']} application requests, "
            f"models {', '.join(sz['models'])}: the full sizes (8 GPUs, 2000 requests x 5 seeds under split-kv and 3 "
@@ -92,6 +95,7 @@ def _lines(res: dict) -> list[str]:
     out += fig15_gap_lines(res)
     out += fig14_gap_lines(res)
     out += prefetch_kernel_lines(res)
+    out += [""] + open_gap_lines(res)
     out += ["", "## Run time (CPU seconds per step)", ""]
     out += [f"- {k}: {v:.1f}" for k, v in res["timings_cpu_s"].items()]
     out += ["", "Plots: " + ", ".join(f"[{p}](alignedserve/{p})" for p in res.get("plots", [])),

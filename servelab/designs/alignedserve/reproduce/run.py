@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from servelab.costmodel.attention import KERNELS
 from servelab.designs.alignedserve.reproduce import experiments as ex
-from servelab.designs.alignedserve.reproduce import fig14_gap, gaps, kernels, motivation, regimes, seeds
+from servelab.designs.alignedserve.reproduce import fig14_gap, gaps, kernels, motivation, open_gaps, regimes, seeds
 from servelab.reproduce.runner import Reproduction, Run, Step
 
 FULL = ex.Sizes()
@@ -53,7 +53,19 @@ def _steps(run: Run) -> list[Step]:
         Step("gap: prefetch buffer room", lambda _: gaps.gap_prefetch(sizes, seed), "gap_prefetch"),
         Step("gap: Fig. 14 ablation, KV pauses, prefetch's mechanism, kernels", lambda _: fig14_gap.fig14_gap(sizes, seed), "gap_fig14"),
         Step("figures and gap tests over seeds", lambda _: seeds.over_seeds(sizes, seed), "seeds"),
+        *[Step(label, lambda _, fn=fn: fn(sizes, seed), key) for label, fn, key in OPEN_GAP_STEPS],
     ]
+
+
+# issue 25's gap reasons tested (``open_gaps``): label, experiment, results key
+OPEN_GAP_STEPS = (
+    ("gap tested: P/D split vs vLLM and FastGen", open_gaps.split_cost, "open_split"),
+    ("gap tested: Fig. 13 long share x kernel", open_gaps.fig13_long_share, "open_fig13"),
+    ("gap tested: Fig. 11 KV size", open_gaps.fig11_kv_size, "open_fig11"),
+    ("gap tested: Fig. 11 arXiv KV sizes", open_gaps.arxiv_kv_sizes, "open_fig11_arxiv"),
+    ("gap tested: Fig. 15 prefix-range sparsity", open_gaps.fig15_sparsity, "open_fig15"),
+    ("gap tested: Fig. 14 host link speed", open_gaps.fig14_link, "open_fig14"),
+)
 
 
 def _write(run: Run) -> dict:

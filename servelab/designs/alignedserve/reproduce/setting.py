@@ -45,9 +45,19 @@ class Setting:
     models: tuple[str, ...] = ("OPT-2.7B", "OPT-6.7B", "OPT-13B", "OPT-30B")
 
 
-def cluster(system_spec: str, model: str, num_gpus: int, *, max_decode_seqs: int | None = None) -> ClusterConfig:
-    """``max_decode_seqs`` caps a decode instance's running rows (the batch-switch gap test)."""
+def cluster(system_spec: str, model: str, num_gpus: int, *, max_decode_seqs: int | None = None,
+            host_link_scale: float = 1.0) -> ClusterConfig:
+    """``max_decode_seqs`` caps a decode instance's running rows (the batch-switch gap test);
+    ``host_link_scale`` scales the GPU-host (PCIe) link's bandwidth, the host pool's link (the
+    Fig. 14 link-speed gap test)."""
     c = cluster_for(system_spec, num_instances=num_gpus, gpu=GPU, model=model)
+    if host_link_scale != 1.0:
+        from servelab.cluster.links import fitted_link_figures
+        from servelab.costmodel.links import LinkSpec
+
+        pcie = fitted_link_figures(GPU)["pcie"]
+        c = replace(c, topology=replace(c.topology, host_link=LinkSpec(pcie.bandwidth_bytes_per_s * host_link_scale,
+                                                                      pcie.latency_s)))
     # vLLM without chunked prefill requires max_num_batched_tokens >= max_model_len: the step
     # limit follows the lifted context (else Fig. 12's 10K prompts are rejected, 8192 < 10000)
     groups = tuple(replace(g, max_batch_tokens=max(g.max_batch_tokens, MAX_MODEL_LEN),
@@ -103,14 +113,18 @@ APPLICATIONS = ("ShareGPT-like", "LongBench-like (arXiv)", "Azure code", "Azure 
 
 
 def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *, cost_model=None,
-        max_decode_seqs: int | None = None) -> dict:
+        max_decode_seqs: int | None = None, host_link_scale: float = 1.0,
+        probe: Callable[[Simulation, object], dict] | None = None) -> dict:
     """One simulation -> decoding throughput, TPOT (from the second token, ``latency.split``), TTFT,
-    the first-to-second-token wait, decode-iteration times, router stats."""
+    the first-to-second-token wait, decode-iteration times, router stats; ``probe(sim, result)``
+    adds what a gap test reads from the finished simulation (a module-level function, so runs
+    spread over processes can carry it)."""
     t0 = time.process_time()
     # P/D runs step one iteration at a time, so each recorded decode row is one iteration
     # (a fast-forwarded run's row would blur decode iterations with recomputed prefills)
     pd = system_spec.startswith(("distserve", "alignedserve"))
-    sim = Simulation(specs, cluster(system_spec, model, num_gpus, max_decode_seqs=max_decode_seqs), cost_model=cost_model, fast_forward=not pd)
+    sim = Simulation(specs, cluster(system_spec, model, num_gpus, max_decode_seqs=max_decode_seqs,
+                                    host_link_scale=host_link_scale), cost_model=cost_model, fast_forward=not pd)
     res = sim.run()
     done = [r for r in res.requests if r.status.value == "finished"]
     ttft = [r.token_times_s[0] - r.arrival_time_s for r in done if r.token_times_s]
@@ -139,6 +153,8 @@ def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *
         out["pool_samples"] = router.stats.pool_samples
     out["handoff_ms"] = [1e3 * dur for src, dst, _, dur, _ in res.transfers
                          if dst >= 0 and _role(sim, dst) == "decode"]
+    if probe is not None:
+        out.update(probe(sim, res))
     return out
 
 
