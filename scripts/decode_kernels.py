@@ -155,8 +155,10 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(1)
     load0 = os.getloadavg()[0]
+    rounds_flag = "" if args.rounds == 3 else f" --rounds {args.rounds}"
     lines = ["# Decode kernels and GEMMs on this CPU (measured)", "",
-             f"Written by `python scripts/decode_kernels.py{'' if args.rounds == 3 else f' --rounds {args.rounds}'}`; rerun it rather than editing this file. One torch "
+             f"Written by `python scripts/decode_kernels.py{rounds_flag}`; rerun it rather than editing this file. "
+             "One torch "
              f"thread, CPU time, medians of {args.repeats}; torch {torch.__version__}. Machine: {cpu_description()}, "
              f"shared with other sessions (1-minute load average {load0:.2f} at the start", "LOADEND", "",
              "## 1. Projections: F.linear vs oneDNN-packed weights (GFLOP/s)", "",
@@ -195,7 +197,8 @@ def main() -> int:
               "rounds' medians. The engine runs "
               + ", ".join(f"{n} in {str(d).removeprefix('torch.')}" for d, n in
                           ((d, _engine_split(d)) for d in dtypes()))
-              + " (`attention.cpu_inplace_decode`, else `attention.cpu_split_bmm`). FLOPs against the best rate of section 1 in the step's dtype (either "
+              + " (`attention.cpu_inplace_decode`, else `attention.cpu_split_bmm`). FLOPs against the best rate of "
+              "section 1 in the step's dtype (either "
               "column). `roofline`: max(bytes / BW, FLOPs / peak) over the whole step, the classic bound; `per-op "
               "bound`: the same bound taken separately for the projections (weights, their FLOPs) and the attention "
               "(KV, its FLOPs) and summed, also a lower bound for one thread that runs them one after the other, and a "

@@ -203,7 +203,8 @@ def test_report_carries_the_earlier_reports_rows_for_loads_not_run_again():
     rows = [line for line in text.splitlines() if line.startswith("| short-32-burst")]
     assert len(rows) == 4 and all(row.endswith("| runs at aaa1111 (report of commit abc1234) |") for row in rows)
     assert "| 60.0 | 60.0 |" in rows[0]  # the cells themselves, verbatim
-    assert any(line.startswith("| long-32-burst") and line.endswith("| runs at def5678 |") for line in text.splitlines())
+    assert any(line.startswith("| long-32-burst") and line.endswith("| runs at def5678 |")
+               for line in text.splitlines())
     assert "Duration ratio servelab / vLLM: 0.90x to 1.20x (worst: short-32-burst)" in text
     assert "2 of 2 (load, server) pairs agree" in text
     assert "short-128-burst" not in text  # not asked for: not shown
