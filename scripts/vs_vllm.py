@@ -56,8 +56,10 @@ NOTES = """## Reading
   (each row's own blocks in splits of 128 tokens, merged while the same rows reach them and the
   split's gathered K+V stays within 8 MiB, partial results combined by log-sum-exp, no
   [rows x longest] tensor); in bf16 on the CPU each split gathers its K and V head-major and
-  attends with two batched matmuls, in float32 it runs torch's fused flash kernel on the split's
-  block-major gather; the projections multiply with oneDNN-packed weights (on an AVX2-only CPU
+  attends with two batched matmuls; in float32 with one torch thread, since commit 531edea, each
+  row reads its blocks in place with a C kernel (`engine/paged_decode.c`: online softmax per
+  block, no copy; before it, torch's fused flash kernel on each split's block-major gather, the
+  engine of rows whose `from` cell names an earlier commit or report); the projections multiply with oneDNN-packed weights (on an AVX2-only CPU
   only up to 512 rows, above which MKL's `F.linear` was faster, and never in bf16 there, where
   oneDNN refuses to pack). A prefill chunk's attention in bf16 runs query tiles of two matmuls
   each (bf16 scores, softmax in float32, as HF's eager attention) instead of torch's fused CPU
