@@ -15,6 +15,9 @@ matmuls in bf16 and float32). Decodes run one of two kernels (``DECODE_KERNELS``
   first, so they are a prefix), attends with the fused kernel, which also returns the
   log-sum-exp, and the splits merge by it (FlashDecoding's reduction). Work and memory follow
   the sum of the contexts (plus a fixed cost per split), and each split's gather stays in cache.
+  On the CPU in float32 with one torch thread (``cpu_inplace_decode``) no split is gathered: the
+  C kernel of ``paged_decode`` reads each row's blocks in place, one split per block, merged
+  by online softmax.
 - ``padded``: one gather of every row padded to the longest context and one masked SDPA, so a
   long row among short ones costs rows x longest (the iteration bubble).
 
