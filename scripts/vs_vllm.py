@@ -157,6 +157,9 @@ def main() -> int:
                     help="Start no new run after this many minutes (the rest resumes next time).")
     ap.add_argument("--why-not", default=None,
                     help="For a report that leaves loads out: one sentence on why (it goes into the doc).")
+    ap.add_argument("--startup-timeout-s", type=float, default=900.0,
+                    help="How long each server may take to start (vLLM's first start compiles; at nice 19 on a "
+                         "loaded 2-core machine its start took more than 900 s).")
     ap.add_argument("--no-carry", action="store_true",
                     help="Do not keep the committed report's rows for loads with no run record here (by default "
                          "they are carried verbatim, each row saying which commit's report it came from).")
@@ -185,7 +188,7 @@ def main() -> int:
         vllm_python = ensure_vllm(args.vllm_venv)
     setup = Setup(checkpoint=args.checkpoint, vllm_python=vllm_python, servelab_python=python, dtype=args.dtype,
                   threads=args.threads, kv_gib=args.kv_gib, max_num_seqs=args.max_num_seqs,
-                  max_num_batched_tokens=args.max_num_batched_tokens)
+                  max_num_batched_tokens=args.max_num_batched_tokens, startup_timeout_s=args.startup_timeout_s)
     records_path = args.out / "runs.jsonl"
     records = read_records(records_path, setup)
     small = {ld.name for ld in loads if ld.num_requests <= 32}
