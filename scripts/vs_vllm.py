@@ -118,6 +118,8 @@ def context(setup: Setup, repeats_text: str) -> dict:
 
 def priority_text(records, lock: Path | None) -> str:
     """The nice values the runs in the report had (each record keeps its own)."""
+    if not records:
+        return "no run of this report's own"
     nices = sorted({r.nice for r in records if r.nice is not None})
     unknown = sum(r.nice is None for r in records)
     text = (f"runs at nice {', '.join(str(n) for n in nices)} (the client, and every thread of both servers: "

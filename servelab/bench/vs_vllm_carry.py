@@ -29,6 +29,7 @@ class Carried:
     cpu_ratios: dict[str, float] = field(default_factory=dict)
     loadavg: str | None = None  # that report's load-average range and median, as it wrote them
     setup_line: str | None = None  # its "- Both servers: ..." line (the limits both servers ran with)
+    runs_lines: tuple[str, ...] = ()  # its "- Repeats: ..." and "- Priority: ..." lines (how its runs ran)
 
     def loads(self) -> set[str]:
         return set(self.load_rows)
@@ -47,6 +48,8 @@ def parse_report(text: str, source: str) -> Carried:
     for line in text.splitlines():
         if line.startswith("- Both servers:"):
             out.setup_line = line
+        elif line.startswith(("- Repeats:", "- Priority:", "- Carried rows")):
+            out.runs_lines += (line,)
         if line.startswith("## "):
             section = "load" if line.startswith("## Per load") else "agree" if "clients agree" in line else None
             has_from = False

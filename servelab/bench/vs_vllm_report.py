@@ -165,10 +165,11 @@ def render(records: list[Record], loads: tuple[Load, ...], setup: dict, context:
         "# servelab's engine against vLLM's CPU build (measured)",
         "",
         f"Written by `{command}`; rerun it rather than editing this file. Measured on this machine: "
-        f"{context.get('machine', '?')}. Other sessions shared the machine: the 1-minute load average "
-        f"around the runs was {_f(min(loadavg, default=float('nan')), 2)}-{_f(max(loadavg, default=float('nan')), 2)} "
-        f"(median {_f(statistics.median(loadavg) if loadavg else float('nan'), 2)}; 2 cores), so compare the "
-        "ratios, taken from runs interleaved server by server, more than the absolute times."
+        f"{context.get('machine', '?')}. "
+        + (f"Other sessions shared the machine: the 1-minute load average around the runs was "
+           f"{min(loadavg):.2f}-{max(loadavg):.2f} (median {statistics.median(loadavg):.2f}; 2 cores), so compare the "
+           "ratios, taken from runs interleaved server by server, more than the absolute times." if loadavg else
+           "No run of this report's own finished: every row below is carried from an earlier report.")
         + (f" Rows carried from {carried.source} ({', '.join(carried_loads)}; see their `from` cell) ran at its "
            f"load average {carried.loadavg or '(not stated there)'}, on the engine of that time, with "
            + ("the same server set-up (that report's `Both servers` line equals this one's)."
@@ -188,6 +189,9 @@ def render(records: list[Record], loads: tuple[Load, ...], setup: dict, context:
         f"- Repeats: {context.get('repeats', '?')}. Each run is one client sending one load to one server while "
         "the other server idles; the servers alternate which goes first.",
         *([f"- Priority: {context['priority']}."] if context.get("priority") else []),
+        *([f"- Carried rows ({carried.source}), as that report said of its runs: "
+           + " ".join(ln.removeprefix("- ") for ln in carried.runs_lines)] if carried_loads and carried.runs_lines
+          else []),
         "",
         "## Per load (servelab's client; medians over repeats)",
         "",
