@@ -95,6 +95,11 @@ def decode(kv_layer: torch.Tensor, q: torch.Tensor, tables: torch.Tensor, lens: 
         raise ValueError("in-place decode needs a contiguous float32 layer with head_dim a multiple of 32")
     if tables.dtype != torch.int64 or lens.dtype != torch.int64 or tables.shape[0] != rows or lens.shape != (rows,):
         raise ValueError("in-place decode: tables [B, width] and lens [B] must be int64, one row per query")
+    if rows and (int(lens.min()) < 1 or int(lens.max()) > tables.shape[1] * block_size
+                 or int(tables.min()) < 0 or int(tables.max()) >= num_blocks):
+        # the C loop reads raw memory: a block id or length outside the cache would read outside it
+        raise ValueError(f"in-place decode: lens must be in [1, {tables.shape[1] * block_size}] and block ids in "
+                         f"[0, {num_blocks})")
     q = q.contiguous()
     tables, lens = tables.contiguous(), lens.contiguous()
     out = torch.empty_like(q)

@@ -100,6 +100,10 @@ def test_bad_input_is_one_clear_error():
         paged_decode.decode(kv, q, tables.int(), lens, 1.0)
     with pytest.raises(ValueError, match="contiguous float32"):
         paged_decode.decode(kv.transpose(3, 4), q, tables, lens, 1.0)
+    with pytest.raises(ValueError, match="block ids"):  # an id past the cache: refused, never read
+        paged_decode.decode(kv, q, tables + kv.shape[1], lens, 1.0)
+    with pytest.raises(ValueError, match="lens"):  # a length past the row's table
+        paged_decode.decode(kv, q, tables, lens + tables.shape[1] * kv.shape[2], 1.0)
 
 
 def test_not_chosen_where_it_cannot_run():
