@@ -16,6 +16,7 @@ from pathlib import Path
 
 _RATIO = re.compile(r"\*\*([0-9.]+)x\*\*(?:, ([0-9.]+)x)?")
 _LOADAVG = re.compile(r"load average around the runs was ([0-9.]+-[0-9.]+) \(median ([0-9.]+)")
+_CARRIED_LOADAVG = re.compile(r"ran at its load average ([0-9.]+-[0-9.]+) \(median ([0-9.]+)\)")
 
 
 @dataclass
@@ -42,7 +43,7 @@ def _cells(line: str) -> list[str]:
 def parse_report(text: str, source: str) -> Carried:
     """The rows of ``text`` (a vs_vllm.md) under its two tables; rows without a ``from`` cell get ``source``."""
     out = Carried(source)
-    if m := _LOADAVG.search(text):
+    if m := _LOADAVG.search(text) or _CARRIED_LOADAVG.search(text):
         out.loadavg = f"{m.group(1)} (median {m.group(2)})"
     section, has_from = None, False
     for line in text.splitlines():

@@ -170,7 +170,8 @@ def render(records: list[Record], loads: tuple[Load, ...], setup: dict, context:
            f"{min(loadavg):.2f}-{max(loadavg):.2f} (median {statistics.median(loadavg):.2f}; 2 cores), so compare the "
            "ratios, taken from runs interleaved server by server, more than the absolute times." if loadavg else
            "No run of this report's own finished: every row below is carried from an earlier report.")
-        + (f" Rows carried from {carried.source} ({', '.join(carried_loads)}; see their `from` cell) ran at its "
+        + (f" Rows carried from {carried.source} ({', '.join(carried_loads)}; first run as their `from` cell says) "
+           "ran at its "
            f"load average {carried.loadavg or '(not stated there)'}, on the engine of that time, with "
            + ("the same server set-up (that report's `Both servers` line equals this one's)."
               if carried.setup_line == both_servers else f"another server set-up: `{carried.setup_line}`.")
