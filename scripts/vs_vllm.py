@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from servelab.bench.vs_vllm import (Setup, default_loads, plan_runs, poisson_rate, quiet_slot,  # noqa: E402
                                     read_records, run_client, start_server, stop_server)
+from servelab.bench.vs_vllm_carry import committed_report, current_commit  # noqa: E402
 from servelab.bench.vs_vllm_report import render  # noqa: E402
 
 NOTES = """## Reading
@@ -55,8 +56,10 @@ NOTES = """## Reading
   (each row's own blocks in splits of 128 tokens, merged while the same rows reach them and the
   split's gathered K+V stays within 8 MiB, partial results combined by log-sum-exp, no
   [rows x longest] tensor); in bf16 on the CPU each split gathers its K and V head-major and
-  attends with two batched matmuls, in float32 it runs torch's fused flash kernel on the split's
-  block-major gather; the projections multiply with oneDNN-packed weights (on an AVX2-only CPU
+  attends with two batched matmuls; in float32 with one torch thread, since commit 531edea, each
+  row reads its blocks in place with a C kernel (`engine/paged_decode.c`: online softmax per
+  block, no copy; before it, torch's fused flash kernel on each split's block-major gather, the
+  engine of rows whose `from` cell names an earlier commit or report); the projections multiply with oneDNN-packed weights (on an AVX2-only CPU
   only up to 512 rows, above which MKL's `F.linear` was faster, and never in bf16 there, where
   oneDNN refuses to pack). A prefill chunk's attention in bf16 runs query tiles of two matmuls
   each (bf16 scores, softmax in float32, as HF's eager attention) instead of torch's fused CPU
@@ -115,6 +118,8 @@ def context(setup: Setup, repeats_text: str) -> dict:
 
 def priority_text(records, lock: Path | None) -> str:
     """The nice values the runs in the report had (each record keeps its own)."""
+    if not records:
+        return "no run of this report's own"
     nices = sorted({r.nice for r in records if r.nice is not None})
     unknown = sum(r.nice is None for r in records)
     text = (f"runs at nice {', '.join(str(n) for n in nices)} (the client, and every thread of both servers: "
@@ -154,6 +159,12 @@ def main() -> int:
                     help="Start no new run after this many minutes (the rest resumes next time).")
     ap.add_argument("--why-not", default=None,
                     help="For a report that leaves loads out: one sentence on why (it goes into the doc).")
+    ap.add_argument("--startup-timeout-s", type=float, default=900.0,
+                    help="How long each server may take to start (vLLM's first start compiles; at nice 19 on a "
+                         "loaded 2-core machine its start took more than 900 s).")
+    ap.add_argument("--no-carry", action="store_true",
+                    help="Do not keep the committed report's rows for loads with no run record here (by default "
+                         "they are carried verbatim, each row saying which commit's report it came from).")
     ap.add_argument("--vllm-client-loads", default=None,
                     help="Comma-separated loads that vLLM's client also sends, first repeat only "
                          "(default: the 32-request loads; 'none' for none).")
@@ -179,7 +190,7 @@ def main() -> int:
         vllm_python = ensure_vllm(args.vllm_venv)
     setup = Setup(checkpoint=args.checkpoint, vllm_python=vllm_python, servelab_python=python, dtype=args.dtype,
                   threads=args.threads, kv_gib=args.kv_gib, max_num_seqs=args.max_num_seqs,
-                  max_num_batched_tokens=args.max_num_batched_tokens)
+                  max_num_batched_tokens=args.max_num_batched_tokens, startup_timeout_s=args.startup_timeout_s)
     records_path = args.out / "runs.jsonl"
     records = read_records(records_path, setup)
     small = {ld.name for ld in loads if ld.num_requests <= 32}
@@ -197,6 +208,7 @@ def main() -> int:
                 servers[name] = start_server(setup, name, args.out / f"{name}-server.log")
             pids = [proc.pid for proc in servers.values()]
             t_runs = time.monotonic()  # the budget of --max-minutes counts runs, not server start-up
+            commit = current_commit(ROOT)
             for i, (key, load) in enumerate(todo):
                 if args.max_minutes is not None and time.monotonic() - t_runs > 60 * args.max_minutes:
                     print(f"stopping after {args.max_minutes:g} min: {len(todo) - i} runs left for next time", flush=True)
@@ -207,6 +219,7 @@ def main() -> int:
                     continue
                 with quiet_slot(args.lock, pids, args.run_nice):
                     rec = run_client(setup, key, load, rate, args.out, servers[key.server].pid)
+                rec.commit = commit
                 records.append(rec)
                 with records_path.open("a") as f:
                     f.write(json.dumps(rec.to_json()) + "\n")
@@ -236,18 +249,25 @@ def main() -> int:
     ctx["priority"] = priority_text(records, args.lock)
     measured = {r.key.load for r in records if r.key.server == "vllm"} & {r.key.load for r in records
                                                                          if r.key.server == "servelab"}
+    carried = None if args.no_carry else committed_report(args.doc, ROOT)
+    kept = set() if carried is None else carried.loads() - measured
     if len(loads) < len(all_loads):
         command += f" --loads {','.join(ld.name for ld in loads)}"
     if len(loads) < len(all_loads) or any(ld.name not in measured for ld in loads):
         # a subset, or runs left for next time: say which loads this report covers and which it does not
-        left = [ld.name for ld in all_loads if ld.name not in measured]
-        loads = tuple(ld for ld in loads if ld.name in measured)
-        ctx["loads_run"] = (f"Loads in this report: {len(loads)} of the issue's {len(all_loads)} "
-                            f"({', '.join(ld.name for ld in loads)}); not run this time: {', '.join(left)}."
+        ran = [ld.name for ld in loads if ld.name in measured]
+        shown = tuple(ld for ld in all_loads if ld.name in measured or ld.name in kept)
+        left = [ld.name for ld in all_loads if ld not in shown]
+        ctx["loads_run"] = (f"Loads in this report: {len(shown)} of the issue's {len(all_loads)}. Run for this "
+                            f"report: {', '.join(ran) or 'none'}"
+                            + (f"; carried from the {carried.source}: {', '.join(ld.name for ld in shown if ld.name in kept)}"
+                               if kept else "")
+                            + f"; not in it: {', '.join(left) or 'none'}."
                             + (f" Why: {args.why_not.strip().rstrip('.')}." if args.why_not else ""))
-        ctx["scope"] = f" that ran ({len(loads)} of {len(all_loads)})"
+        ctx["scope"] = f" in this report ({len(shown)} of {len(all_loads)})"
+        loads = shown
     args.doc.parent.mkdir(parents=True, exist_ok=True)
-    args.doc.write_text(render(records, loads, setup.fingerprint(), ctx, command))
+    args.doc.write_text(render(records, loads, setup.fingerprint(), ctx, command, carried))
     print(f"wrote {args.doc}")
     return 0
 

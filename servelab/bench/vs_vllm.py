@@ -216,6 +216,7 @@ class Record:
     wall_s: float
     setup: dict = field(default_factory=dict)
     nice: int | None = None  # the client's nice value (the servers' too when reniced for the run)
+    commit: str | None = None  # servelab's git commit that ran (``+dirty``: with uncommitted changes)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -226,7 +227,7 @@ class Record:
     def from_json(cls, d: dict) -> Record:
         rate = math.inf if d["rate"] is None else d["rate"]
         return cls(RunKey(**d["key"]), rate, d["metrics"], tuple(d["load_avg_before"]), tuple(d["load_avg_after"]),
-                   d["wall_s"], d.get("setup", {}), d.get("nice"))
+                   d["wall_s"], d.get("setup", {}), d.get("nice"), d.get("commit"))
 
 
 def read_records(path: Path, setup: Setup) -> list[Record]:

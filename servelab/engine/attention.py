@@ -15,6 +15,9 @@ matmuls in bf16 and float32). Decodes run one of two kernels (``DECODE_KERNELS``
   first, so they are a prefix), attends with the fused kernel, which also returns the
   log-sum-exp, and the splits merge by it (FlashDecoding's reduction). Work and memory follow
   the sum of the contexts (plus a fixed cost per split), and each split's gather stays in cache.
+  On the CPU in float32 with one torch thread (``cpu_inplace_decode``) no split is gathered: the
+  C kernel of ``paged_decode`` reads each row's blocks in place, one split per block, merged
+  by online softmax.
 - ``padded``: one gather of every row padded to the longest context and one masked SDPA, so a
   long row among short ones costs rows x longest (the iteration bubble).
 
@@ -35,6 +38,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from servelab.engine import paged_decode
 from servelab.engine.prefill_kernels import cpu_prefill_kernel, flash_causal_attention, tiled_causal_attention
 
 DECODE_KERNELS = ("split-kv", "padded")
@@ -51,6 +55,17 @@ SPLIT_MERGE = 4  # consecutive splits that the same rows reach merge into one, u
 # two (16 MiB) and 23.1 ms merged four (32 MiB); 7.8 against 10.6 ms at 576
 SPLIT_MERGE_BYTES = 8 << 20
 SPLIT_TOKENS = 128  # KV tokens per split: the best of 64-512 measured on CPU (docs/benchmarks/decode_kernels.md)
+# split-kv on the CPU in float32 with one torch thread: read each row's blocks in place with the C kernel
+# (``paged_decode``: one split per block, merged by online softmax) instead of gathering splits; on the
+# AVX2 EPYC, one layer at batch 32, context 1,152: 10-12 ms against 25-34 for gather + flash (1-minute load
+# average 8-12; docs/benchmarks/decode_kernels.md)
+CPU_INPLACE_DECODE = True
+
+
+def cpu_inplace_decode(device: torch.device, dtype: torch.dtype, head_dim: int | None) -> bool:
+    """Whether split-kv decodes run ``paged_decode``'s in-place kernel here (``CPU_INPLACE_DECODE``)."""
+    return (CPU_INPLACE_DECODE and head_dim is not None and head_dim % 32 == 0 and device.type == "cpu"
+            and dtype == torch.float32 and torch.get_num_threads() == 1 and paged_decode.kernel() is not None)
 
 
 def cpu_split_bmm(dtype: torch.dtype) -> bool:
@@ -243,6 +258,9 @@ class RaggedMetadata:
     prefills: tuple[PrefillChunk, ...]
     decode_splits: tuple[DecodeSplit, ...] = ()  # split-kv kernel (then the two fields above are None)
     workspace: GatherWorkspace | None = None
+    # split-kv read in place on the CPU (``cpu_inplace_decode``): each decode row's context length
+    # [num_decodes] long, with its blocks in ``decode_block_tables`` (no splits, no mask)
+    decode_lens: torch.Tensor | None = None
 
     def attend(self, kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                scale: float) -> torch.Tensor:
@@ -250,7 +268,9 @@ class RaggedMetadata:
         write_kv(kv_layer, self.slot_mapping, k, v)
         outs = []
         nd = self.num_decodes
-        if nd and self.decode_splits:
+        if nd and self.decode_lens is not None:
+            outs.append(paged_decode.decode(kv_layer, q[:nd], self.decode_block_tables, self.decode_lens, scale))
+        elif nd and self.decode_splits:
             outs.append(split_kv_decode(kv_layer, q[:nd], self.decode_splits, scale, self.workspace))
         elif nd:
             k_ctx, v_ctx = gather_kv(kv_layer, self.decode_block_tables, self.workspace)

@@ -21,7 +21,8 @@ import torch
 
 from servelab.engine.attention import (DECODE_KERNELS, SPLIT_MERGE, SPLIT_MERGE_BYTES, SPLIT_TOKENS, DecodeSplit,
                                       GatherWorkspace,
-                                      PaddedMetadata, PrefillChunk, RaggedMetadata, cpu_split_bmm, head_index)
+                                      PaddedMetadata, PrefillChunk, RaggedMetadata, cpu_inplace_decode, cpu_split_bmm,
+                                      head_index)
 from servelab.engine.kv_cache import PagedKVCache
 from servelab.engine.model import Model
 from servelab.engine.sampling import GREEDY, Sampler, SamplingParams
@@ -100,10 +101,11 @@ def decode_splits(tables: torch.Tensor, ends: Sequence[int], block_size: int, sp
 def build_ragged(chunks: Sequence[SeqChunk], block_size: int, device: torch.device,
                  workspace: GatherWorkspace | None = None, *, decode_kernel: str = "split-kv",
                  split_tokens: int = SPLIT_TOKENS, dtype: torch.dtype = torch.float32, kv_heads: int | None = None,
-                 split_merge: int = SPLIT_MERGE, token_bytes: int | None = None
+                 split_merge: int = SPLIT_MERGE, token_bytes: int | None = None, head_dim: int | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor, RaggedMetadata, list[SeqChunk]]:
     """Flatten chunks (decodes first, longest first) into input_ids [T], positions [T] and
-    metadata for ``decode_kernel`` (``dtype``: the cache's, for the split-kv mask)."""
+    metadata for ``decode_kernel`` (``dtype``: the cache's, for the split-kv mask). With
+    ``head_dim``, split-kv decodes read the cache in place where ``cpu_inplace_decode`` says so."""
     _check(chunks, block_size)
     decodes = sorted((c for c in chunks if len(c.token_ids) == 1 and c.start_pos > 0), key=lambda c: -c.end_pos)
     prefills = [c for c in chunks if not (len(c.token_ids) == 1 and c.start_pos > 0)]
@@ -111,7 +113,7 @@ def build_ragged(chunks: Sequence[SeqChunk], block_size: int, device: torch.devi
     ids = [t for c in ordered for t in c.token_ids]
     positions = torch.tensor([p for c in ordered for p in range(c.start_pos, c.end_pos)], dtype=torch.long)
     slots, rows, logits_rows = [], 0, []
-    decode_tables = decode_mask = None
+    decode_tables = decode_mask = decode_lens = None
     splits: tuple[DecodeSplit, ...] = ()
     if decodes:
         width = max(-(-c.end_pos // block_size) for c in decodes)
@@ -119,7 +121,9 @@ def build_ragged(chunks: Sequence[SeqChunk], block_size: int, device: torch.devi
         pos = positions[:len(decodes)].to(device)
         slots.append(decode_tables.gather(1, (pos // block_size).unsqueeze(1)).squeeze(1) * block_size
                      + pos % block_size)
-        if decode_kernel == "split-kv":
+        if decode_kernel == "split-kv" and cpu_inplace_decode(device, dtype, head_dim):
+            decode_lens = pos + 1
+        elif decode_kernel == "split-kv":
             splits = decode_splits(decode_tables, [c.end_pos for c in decodes], block_size, split_tokens, dtype,
                                    kv_heads, split_merge, token_bytes)
             decode_tables = None
@@ -145,7 +149,8 @@ def build_ragged(chunks: Sequence[SeqChunk], block_size: int, device: torch.devi
     meta = RaggedMetadata(slot_mapping=torch.cat(slots),
                           logits_indices=torch.tensor(logits_rows, dtype=torch.long, device=device),
                           num_decodes=len(decodes), decode_block_tables=decode_tables, decode_mask=decode_mask,
-                          prefills=tuple(chunk_meta), decode_splits=splits, workspace=workspace)
+                          prefills=tuple(chunk_meta), decode_splits=splits, workspace=workspace,
+                          decode_lens=decode_lens)
     sampled = [c for c in ordered if c.sample]
     return torch.tensor(ids, dtype=torch.long, device=device), positions.to(device), meta, sampled
 
@@ -221,7 +226,8 @@ class ModelRunner:
     def _build_ragged(self, chunks: Sequence[SeqChunk]):
         return build_ragged(chunks, self.kv_cache.block_size, self.device, self.workspace,
                             decode_kernel=self.decode_kernel, split_tokens=self.split_tokens, dtype=self.kv_cache.dtype,
-                            kv_heads=self.kv_cache.num_kv_heads, token_bytes=self._token_bytes)
+                            kv_heads=self.kv_cache.num_kv_heads, token_bytes=self._token_bytes,
+                            head_dim=self.kv_cache.head_dim)
 
     @torch.inference_mode()
     def compute_logits(self, chunks: Sequence[SeqChunk]) -> tuple[list[int], torch.Tensor]:

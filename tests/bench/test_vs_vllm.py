@@ -176,3 +176,38 @@ def test_a_server_dies_with_the_benchmark_even_when_it_is_killed(tmp_path):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(server, signal.SIGKILL)
+
+
+def test_report_carries_the_earlier_reports_rows_for_loads_not_run_again():
+    """A report over one load keeps the committed report's rows of the other loads verbatim, with
+    where each row came from, and counts their ratios and client agreement; a load run again
+    replaces its carried rows; a carried row keeps the source it already named."""
+    from servelab.bench.vs_vllm_carry import parse_report
+
+    loads = default_loads()
+    old_records = [_record(0, "short-32-burst", c, s, d, cpu=d)
+                   for c, s, d in (("servelab", "servelab", 60.0), ("servelab", "vllm", 50.0),
+                                   ("vllm", "servelab", 61.0), ("vllm", "vllm", 51.0))]
+    old_records += [_record(0, "short-128-burst", "servelab", s, d) for s, d in (("servelab", 200.0), ("vllm", 100.0))]
+    for rec in old_records:
+        rec.commit = "aaa1111"
+    old_text = render(old_records, loads[:2], SETUP.fingerprint(), {"machine": "test"}, "old")
+    carried = parse_report(old_text, "report of commit abc1234")
+    assert carried.loads() == {"short-32-burst", "short-128-burst"}
+    assert carried.ratios == {"short-32-burst": 1.2, "short-128-burst": 2.0}
+    new = [_record(0, "long-32-burst", "servelab", s, d) for s, d in (("servelab", 90.0), ("vllm", 100.0))]
+    for rec in new:
+        rec.commit = "def5678"
+    shown = tuple(ld for ld in loads if ld.name in {"short-32-burst", "long-32-burst"})
+    text = render(new, shown, SETUP.fingerprint(), {"machine": "test"}, "new", carried)
+    rows = [line for line in text.splitlines() if line.startswith("| short-32-burst")]
+    assert len(rows) == 4 and all(row.endswith("| runs at aaa1111 (report of commit abc1234) |") for row in rows)
+    assert "| 60.0 | 60.0 |" in rows[0]  # the cells themselves, verbatim
+    assert any(line.startswith("| long-32-burst") and line.endswith("| runs at def5678 |")
+               for line in text.splitlines())
+    assert "Duration ratio servelab / vLLM: 0.90x to 1.20x (worst: short-32-burst)" in text
+    assert "2 of 2 (load, server) pairs agree" in text
+    assert "short-128-burst" not in text  # not asked for: not shown
+    again = parse_report(text, "report of commit 9999999")  # carried twice: the first source stays
+    assert {origin for rows in again.load_rows.values() for _, origin in rows} == {
+        "runs at aaa1111 (report of commit abc1234)", "runs at def5678 (report of commit 9999999)"}
