@@ -60,7 +60,8 @@ def run(over_seeds, rate: float, hw: st.Hardware, sizes: ex.Sizes, factors=RATE_
     return {"rate": rate, "workload": "decode-heavy", "systems": SYSTEMS, "saturated_share": SATURATED, "grid": grid}
 
 
-def _get(d, *path):
+def nested_get(d, *path):
+    """``d[path[0]][path[1]]...``, None where a level is missing (a run that skipped a phase)."""
     for k in path:
         if d is None:
             return None
@@ -75,17 +76,17 @@ def _share(num, den):
 def seed_h1(s: dict) -> dict:
     """H1's predictions on one seed's runs (a-e of the module docstring); None where unmeasured."""
     kun = s["runs"]["kunserve"]
-    d = _get(kun, "dispatch", "after_first_group")
+    d = nested_get(kun, "dispatch", "after_first_group")
     alt = s["runs"].get(KV_COMPUTE)
-    grp, sgl = _get(d, "steps", "group"), _get(d, "steps", "single")
+    grp, sgl = nested_get(d, "steps", "group"), nested_get(d, "steps", "single")
     late = None if d is None or d.get("worst") is None else d["worst"]["to_group"] + d["worst"]["to_single"]
-    out = {"to_groups": _get(d, "to_groups"), "group_gpu_share": _get(d, "group_gpu_share"),
-           "queue_group_s": _get(d, "by_dest", "group", "mean_queue_s"),
-           "queue_single_s": _get(d, "by_dest", "single", "mean_queue_s"),
-           "worst_late": late, "worst_to_group_of_late": _share(_get(d, "worst", "to_group"), late),
-           "group_queued_compute": _share(_get(grp, "queued_compute_s"), _get(grp, "queued_s")),
-           "group_queued_kv_full": _share(_get(grp, "queued_other_kv_full_s"), _get(grp, "queued_s")),
-           "group_fill": _get(grp, "fill"), "single_fill": _get(sgl, "fill"),
+    out = {"to_groups": nested_get(d, "to_groups"), "group_gpu_share": nested_get(d, "group_gpu_share"),
+           "queue_group_s": nested_get(d, "by_dest", "group", "mean_queue_s"),
+           "queue_single_s": nested_get(d, "by_dest", "single", "mean_queue_s"),
+           "worst_late": late, "worst_to_group_of_late": _share(nested_get(d, "worst", "to_group"), late),
+           "group_queued_compute": _share(nested_get(grp, "queued_compute_s"), nested_get(grp, "queued_s")),
+           "group_queued_kv_full": _share(nested_get(grp, "queued_other_kv_full_s"), nested_get(grp, "queued_s")),
+           "group_fill": nested_get(grp, "fill"), "single_fill": nested_get(sgl, "fill"),
            "p99": kun["ttft_s"]["99"], "p99_kv_compute": alt["ttft_s"]["99"] if alt else None,
            "p99_vllm_pp": s["runs"]["vllm-pp"]["ttft_s"]["99"]}
     out["a"] = _gt(out["to_groups"], None if out["group_gpu_share"] is None else FAVOUR * out["group_gpu_share"])
@@ -107,20 +108,20 @@ def _gt(a, b):
 
 def pp_saturation(s: dict) -> float | None:
     """vLLM-PP's burst step time spent at >= 90% of the budget with requests queued (share)."""
-    g = _get(s["runs"]["vllm-pp"], "dispatch", "burst", "steps", "group")
-    return _share(_get(g, "queued_compute_s"), _get(g, "busy_s"))
+    g = nested_get(s["runs"]["vllm-pp"], "dispatch", "burst", "steps", "group")
+    return _share(nested_get(g, "queued_compute_s"), nested_get(g, "busy_s"))
 
 
 def pp_queued(s: dict) -> float | None:
     """vLLM-PP's burst step time with requests queued, for compute or for memory (share)."""
-    g = _get(s["runs"]["vllm-pp"], "dispatch", "burst", "steps", "group")
-    return _share(_get(g, "queued_s"), _get(g, "busy_s"))
+    g = nested_get(s["runs"]["vllm-pp"], "dispatch", "burst", "steps", "group")
+    return _share(nested_get(g, "queued_s"), nested_get(g, "busy_s"))
 
 
 def pp_queue_for_compute(s: dict) -> float | None:
     """Of vLLM-PP's burst step time with requests queued, the share at >= 90% of the budget."""
-    g = _get(s["runs"]["vllm-pp"], "dispatch", "burst", "steps", "group")
-    return _share(_get(g, "queued_compute_s"), _get(g, "queued_s"))
+    g = nested_get(s["runs"]["vllm-pp"], "dispatch", "burst", "steps", "group")
+    return _share(nested_get(g, "queued_compute_s"), nested_get(g, "queued_s"))
 
 
 def verdicts(block: dict) -> dict:

@@ -42,6 +42,7 @@ import numpy as np
 from servelab.designs.kunserve.reproduce import experiments as ex
 from servelab.designs.kunserve.reproduce import setting as st
 from servelab.designs.kunserve.reproduce import waits
+from servelab.designs.kunserve.reproduce.gap_pp import nested_get
 from servelab.designs.kunserve.reproduce.gaps import _T0
 
 KUN, PP, PP_ROWS, T0, T0_TOKENS, DP4 = ("kunserve kv+compute", "vllm-pp", "vllm-pp, prompt not cut",
@@ -129,14 +130,6 @@ def tokens_verdict(block: dict, tokens: dict | None) -> dict | None:
     return {"rows": rows, "gap_s": gap, "cut_s": cut, "verdict": "holds" if ok else "refuted"}
 
 
-def _get(d, *path):
-    for k in path:
-        if d is None:
-            return None
-        d = d.get(k)
-    return d
-
-
 def _maj(vals) -> bool | None:
     known = [v for v in vals if v is not None]
     return None if not known else sum(known) >= MAJORITY * len(known)
@@ -155,10 +148,10 @@ def seed_numbers(s: dict) -> dict:
     p99 = {name: r[name]["ttft_s"]["99"] for name in r}
     return {"p99": p99,
             "worst_dp": dp_worst / worst if worst else None,
-            "burst_p99": {name: _get(ph[name], "burst, no group", "p99_ttft_s") for name in r},
-            "pipelined_p99": {name: _get(ph[name], "pipelined", "p99_ttft_s") for name in r},
-            "burst_prefill_p50": {name: _get(r[name], "spans", "burst, no group", "prefill_p50_s") for name in r},
-            "burst_queue_p99": {name: _get(r[name], "spans", "burst, no group", "queue_p99_s") for name in r}}
+            "burst_p99": {name: nested_get(ph[name], "burst, no group", "p99_ttft_s") for name in r},
+            "pipelined_p99": {name: nested_get(ph[name], "pipelined", "p99_ttft_s") for name in r},
+            "burst_prefill_p50": {name: nested_get(r[name], "spans", "burst, no group", "prefill_p50_s") for name in r},
+            "burst_queue_p99": {name: nested_get(r[name], "spans", "burst, no group", "queue_p99_s") for name in r}}
 
 
 def verdicts(block: dict) -> dict:
