@@ -34,7 +34,7 @@ from servelab.engine import attention  # noqa: E402
 from servelab.engine.attention import GatherWorkspace  # noqa: E402
 from servelab.engine.device import cpu_description, cpu_has_bf16  # noqa: E402
 from servelab.engine.bench import (  # noqa: E402
-    median_cpu_ms as cpu_ms, random_model, read_bandwidth_bytes_per_s, step_bytes, step_flops)
+    cpu_ms_samples, median_cpu_ms as cpu_ms, random_model, read_bandwidth_bytes_per_s, step_bytes, step_flops)
 from servelab.engine.kv_cache import PagedKVCache  # noqa: E402
 from servelab.engine.runner import ModelRunner, SeqChunk, build_ragged  # noqa: E402
 
@@ -53,13 +53,7 @@ def dtypes() -> tuple[torch.dtype, ...]:
 def fastest_ms(fn, repeats: int) -> float:
     """The fastest of ``repeats`` calls in CPU ms (after a warm-up): for the roofline's compute peak,
     which is a bound, as the read bandwidth is the fastest of its runs."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.process_time()
-        fn()
-        times.append(time.process_time() - t0)
-    return min(times) * 1e3
+    return min(cpu_ms_samples(fn, repeats))
 
 
 def gemm_rates(repeats: int) -> list[tuple[str, int, str, float, float]]:

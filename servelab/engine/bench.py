@@ -70,16 +70,21 @@ def time_decode(model: Model, batch: int, context: int, *, block_size: int = 16,
     return statistics.median(times[1:])
 
 
-def median_cpu_ms(fn, repeats: int) -> float:
-    """Median CPU milliseconds of ``fn()`` over ``repeats`` calls after one warm-up call. CPU
+def cpu_ms_samples(fn, repeats: int) -> list[float]:
+    """CPU milliseconds of each of ``repeats`` calls of ``fn()`` after one warm-up call. CPU
     time, not wall time: on a machine shared with other sessions wall time mostly measures them."""
     fn()
     times = []
     for _ in range(repeats):
         t0 = time.process_time()
         fn()
-        times.append(time.process_time() - t0)
-    return statistics.median(times) * 1e3
+        times.append((time.process_time() - t0) * 1e3)
+    return times
+
+
+def median_cpu_ms(fn, repeats: int) -> float:
+    """Median of ``cpu_ms_samples``: a typical call."""
+    return statistics.median(cpu_ms_samples(fn, repeats))
 
 
 def read_bandwidth_bytes_per_s(num_bytes: int = 1 << 29, repeats: int = 5) -> float:
