@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from servelab.designs.alignedserve.reproduce import experiments as ex
 from servelab.designs.alignedserve.reproduce.run import REPRODUCTION
 from servelab.reproduce.runner import run_reproduction
@@ -13,6 +15,7 @@ TOY = ex.Sizes(num_gpus=2, num_requests=60, app_requests=40, models=("OPT-2.7B",
                seeds=2, seeds_split_kv=2, regime_requests=40, fig14_seeds=3)
 
 
+@pytest.mark.slow
 def test_reproduction_writes_every_claim(tmp_path):
     res = run_reproduction(REPRODUCTION, tmp_path, sizes=TOY, options={"engine": False})
     text = (tmp_path / "alignedserve.md").read_text()

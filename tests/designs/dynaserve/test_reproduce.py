@@ -3,9 +3,12 @@ plots are written, and the command line runs it."""
 
 import json
 
+import pytest
+
 from servelab.designs.dynaserve.reproduce.run import REPRODUCTION
 from servelab.reproduce.runner import run_reproduction
 
+@pytest.mark.slow
 def test_tiny_reproduction_writes_every_claim(tmp_path):
     results = run_reproduction(REPRODUCTION, tmp_path, options={"smoke": True}, num_seeds=2)  # --smoke sizes
     report = (tmp_path / "dynaserve.md").read_text()
