@@ -10,7 +10,7 @@ import pytest
 
 from servelab.core.request import RequestSpec
 from servelab.designs.alignedserve.reproduce import open_gaps as og
-from servelab.designs.alignedserve.reproduce import render, report_open_gaps, report_sources, standalone
+from servelab.designs.alignedserve.reproduce import render, report_open_gaps, report_prefetch_gaps, report_sources, standalone
 from servelab.designs.alignedserve.reproduce import setting as st
 
 
@@ -103,7 +103,7 @@ def test_fig14_link_takes_x1_from_the_fig14_gap_runs():
     gap = [row(s, None, lab, 100.0, 1.0) for s in range(3) for lab in ("AlignedServe", "w/o P")]
     slow = [row(s, 0.1, "AlignedServe", 100.0, 1.0) for s in range(3)]
     slow += [row(s, 0.1, "w/o P", 80.0 - s, 41.0) for s in range(3)]
-    text = "\n".join(report_open_gaps._fig14_link({"gap_fig14": gap, "open_fig14": slow}))
+    text = "\n".join(report_prefetch_gaps.fig14_link_lines({"gap_fig14": gap, "open_fig14": slow}))
     assert "| x1 (" in text and "| x0.1 (" in text and "holds: the ratio falls" in text
 
 
