@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import numpy as np
 
 from servelab.core.plan import StepShape
@@ -9,6 +13,20 @@ from servelab.core.request import RequestSpec
 from servelab.paths import default_data_dir
 
 DATA_DIR = default_data_dir()
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def load_script(name: str):
+    """scripts/<name>.py as a module, for tests of a script's functions (scripts/ is not a
+    package; it is on sys.path while the script loads, as when it runs, for its sibling imports)."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    return module
 
 
 class ToyCostModel:

@@ -4,25 +4,13 @@ up to the whole profile, and the verdict names the part that grew most."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+from simkit import load_script
 
 
 @pytest.fixture(scope="module")
 def attr():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        spec = importlib.util.spec_from_file_location("scale_attribution", SCRIPTS / "scale_attribution.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPTS))
-    return module
+    return load_script("scale_attribution")
 
 
 @pytest.mark.parametrize("func, part", [

@@ -4,20 +4,13 @@ per token grow faster than the steps (an O(instances) term) instead of calling i
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "scale_diagnosis.py"
+from simkit import load_script
 
 
 @pytest.fixture(scope="module")
 def diag():
-    spec = importlib.util.spec_from_file_location("scale_diagnosis", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scale_diagnosis")
 
 
 def _profile(instances: int, funcs: dict[str, tuple[int, float]], tokens: int = 1_000_000) -> dict:

@@ -3,21 +3,15 @@ the one-instance runs around them in its process, and the targets are judged on 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "scale_report.py"
+from simkit import load_script
 
 
 @pytest.fixture(scope="module")
 def report():
-    spec = importlib.util.spec_from_file_location("scale_report", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scale_report")
 
 
 def _row(n: int, ratios: list[float] | None = None) -> dict:
