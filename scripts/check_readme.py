@@ -135,6 +135,34 @@ def is_quick(command: str) -> bool:
     return command.startswith(QUICK) and "/tmp/" not in command
 
 
+def _state_used(command: str) -> set[str]:
+    """Files in /tmp the command reads or writes, and "server" when it starts or talks to ``serve``."""
+    used = set(re.findall(r"/tmp/[\w.-]+", command))
+    if "--base-url" in command or command.startswith("servelab serve "):
+        used.add("server")
+    return used
+
+
+def chains(commands: list[str]) -> list[list[str]]:
+    """The commands split into runs that need nothing from each other, README order kept.
+
+    Two commands are in one chain when they share state, directly or through others: a /tmp
+    file (``make-tiny-model /tmp/tiny`` before ``generate --model /tmp/tiny``) or the server that
+    ``serve`` starts and ``bench`` talks to. Each chain runs in its own fresh folder, so the test
+    suite runs them side by side (``--chain``)."""
+    found: list[tuple[set[str], list[str]]] = []
+    for command in commands:
+        used = _state_used(command)
+        joined = [c for c in found if c[0] & used]
+        state, members = set(used), []
+        for chain in joined:
+            state |= chain[0]
+            members += chain[1]
+            found.remove(chain)
+        found.append((state, sorted(members + [command], key=commands.index)))
+    return sorted((members for _, members in found), key=lambda members: commands.index(members[0]))
+
+
 def _argv(command: str) -> list[str]:
     argv = shlex.split(command)
     if argv[0] == "servelab":
@@ -196,7 +224,7 @@ def run_all(commands: list[str], fast: bool, timeout_s: float, workdir: Path) ->
     probe.mkdir(exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "SERVELAB_PLOT_PROBE": str(probe),
            "PYTHONPATH": os.pathsep.join(x for x in (str(PROBE_DIR), os.environ.get("PYTHONPATH", "")) if x)}
-    if fast and any("{workdir}" in r for _, r in FAST_REWRITES):
+    if fast and any("{workdir}" in r and re.search(p, c) for p, r in FAST_REWRITES for c in commands):
         for setup in FAST_SETUP:
             subprocess.run(_argv(setup.replace("{workdir}", str(workdir))), cwd=workdir, env=env, check=True,
                            capture_output=True, timeout=timeout_s)
@@ -312,6 +340,9 @@ def main() -> int:
     ap.add_argument("--skip-quick", action="store_true", help="every command but the QUICK ones (the test suite "
                                                               "runs those apart with --quick, so its whole-README "
                                                               "run need not repeat them)")
+    ap.add_argument("--chain", type=int, metavar="N", help="only the N-th (from 0) of the selected commands' "
+                                                          "chains (see chains(); --list-chains prints them)")
+    ap.add_argument("--list-chains", action="store_true", help="print the chains of the selected commands and exit")
     ap.add_argument("--doc", type=Path, help="also write the table as markdown here (docs/readme_check.md)")
     args = ap.parse_args()
     commands = readme_commands(args.readme.read_text())
@@ -321,6 +352,14 @@ def main() -> int:
         commands = [c for c in commands if is_quick(c)]
     if args.skip_quick:
         commands = [c for c in commands if not is_quick(c)]
+    if args.list_chains:
+        print("\n".join(f"{k}: " + " && ".join(chain) for k, chain in enumerate(chains(commands))))
+        return 0
+    if args.chain is not None:
+        found = chains(commands)
+        if not 0 <= args.chain < len(found):
+            ap.error(f"--chain {args.chain}: the selected commands form {len(found)} chains (0-{len(found) - 1})")
+        commands = found[args.chain]
     t0 = time.process_time()
     docs_before = docs_state()
     with tempfile.TemporaryDirectory(prefix="readme_check_") as tmp:
@@ -334,6 +373,7 @@ def main() -> int:
     verdict = (f"{len(outcomes) - len(failed)} of {len(outcomes)} README commands ok"
                + (" (--fast)" if args.fast else "") + (" (--quick)" if args.quick else "")
                + (" (--skip-quick)" if args.skip_quick else "")
+               + (f" (--chain {args.chain})" if args.chain is not None else "")
                + f"; {len(plots) - len(bad_plots)} of {len(plots)} plots with a title and labelled axes with units"
                + f"; committed docs/ {'changed: ' + ', '.join(touched[:5]) if touched else 'untouched'}")
     table += "\n\n## Plots the commands saved\n\n" + plot_report(plots) if plots else ""

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import resource
+import time
 from pathlib import Path
 
 import pytest
@@ -17,3 +21,27 @@ def toy_cost() -> ToyCostModel:
 def data_dir() -> Path:
     assert DATA_DIR.is_dir(), f"shared data folder not found at {DATA_DIR}"
     return DATA_DIR
+
+
+# --- the suite's CPU budget (CI: 10 min on 2 cores) ---------------------------------------
+# With SERVELAB_TEST_CPU_LOG=<folder>, every test's CPU seconds (this process and the children it
+# waited for: servers, CLI subprocesses, spawned engines) go to <folder>/<worker>.jsonl, one line per
+# test. Wall time (--durations) on a shared machine measures the load as much as the test; CPU
+# time says which tests the suite's budget is spent on (scripts/test_cpu_report.py sums them).
+_CPU_LOG = os.environ.get("SERVELAB_TEST_CPU_LOG")
+
+
+def _cpu_s() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+if _CPU_LOG:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        cpu0, wall0 = _cpu_s(), time.monotonic()
+        yield
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(Path(_CPU_LOG) / f"{worker}.jsonl", "a") as out:
+            out.write(json.dumps({"test": item.nodeid, "cpu_s": round(_cpu_s() - cpu0, 3),
+                                  "wall_s": round(time.monotonic() - wall0, 3)}) + "\n")

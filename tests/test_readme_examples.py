@@ -51,17 +51,31 @@ def test_the_simulator_commands_run_from_a_fresh_folder():
     assert plots and plots.group(1) == plots.group(2) and int(plots.group(2)) >= 4  # sweep's four at least
 
 
+REST = [c for c in COMMANDS if not check_readme.is_quick(c)]
+CHAINS = check_readme.chains(REST)
+
+
+def test_the_chains_hold_every_command_once_and_keep_what_shares_state_together():
+    assert sorted(c for chain in CHAINS for c in chain) == sorted(REST)
+    tiny = next(chain for chain in CHAINS if any("make-tiny-model /tmp/tiny" in c for c in chain))
+    assert [c.split()[:2] for c in tiny][:1] == [["servelab", "make-tiny-model"]]  # the writer comes first
+    assert any(c.startswith("servelab serve ") for c in tiny) and any("--base-url" in c for c in tiny)
+    assert check_readme.chains(["servelab a /tmp/x", "servelab b", "servelab c /tmp/y", "servelab d /tmp/x /tmp/y"]) \
+        == [["servelab a /tmp/x", "servelab c /tmp/y", "servelab d /tmp/x /tmp/y"], ["servelab b"]]
+
+
 @pytest.mark.slow
-def test_every_readme_command_runs_fast_from_a_fresh_folder():
+@pytest.mark.parametrize("chain", range(len(CHAINS)), ids=[chain[0].split(" [")[0][:40] for chain in CHAINS])
+def test_every_readme_command_runs_fast_from_a_fresh_folder(chain):
     """The rest of the README at --fast sizes (engine, server, reproductions, reproduce all --only
-    multibin): the QUICK commands ran in the test above, so --skip-quick leaves them out here (the
-    two tests together run every command once; docs/readme_check.md runs all in one go). About
-    5 min of wall time on the shared 2-core machine; each command bounded by --timeout."""
+    multibin), one chain of commands that share files or a server per test, each in its own fresh
+    folder, so the suite's workers run them side by side. The QUICK commands ran in the test above;
+    the two tests together run every command once (docs/readme_check.md runs all in one go)."""
     res = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_readme.py"), "--fast", "--skip-quick",
-                          "--timeout", "600"], capture_output=True, text=True, timeout=3600)
+                          "--chain", str(chain), "--timeout", "600"], capture_output=True, text=True, timeout=1800)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
-    rest = [c for c in COMMANDS if not check_readme.is_quick(c)]
-    assert len(rest) >= 10 and f"{len(rest)} of {len(rest)} README commands ok" in res.stdout
+    n = len(CHAINS[chain])
+    assert f"{n} of {n} README commands ok" in res.stdout and f"(--chain {chain})" in res.stdout
     assert "committed docs/ untouched" in res.stdout
 
 
