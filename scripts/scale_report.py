@@ -135,6 +135,16 @@ def _runs_text(args) -> str:
             "after 96 instances spent 1.2 of its 2.2 CPU-s collecting it. ")
 
 
+def _arenas_text(rows: list[dict]) -> str:
+    """Which allocator the points' processes ran on (``perf scale`` installs the huge-page arenas)."""
+    seen = sorted({r.get("hugepage_arenas", "not reported (an older perf scale)") for r in rows})
+    if seen == ["yes"]:
+        return ("Every point's process put Python's object arenas on transparent huge pages before its first run "
+                "(`servelab.simulator.hugepage_arenas`, the references included). ")
+    return "Python's object arenas on transparent huge pages (`servelab.simulator.hugepage_arenas`): " + \
+        "; ".join(seen) + ". "
+
+
 def ratio(r: dict) -> float:
     """A point's ratio to one instance: the median of its runs' bracketed ratios (1.0 for one instance)."""
     rs = sorted(r.get("ratios") or [1.0])
@@ -157,8 +167,9 @@ def write(rows: list[dict], before: dict[int, dict], args) -> None:
              "(the cores were shared with other work: CPU "
              "seconds, not wall time; every point in its own process; a row gives the 1-minute load "
              "average when its run started and ended). "
-             + _runs_text(args) + "CPU seconds do not count the other work, but the caches and "
-             "memory bandwidth are shared with it, and the larger points are the ones that depend on them "
+             + _runs_text(args) + _arenas_text(rows)
+             + "CPU seconds do not count the other work, but the caches and memory bandwidth are shared with "
+             "it, and the larger points are the ones that depend on them "
              "(docs/benchmarks/scale_diagnosis.md).", "",
              "## What ran (simulated)", "",
              f"Equal load per instance: Poisson arrivals at {rows[0]['rate_per_instance']:g} req/s per instance, "

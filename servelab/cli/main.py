@@ -109,6 +109,9 @@ def simulate(
 
     with user_errors():
         out = resolve_out(out, "simulate")
+        from servelab.simulator import hugepage_arenas
+
+        hugepage_arenas.install()  # before the workload and the instances are built (many instances: faster)
         if trace is not None:
             check_out_file(trace, "--trace")  # before the run, not after it
         slo = _slo_choice(slo)  # a bad --slo fails before the workload loads

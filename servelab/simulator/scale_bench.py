@@ -157,10 +157,14 @@ def run_with_reference(instances: int, requests: int, rate: float, rounds: int =
 def run(args) -> None:
     """``servelab perf scale``: one point, JSON on stdout (with ``reference_rounds``, the point
     that many times between one-instance reference runs, ``run_with_reference``)."""
+    from servelab.simulator import hugepage_arenas
+
+    hugepage_arenas.install()  # before anything is simulated: every run of this process alike
     rounds = getattr(args, "reference_rounds", 0)
     if rounds:
         out = run_with_reference(args.instances, args.requests, args.rate, rounds,
                                  getattr(args, "reference_repeats", 16), args.data_dir)
     else:
         out = run_point(args.instances, args.requests, args.rate, args.repeats, args.data_dir)
+    out["hugepage_arenas"] = hugepage_arenas.why_not or "yes"
     print(json.dumps(out, indent=2))
