@@ -51,9 +51,12 @@ def _case(lens, block_size, heads, kv_heads, head_dim, seed=0):
 
 @needs_kernel
 @settings(max_examples=30, deadline=None)
-@given(lens=st.lists(st.integers(1, 300), min_size=1, max_size=6), block_size=st.sampled_from([1, 5, 16, 32]),
-       shape=st.sampled_from([(4, 1, 32), (16, 4, 64), (8, 8, 64), (6, 2, 128)]))
+@given(lens=st.lists(st.integers(1, 300), min_size=1, max_size=6), block_size=st.sampled_from([1, 5, 16, 32, 40]),
+       shape=st.sampled_from([(4, 1, 32), (16, 4, 64), (8, 8, 64), (6, 2, 128), (16, 2, 64), (4, 2, 32)]))
 def test_kernel_equals_reference(lens, block_size, shape):
+    """Any lengths, block sizes below, at and above the kernel's 16-token unit (40: units of 16, 16
+    and 8 in a block), and GQA groups of 1, 2, 3, 4 and 8 query heads per KV head (8: two passes of
+    the four heads the P V step holds in registers)."""
     heads, kv_heads, head_dim = shape
     kv, q, tables, lens_t = _case(lens, block_size, heads, kv_heads, head_dim)
     scale = head_dim ** -0.5
@@ -69,6 +72,18 @@ def test_large_scores_stay_finite():
     out = paged_decode.decode(kv, q, tables, lens, 1.0)
     assert torch.isfinite(out).all()
     assert torch.allclose(out, _reference(kv, q, tables, lens, 1.0), atol=1e-4, rtol=1e-4)
+
+
+@needs_kernel
+@pytest.mark.parametrize("block_size", [16, 40])
+def test_max_jumping_between_units_of_a_block(block_size):
+    """A score far above the rest late in a block (its second or third 16-token unit) rescales
+    what the earlier units of the same block accumulated."""
+    kv, q, tables, lens = _case([block_size * 2, block_size - 3], block_size, 8, 2, 64, seed=5)
+    kv[0, tables[0, 0], block_size - 2, 0] = q[0, :4].mean(0) * 6  # row 0, KV head 0: a key aligned with its queries
+    kv[0, tables[0, 1], block_size - 1, 1] = q[0, 4:].mean(0) * 6  # KV head 1, in the row's second block
+    out = paged_decode.decode(kv, q, tables, lens, 0.125)
+    assert torch.allclose(out, _reference(kv, q, tables, lens, 0.125), atol=2e-5, rtol=1e-4)
 
 
 @needs_kernel
