@@ -86,3 +86,24 @@ def test_audit_lists_every_gap_and_the_ones_left_untested():
     # a section whose results are missing reads 'not run' and is listed as left untested
     assert "H1 not run" in "\n".join(lines)
     assert "The gap to vLLM at the best split, by GPU time" in lines[-2]
+
+
+def _wait_rows(greedy_wait: float) -> list[dict]:
+    rows = []
+    for s, jitter in enumerate((1.0, 1.1, 0.9)):
+        for label, wait in (("AlignedServe, no starvation bound", 8.0), ("greedy join, no starvation bound", greedy_wait),
+                            ("90% threshold, no starvation bound", 6.0)):
+            rows.append({"seed": s, "label": label, "second_token_mean_s": wait * jitter, "first_gap_p99_s": 30.0,
+                         "decode_tok_s": 2500.0, "rows": 20.0, "busy": 0.9, "num_requests": 1200, "load": 0.9})
+    return rows
+
+
+def test_fig15_join_verdict_follows_the_greedy_join_wait():
+    from servelab.designs.alignedserve.reproduce.report_fig15_wait import fig15_join_lines
+
+    def verdict(wait):
+        return report_audit._said(fig15_join_lines({"open_fig15_join": _wait_rows(wait)}), "Verdict:", upto=". ")
+    assert verdict(1.0) == "holds"  # below the paper's 2.54 s: explains the gap
+    assert verdict(4.0) == "holds in part"
+    assert verdict(8.0) == "refuted"
+    assert fig15_join_lines({}) == []

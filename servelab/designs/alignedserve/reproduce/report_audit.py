@@ -21,6 +21,7 @@ from servelab.designs.alignedserve.reproduce.report_engine import engine_lines
 from servelab.designs.alignedserve.reproduce.report_claims import _f
 from servelab.designs.alignedserve.reproduce.report_gaps import (_alignment_lines, _prefetch_lines, _room, _throughput_lines,
                                                                  _tpot_range_lines)
+from servelab.designs.alignedserve.reproduce.report_fig15_wait import fig15_join_lines
 from servelab.designs.alignedserve.reproduce.report_latency import fig15_gap_lines, tpot_gap_lines
 from servelab.designs.alignedserve.reproduce.report_open_gaps import _fig11, _fig13, _fig15, _split
 from servelab.designs.alignedserve.reproduce.report_prefetch_gaps import fig14_link_lines, rows_without_prefetch_lines
@@ -171,11 +172,12 @@ def _rows(res: dict) -> list[tuple[str, str, str, str, str, str]]:
          _said(fig15_gap_lines(res), "ShareGPT-like: at time 0", upto="; LongBench", after="Reading")),
         ("Fig. 15: mean TTFT, LongBench", "2.54 s",
          f"{ttft.get('LongBench-like (arXiv)', float('nan')):.2f} s at time 0 (TTFT + wait)",
-         "the offline queue; sparse prefix ranges wait for a batch",
-         "Fig. 15 below capacity; Fig. 15 prefix-range sparsity (3 seeds)",
+         "the offline queue; sparse prefix ranges wait for a batch; the join rule (joins after completions, 40% threshold)",
+         "Fig. 15 below capacity; prefix-range sparsity (3 seeds); Fig. 15 LongBench: the join rule (3 seeds)",
          f"queue: {_said(fig15_gap_lines(res), 'LongBench-like (arXiv): at time 0', upto='. ', after='Reading')}; sparsity ratio "
          f"{_said(_fig15(res), 'Verdict: wait without the bound', upto='; ')}, crowded ranges "
-         f"{_said(_fig15(res), 'crowded into a few ranges', upto='. ', after='Verdict:')}; what sets the rest: none"),
+         f"{_said(_fig15(res), 'crowded into a few ranges', upto='. ', after='Verdict:')}; the join rule (next): "
+         f"{_said(fig15_join_lines(res), 'Verdict:', upto='. ')}"),
         ("Prefetch skipped at time 0 (Mooncake conv)", "prefetch hides KV moves",
          f"{_f(_room(res.get('gap_prefetch') or [], 'Mooncake conv', 'time 0'), '{:.0%}')} of prefetches had room",
          "(1) full pool, (2) requests buffer, (3) the backlog's own KV", "Prefetch: where does the buffer have room",

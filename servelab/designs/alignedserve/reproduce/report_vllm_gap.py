@@ -180,3 +180,4 @@ def _verdicts(rows, seeds, table) -> list[str]:
         parts.append("AlignedServe's gap to vLLM by size: " + ", ".join(f"{names[t]} {mean[t]:+.3f}" for t in order)
                      + f", {names['vllm_idle']} {mean['vllm_idle']:+.3f}")
     return ["Verdicts: " + "; ".join(parts) + ".", ""]
+

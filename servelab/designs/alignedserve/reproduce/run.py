@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from servelab.costmodel.attention import KERNELS
 from servelab.designs.alignedserve.reproduce import experiments as ex
-from servelab.designs.alignedserve.reproduce import fig14_gap, gaps, kernels, motivation, open_gaps, regimes, seeds, vllm_gap
+from servelab.designs.alignedserve.reproduce import fig14_gap, gaps, kernels, motivation, fig15_wait, open_gaps, regimes, seeds, vllm_gap
 from servelab.reproduce.runner import Reproduction, Run, Step
 
 FULL = ex.Sizes()
@@ -66,6 +66,7 @@ OPEN_GAP_STEPS = (
     ("gap tested: Fig. 15 prefix-range sparsity", open_gaps.fig15_sparsity, "open_fig15"),
     ("gap tested: Fig. 14 host link speed", open_gaps.fig14_link, "open_fig14"),
     ("gap tested: the gap to vLLM by GPU time", vllm_gap.vllm_gap, "open_vllm"),
+    ("gap tested: Fig. 15 LongBench wait x join rule", fig15_wait.fig15_join, "open_fig15_join"),
 )
 
 
