@@ -107,3 +107,37 @@ def test_fig15_join_verdict_follows_the_greedy_join_wait():
     assert verdict(4.0) == "holds in part"
     assert verdict(8.0) == "refuted"
     assert fig15_join_lines({}) == []
+
+
+def _mix_rows(long_after: float) -> list[dict]:
+    rows = []
+    for s, jitter in enumerate((0.0, 0.01, -0.01)):
+        for label, mixed, long_ in (("prefix-aware", 0.8, 0.87), ("prefix-aware, dynamic joins unbounded", 0.3, long_after),
+                                    ("FCFS", 0.8, 0.89)):
+            rows.append({"seed": s, "label": label, "switch_share": mixed + jitter, "share_long_steps": long_ + jitter,
+                         "under30_all": 0.5, "decode_tok_s": 1000.0, "long_share": 0.3, "num_requests": 400})
+    return rows
+
+
+def test_fig13_mixing_verdict():
+    from servelab.designs.alignedserve.reproduce.report_fig13_rows import fig13_mixing_lines
+
+    def verdict(long_after):
+        return report_audit._said(fig13_mixing_lines({"open_fig13_mix": _mix_rows(long_after)}), "Verdict:", upto=". ")
+    assert verdict(0.5) == "holds" and verdict(0.87) == "refuted"
+    assert fig13_mixing_lines({}) == []
+
+
+def test_new_steps_run_at_tiny_sizes():
+    from dataclasses import replace
+
+    from servelab.designs.alignedserve.reproduce import experiments as ex
+    from servelab.designs.alignedserve.reproduce import fig13_rows, fig15_wait
+
+    tiny = replace(ex.Sizes(), num_gpus=2, num_requests=24, app_requests=12)
+    rows = fig13_rows.fig13_mixing(tiny, 0)
+    assert len(rows) == fig13_rows.SEEDS * len(fig13_rows.VARIANTS)
+    assert all(r["num_finished"] == r["num_requests"] and 0 <= r["share_long_steps"] <= 1 for r in rows)
+    waits = fig15_wait.fig15_join(tiny, 0)
+    assert {r["label"] for r in waits} == {lab for lab, _ in fig15_wait.VARIANTS}
+    assert all(r["num_finished"] == r["num_requests"] and r["rate"] > 0 for r in waits)

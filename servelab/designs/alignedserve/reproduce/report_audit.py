@@ -21,6 +21,7 @@ from servelab.designs.alignedserve.reproduce.report_engine import engine_lines
 from servelab.designs.alignedserve.reproduce.report_claims import _f
 from servelab.designs.alignedserve.reproduce.report_gaps import (_alignment_lines, _prefetch_lines, _room, _throughput_lines,
                                                                  _tpot_range_lines)
+from servelab.designs.alignedserve.reproduce.report_fig13_rows import fig13_mixing_lines
 from servelab.designs.alignedserve.reproduce.report_fig15_wait import fig15_join_lines
 from servelab.designs.alignedserve.reproduce.report_latency import fig15_gap_lines, tpot_gap_lines
 from servelab.designs.alignedserve.reproduce.report_open_gaps import _fig11, _fig13, _fig15, _split
@@ -168,11 +169,12 @@ def _rows(res: dict) -> list[tuple[str, str, str, str, str, str]]:
          "none stated", "none", "none (no experiment; the KV size test covers AlignedServe's moves only)"),
         ("Fig. 13: passes under 30 ms, prefix-aware / FCFS", "> 90% / < 10%",
          "; ".join(f"{w} {f13[(w, 'prefix-aware')]:.0%} / {f13[(w, 'FCFS')]:.0%}" for w, b in f13 if b == "FCFS"),
-         "split-KV kernel; the paper's split needs long rows in nearly every FCFS step and few aligned ones",
-         "Gap reasons tested: Fig. 13 long share x kernel (3 seeds)",
+         "split-KV kernel; the paper's split needs long rows in nearly every FCFS step and few aligned ones; aligned "
+         "steps hold long rows because batches mix on a decode GPU",
+         "Gap reasons tested: Fig. 13 long share x kernel; long rows x batch mixing (3 seeds each)",
          f"kernel half {_said(_fig13(res), 'Overall: the kernel half', upto=';')}; padded lead at 30% long "
-         f"{_said(_fig13(res), 'prefix-aware - FCFS', upto='. Overall', after='30% long, padded')}; why aligned steps hold long rows: none "
-         "(explained by the switch share, not tested on these mixes)"),
+         f"{_said(_fig13(res), 'prefix-aware - FCFS', upto='. Overall', after='30% long, padded')}; why aligned steps hold long rows (batch mixing): "
+         f"{_said(fig13_mixing_lines(res), 'Verdict:', upto='. ')}"),
         ("Fig. 14: w/o P over AlignedServe (Azure conv)", "0.85",
          interval_text(w14) if w14 else "n/a", "PCIe 5.0 keeps the KV pauses short",
          "Gap reasons tested: Fig. 14 host link speed (8 seeds)", _said(fig14_link_lines(res), "Verdict:", upto=". ")),

@@ -67,6 +67,7 @@ OPEN_GAP_STEPS = (
     ("gap tested: Fig. 14 host link speed", open_gaps.fig14_link, "open_fig14"),
     ("gap tested: the gap to vLLM by GPU time", vllm_gap.vllm_gap, "open_vllm"),
     ("gap tested: Fig. 15 LongBench wait x join rule", fig15_wait.fig15_join, "open_fig15_join"),
+    ("gap tested: Fig. 13 long rows x batch mixing", fig13_rows.fig13_mixing, "open_fig13_mix"),
 )
 
 
