@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from servelab.costmodel.attention import KERNELS
 from servelab.designs.alignedserve.reproduce import experiments as ex
-from servelab.designs.alignedserve.reproduce import fig14_gap, gaps, kernels, motivation, fig15_wait, open_gaps, regimes, seeds, vllm_gap
+from servelab.designs.alignedserve.reproduce import (fig13_rows, fig14_gap, fig15_wait, gaps, kernels, motivation, open_gaps,
+                                                   regimes, seeds, vllm_gap)
 from servelab.reproduce.runner import Reproduction, Run, Step
 
 FULL = ex.Sizes()
