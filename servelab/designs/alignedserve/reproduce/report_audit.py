@@ -144,7 +144,9 @@ def _rows(res: dict) -> list[tuple[str, str, str, str, str, str]]:
         ("The gap to vLLM at the best split, by GPU time", "1.32x", f"{interval_text(best) if best else 'n/a'}",
          "split's idle (H1), join rule's rows (H2), KV waits (H3), starvation (H4), alignment (H5)",
          "Gap reasons tested: the gap to vLLM by GPU time (one mechanism removed at a time)",
-         "; ".join(f"{h} {_said(vllm_gap_lines(res), '(' + h + ')', upto='; (H', after='Verdicts:')}" for h in ("H1", "H2", "H3", "H4", "H5"))),
+         "; ".join(f"{h} {_said(vllm_gap_lines(res), '(' + h + ')', upto='; (H', after='Verdicts:')}"
+                   for h in ("H1", "H2", "H3", "H4", "H5")) if res.get("open_vllm")
+         else "not run (H1-H5 stated with what refutes each; the step has no results)"),
         ("Alignment's own share (over its FCFS-pool variant)", "w/o B costs a further 28.51% (Fig. 14)",
          f"{_over(res, 'AlignedServe, FCFS pool', 'split-kv')} split-kv, "
          f"{_over(res, 'AlignedServe, FCFS pool', 'padded')} padded",
