@@ -7,6 +7,7 @@ from pathlib import Path
 from servelab.designs.alignedserve.reproduce import setting as st
 from servelab.designs.alignedserve.reproduce.fig14_gap import fig14_gap_lines
 from servelab.designs.alignedserve.reproduce.prefetch_kernels import prefetch_kernel_lines
+from servelab.designs.alignedserve.reproduce.report_audit import audit_lines
 from servelab.designs.alignedserve.reproduce.report_engine import engine_lines
 from servelab.designs.alignedserve.reproduce.report_claims import _claims, _f, _ratio, kernel_claim_lines, switch_gap_lines
 from servelab.designs.alignedserve.reproduce.report_gaps import gap_verdict_lines
@@ -85,6 +86,7 @@ def _lines(res: dict) -> list[str]:
     out += regime_lines(res)
     out += _claims(res)
     out += kernel_claim_lines(res)
+    out += audit_lines(res)
     out += gap_verdict_lines(res)
     out += seed_lines(res)
     out += _motivation(res)

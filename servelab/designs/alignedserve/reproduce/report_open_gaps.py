@@ -15,12 +15,15 @@ from servelab.designs.alignedserve.reproduce import setting as st
 from servelab.designs.alignedserve.reproduce.gap_rows import (interval_text, is_above, is_below, row_matching,
                                                               rows_matching, seeds_of)
 from servelab.designs.alignedserve.reproduce.report_prefetch_gaps import fig14_link_lines, rows_without_prefetch_lines
+from servelab.designs.alignedserve.reproduce.report_fig13_rows import fig13_mixing_lines
+from servelab.designs.alignedserve.reproduce.report_fig15_wait import fig15_join_lines
+from servelab.designs.alignedserve.reproduce.report_vllm_gap import vllm_gap_lines
 from servelab.reproduce.stats import t_interval
 
 
 def open_gap_lines(res: dict) -> list[str]:
     out = []
-    for fn in (_split, _fig13, _fig11, _fig15, fig14_link_lines, rows_without_prefetch_lines):
+    for fn in (_split, vllm_gap_lines, _fig13, fig13_mixing_lines, _fig11, _fig15, fig15_join_lines, fig14_link_lines, rows_without_prefetch_lines):
         out += fn(res)
     if not out:
         return []

@@ -19,5 +19,5 @@ def head_lines(res: dict) -> list[str]:
            "servelab.designs.alignedserve.reproduce.render` (`--base` the full run's results.json):"]
     for r in reruns:
         load = f", load average {r['load_average'][0]:.1f}-{r['load_average'][1]:.1f}" if r.get("load_average") else ""
-        out.append(f"- {r['label']} ({r['cpu_s']:.0f} s CPU{load}): steps {'; '.join(r['steps'])}; why: {r['why']}")
+        out.append(f"- {r['label']} ({r['cpu_s']:.0f} s CPU{load}): steps {'; '.join(r['steps']) or 'none (the report re-rendered from the results)'}; why: {r['why']}")
     return out + [""]

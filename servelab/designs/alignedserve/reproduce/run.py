@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from servelab.costmodel.attention import KERNELS
 from servelab.designs.alignedserve.reproduce import experiments as ex
-from servelab.designs.alignedserve.reproduce import fig14_gap, gaps, kernels, motivation, open_gaps, regimes, seeds
+from servelab.designs.alignedserve.reproduce import (fig13_rows, fig14_gap, fig15_wait, gaps, kernels, motivation, open_gaps,
+                                                   regimes, seeds, vllm_gap)
 from servelab.reproduce.runner import Reproduction, Run, Step
 
 FULL = ex.Sizes()
@@ -65,6 +66,9 @@ OPEN_GAP_STEPS = (
     ("gap tested: Fig. 11 arXiv KV sizes", open_gaps.arxiv_kv_sizes, "open_fig11_arxiv"),
     ("gap tested: Fig. 15 prefix-range sparsity", open_gaps.fig15_sparsity, "open_fig15"),
     ("gap tested: Fig. 14 host link speed", open_gaps.fig14_link, "open_fig14"),
+    ("gap tested: the gap to vLLM by GPU time", vllm_gap.vllm_gap, "open_vllm"),
+    ("gap tested: Fig. 15 LongBench wait x join rule", fig15_wait.fig15_join, "open_fig15_join"),
+    ("gap tested: Fig. 13 long rows x batch mixing", fig13_rows.fig13_mixing, "open_fig13_mix"),
 )
 
 
