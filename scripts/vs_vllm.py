@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from servelab.bench.vs_vllm import (Setup, default_loads, plan_runs, poisson_rate, quiet_slot,  # noqa: E402
+from servelab.bench.vs_vllm import (IncompleteRun, Setup, default_loads, plan_runs, poisson_rate, quiet_slot,  # noqa: E402
                                     read_records, run_client, start_server, stop_server)
 from servelab.bench.vs_vllm_carry import committed_report, current_commit  # noqa: E402
 from servelab.bench.vs_vllm_report import render  # noqa: E402
@@ -217,8 +217,12 @@ def main() -> int:
                 if rate is None:
                     print(f"skip {key.stem}: its all-at-once twin has not run", flush=True)
                     continue
-                with quiet_slot(args.lock, pids, args.run_nice):
-                    rec = run_client(setup, key, load, rate, args.out, servers[key.server].pid)
+                try:
+                    with quiet_slot(args.lock, pids, args.run_nice):
+                        rec = run_client(setup, key, load, rate, args.out, servers[key.server].pid)
+                except IncompleteRun as e:
+                    print(f"[{i + 1}/{len(todo)}] {e}", flush=True)
+                    continue
                 rec.commit = commit
                 records.append(rec)
                 with records_path.open("a") as f:

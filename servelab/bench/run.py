@@ -35,7 +35,10 @@ class BenchConfig:
     ignore_eos: bool = True
     temperature: float = 0.0
     max_concurrency: int | None = None
-    timeout_s: float = 600.0
+    # per request, first byte to last: a queue of long prompts can hold a request's first byte for
+    # many minutes (128 x 1,024 tokens on one CPU core: > 600 s), and a timed-out request is a
+    # failed one, not a slow one; 6 h, as vLLM's client
+    timeout_s: float = 6 * 3600.0
     goodput: dict[str, float] = field(default_factory=dict)
     percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)
     progress: bool = True
@@ -45,6 +48,8 @@ class BenchConfig:
             raise UserError(f"--base-url must start with http:// or https://, got {self.base_url!r}")
         if not self.endpoint.startswith("/"):
             raise UserError(f"--endpoint must start with '/', got {self.endpoint!r}")
+        if not self.timeout_s > 0:
+            raise UserError(f"--request-timeout must be > 0 seconds, got {self.timeout_s:g}")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise UserError(f"--max-concurrency must be >= 1, got {self.max_concurrency}")
 

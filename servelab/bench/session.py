@@ -32,6 +32,7 @@ class BenchOptions:
     burstiness: float = 1.0
     trace_timing: bool = False
     max_concurrency: int | None = None
+    request_timeout_s: float = 6 * 3600.0
     goodput: tuple[str, ...] = ()
     metric_percentiles: str = "50,90,99"
     percentile_metrics: str | None = None  # vLLM's --percentile-metrics: which metrics get pNN fields (None: all)
@@ -88,7 +89,7 @@ def bench_session(options: BenchOptions, result_dir: Path, result_filename: str 
     selected = parse_percentile_metrics(options.percentile_metrics)
     config = BenchConfig(base_url=options.base_url, endpoint=options.endpoint, model=options.model,
                          api_key=options.api_key, ignore_eos=options.ignore_eos, temperature=options.temperature,
-                         max_concurrency=options.max_concurrency, goodput=targets, percentiles=tuple(percentiles),
+                         max_concurrency=options.max_concurrency, timeout_s=options.request_timeout_s, goodput=targets, percentiles=tuple(percentiles),
                          progress=options.progress)
     planned, num_inexact = plan(options)
     results, duration, t0, model = run_benchmark(config, planned)

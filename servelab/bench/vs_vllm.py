@@ -312,6 +312,10 @@ def quiet_slot(lock_path: Path | None, pids: list[int], run_nice: int | None):
             f.close()
 
 
+class IncompleteRun(RuntimeError):
+    """A client run in which not every request completed."""
+
+
 def run_client(setup: Setup, key: RunKey, load: Load, rate: float, out_dir: Path, server_pid: int | None = None
                ) -> Record:
     out = out_dir / "runs" / f"{key.stem}.json"
@@ -326,6 +330,12 @@ def run_client(setup: Setup, key: RunKey, load: Load, rate: float, out_dir: Path
         subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True)
     wall = time.monotonic() - t0
     data = json.loads(out.read_text())
+    if data.get("completed") != load.num_requests:
+        # a run with failed requests (a client timeout, a server error) is a shorter, different
+        # run: its duration and rates compare nothing, so it is not kept
+        errors = [e for e in data.get("errors") or [] if e]
+        raise IncompleteRun(f"{key.stem}: {data.get('completed')} of {load.num_requests} requests completed"
+                            + (f" (first error: {str(errors[0])[:120]})" if errors else "") + "; run not kept")
     metrics = {k: data.get(k) for k in METRICS}
     metrics["server_cpu_s"] = process_tree_cpu_s(server_pid) - cpu0 if server_pid else None
     return Record(key, rate, metrics, before, os.getloadavg(), wall, setup.fingerprint(),

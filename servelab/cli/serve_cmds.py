@@ -114,6 +114,8 @@ def bench(
     burstiness: float = typer.Option(1.0, help="Gamma shape of the gaps, as vLLM (1 = Poisson; CV = 1/sqrt)."),
     trace_timing: bool = typer.Option(False, "--trace-timing", help="Keep the workload's own arrival times."),
     max_concurrency: Optional[int] = typer.Option(None, help="Cap on requests in flight."),
+    request_timeout: float = typer.Option(6 * 3600.0, "--request-timeout", help="Seconds a request may take "
+                                          "before it counts as failed."),
     goodput: Optional[list[str]] = typer.Option(None, help="SLO targets in ms, e.g. --goodput ttft:500 "
                                                            "--goodput tpot:50 (or 'ttft:500 tpot:50')."),
     metric_percentiles: str = typer.Option("50,90,99"),
@@ -139,8 +141,8 @@ def bench(
         options = BenchOptions(base_url=base_url, workload=workload, endpoint=endpoint, model=model,
                                tokenizer=tokenizer, prompt_format=prompt_format, num_prompts=num_prompts,
                                request_rate=request_rate, burstiness=burstiness, trace_timing=trace_timing,
-                               max_concurrency=max_concurrency, goodput=tuple(goodput or ()),
-                               metric_percentiles=metric_percentiles, percentile_metrics=percentile_metrics,
+                               max_concurrency=max_concurrency, request_timeout_s=request_timeout,
+                               goodput=tuple(goodput or ()), metric_percentiles=metric_percentiles, percentile_metrics=percentile_metrics,
                                ignore_eos=ignore_eos, temperature=temperature,
                                api_key=api_key, seed=seed, data_dir=data_dir, progress=not (disable_tqdm or json_out))
         summary, paths = bench_session(options, result_dir, result_filename)

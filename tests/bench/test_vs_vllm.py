@@ -211,3 +211,40 @@ def test_report_carries_the_earlier_reports_rows_for_loads_not_run_again():
     again = parse_report(text, "report of commit 9999999")  # carried twice: the first source stays
     assert {origin for rows in again.load_rows.values() for _, origin in rows} == {
         "runs at aaa1111 (report of commit abc1234)", "runs at def5678 (report of commit 9999999)"}
+
+
+def test_a_run_with_failed_requests_is_not_kept(tmp_path, monkeypatch):
+    """long-128-burst once ran with half its requests timed out in the client (600 s) and its
+    shorter duration went into the report as if it were the load's; such a run is refused."""
+    import sys
+
+    import pytest
+
+    from servelab.bench import vs_vllm
+
+    load = default_loads()[0]
+
+    def fake_client(completed, errors):
+        def command(setup, client, server, load, rate, out):
+            data = {"completed": completed, "duration": 1.0, "errors": errors}
+            return [sys.executable, "-c", f"open({str(out)!r}, 'w').write({json.dumps(json.dumps(data))})"]
+        return command
+
+    key = RunKey(0, load.name, "servelab", "vllm")
+    monkeypatch.setattr(vs_vllm, "client_command", fake_client(load.num_requests - 1, ["", "ReadTimeout"]))
+    with pytest.raises(vs_vllm.IncompleteRun, match=rf"{load.num_requests - 1} of {load.num_requests} .*ReadTimeout"):
+        vs_vllm.run_client(SETUP, key, load, math.inf, tmp_path)
+    monkeypatch.setattr(vs_vllm, "client_command", fake_client(load.num_requests, []))
+    assert vs_vllm.run_client(SETUP, key, load, math.inf, tmp_path).metrics["completed"] == load.num_requests
+
+
+def test_the_bench_client_waits_hours_not_minutes_and_refuses_a_bad_timeout():
+    import pytest
+
+    from servelab.bench.run import BenchConfig
+    from servelab.core.errors import UserError
+
+    assert BenchConfig(base_url="http://x").timeout_s >= 3600
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(UserError, match="--request-timeout"):
+            BenchConfig(base_url="http://x", timeout_s=bad)
