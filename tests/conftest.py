@@ -12,6 +12,13 @@ import pytest
 from simkit import DATA_DIR, ToyCostModel
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` run first (a stable sort keeps the rest in order). With xdist's
+    work stealing (scripts/test.sh) the many short tests then fill in around them; a
+    minutes-long test that starts last is the suite's tail, one worker busy, the other idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture
 def toy_cost() -> ToyCostModel:
     return ToyCostModel()

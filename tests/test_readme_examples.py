@@ -40,6 +40,7 @@ def test_fast_sizes_keep_every_command():
         assert given <= set(fast.split()) | {"--api-key"}, command
 
 
+@pytest.mark.slow
 def test_the_simulator_commands_run_from_a_fresh_folder():
     res = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_readme.py"), "--fast", "--quick",
                           "--timeout", "120"], capture_output=True, text=True, timeout=300)

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from servelab.bench.compare import CompareOptions, run_compare
 from servelab.bench.compare_report import render
 
 
+@pytest.mark.slow
 def test_serve_vs_sim_one_rate(bench_checkpoint, tmp_path):
     from servelab.engine.calibrate import REDUCED_GRID, calibrate
     from servelab.engine.loader import load_checkpoint

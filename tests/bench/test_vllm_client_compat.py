@@ -26,6 +26,7 @@ def _vllm_client_installed() -> bool:
     return any(VENV.glob("lib/python3*/site-packages/vllm/benchmarks/serve.py"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _vllm_client_installed(),
                     reason=f"no vLLM venv at {VENV} (create it with scripts/setup_vllm_venv.sh)")
 @pytest.mark.parametrize("engine_process", [False, True], ids=["engine-thread", "engine-process"])

@@ -12,6 +12,7 @@ schemathesis' pytest fixture loader does not work with this pytest.)
 from __future__ import annotations
 
 import httpx
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import (content_type_conformance, negative_data_rejection, not_a_server_error,
@@ -22,6 +23,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           negative_data_rejection]
 
 
+@pytest.mark.slow
 def test_the_server_answers_as_its_openapi_document_says(start_server, kv_in_use):
     server = start_server()
     schema = schemathesis.openapi.from_url(server.base_url + "/openapi.json")

@@ -55,6 +55,7 @@ def two_runs(tmp_path_factory):
     return results, (a / "bucketserve.md").read_text(), (b / "bucketserve.md").read_text(), a
 
 
+@pytest.mark.slow
 def test_same_seed_same_text_apart_from_measured_lines(two_runs):
     _, first, second, _ = two_runs
     assert without_timings(first) == without_timings(second)

@@ -21,6 +21,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return make_tiny_model(tmp_path_factory.mktemp("mb-engine") / "tiny", tokenizer=tokenizer)
 
 
+@pytest.mark.slow
 def test_engine_reproduction_small(tiny_model_dir, tmp_path):
     sizes = EngineSizes(num_requests=16, ks=(1, 2), max_tokens=48, fig5_tokens=(4, 8, 16), fig5_repeats=1)
     result = run_reproduction(REPRODUCTION, tmp_path, sizes=sizes, seed=0, options={"model": tiny_model_dir})

@@ -3,10 +3,13 @@
 import time
 from pathlib import Path
 
+import pytest
+
 from servelab.designs.multibin.reproduce.run import GSM8K_PATH, REPRODUCTION
 from servelab.reproduce.runner import run_reproduction
 
 
+@pytest.mark.slow
 def test_reduced_reproduction(tmp_path: Path):
     assert GSM8K_PATH.is_file()
     t0 = time.process_time()  # CPU time, so a busy shared machine does not fail the test

@@ -42,6 +42,7 @@ def _config(loaded, num_blocks=64, block_size=4):
                         block_size=block_size, max_batch_tokens=64, max_num_seqs=8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("microbatches", [1, 3])
 def test_drop_group_restore_split_across_actors_gives_the_tokens_of_running_alone(ray_session, loaded, prompts,
                                                                                    microbatches):
