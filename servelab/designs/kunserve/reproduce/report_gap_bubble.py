@@ -52,8 +52,8 @@ def section(res: dict) -> list[str]:
                    f"{iv([1e3 * r['tpot_s']['99'] for r in runs], '{:.0f}')} |")
     out += ["", f"**B1 {v['verdict']}** (a {_WORD[v['a']]}, b {_WORD[v['b']]}): token chunking's bubble at LongBench "
             f"lengths {iv(v['tokens'], '{:.1%}')} against {iv(ft, '{:.1%}')} at the faithful point; lookahead "
-            f"{iv(v['lookahead'], '{:.1%}')}. A group step the former leaves as one microbatch (lookahead then cut a step "
+            f"{iv(v['lookahead'], '{:.1%}')}. A group step the former leaves as one microbatch (lookahead cuts a step "
             "into min(stages, ceil(tokens / MIN)) microbatches, MIN = 32 tokens: a decode step of 32 rows or fewer "
-            "stayed whole) runs on one stage at a time while the other idles; the column above gives their share of "
-            "the groups' steps. The rule is tested in *Gap: the lookahead's MIN rule* below.", ""]
+            "stays whole) runs on one stage at a time while the other idles; the column above gives their share of "
+            "the groups' steps.", ""]
     return out
