@@ -18,6 +18,15 @@ class KunServeConfig:
     num_microbatches: int = 0  # 0: as many as the group has stages (vLLM's virtual engines)
     former: str = "lookahead"  # lookahead | tokens (token-count chunking) | rows (whole rows dealt)
     lookahead_scope: str = "queue"  # queue: a step takes its share of the whole queue's cost | step: the budget
+    # the lookahead's MIN, tokens (Fig. 11: a part of at most MIN tokens is not cut; the paper gives no value)
+    lookahead_min_tokens: int = 32
+    # a step of at least as many rows as stages is cut into one microbatch per stage whatever MIN says: the
+    # paper's MIN applies to the whole queued batch, and a step its lookahead does not cover (a decode step)
+    # runs as its vLLM pipeline does, one microbatch per virtual engine (False: MIN per step, which runs
+    # a decode step of <= MIN rows on one stage at a time). Still False by default: every section of
+    # docs/reproduction/kunserve.md ran under MIN per step, and the gap_min step measures what the floor
+    # changes before the default and those sections move together
+    stage_floor: bool = False
     coordinated: bool = True  # KV exchange and restores in stage-time chunks (False: one bulk job)
     restore: bool = True
     restore_threshold: float = 0.5  # of the members' KV without the drop
@@ -58,8 +67,10 @@ class KunServeConfig:
             raise ValueError(f"dispatch must be freeness, kv or kv+compute, got {self.dispatch!r}")
         if self.lookahead_scope not in ("queue", "step"):
             raise ValueError(f"lookahead_scope must be queue or step, got {self.lookahead_scope!r}")
-        if self.num_microbatches < 0 or self.token_budget < 1 or self.max_group_size < 0:
-            raise ValueError("num_microbatches must be >= 0, token_budget >= 1, max_group_size >= 0")
+        if self.num_microbatches < 0 or self.token_budget < 1 or self.max_group_size < 0 \
+                or self.lookahead_min_tokens < 1:
+            raise ValueError("num_microbatches must be >= 0, token_budget >= 1, max_group_size >= 0, "
+                             "lookahead_min_tokens >= 1")
         if not 0 < self.trigger_share <= 1:
             raise ValueError(f"trigger_share must be in (0, 1], got {self.trigger_share}")
         if not 0 < self.restore_threshold <= 1 or self.headroom <= 0 or self.cooldown_s < 0 \

@@ -15,6 +15,15 @@ the items into microbatches, both able to cut a prompt chunk between two microba
   token count (cost is monotone in it). Unlike the figure's stop-at-MIN recursion, the
   leaf count is fixed, so no leaf is left at a quarter of the others' cost.
 
+  The stage floor (``stage_floor``, a named variant until the gap_min test's reruns): a step with at least M rows is cut
+  into M microbatches whatever its tokens. The paper applies MIN to the lookahead batch, *all*
+  queued work (``m = ceil(tokens_B / MIN)``, many microbatches under a burst); a step with
+  little or nothing queued (a decode step) is "normal execution", which its lookahead does
+  not cover (section 4.4) and its pipeline (vLLM's, one virtual engine per stage) runs one
+  microbatch per stage. Without the floor, MIN cut per step leaves a decode step of <= MIN
+  rows whole: on a two-stage group it runs on one stage at a time while the other idles (the
+  appendix's Eq. 4 with m = 1: twice one stage's cost). The paper gives no value of MIN.
+
 Both return the microbatches as ``StepShape``s for ``PipelineExecutor`` (decodes charged
 their mean context, as the step shape carries only the sum).
 """
@@ -78,13 +87,20 @@ def _split_at(batch: list[Chunk], eq: Eq1, fraction: float) -> tuple[list[Chunk]
     return batch, []
 
 
-def lookahead(items: list[Chunk], num_microbatches: int, eq: Eq1, min_tokens: int = 32) -> list[list[Chunk]]:
+MIN_TOKENS = 32  # the lookahead's MIN (the paper gives no value; ours, kept from issue 13)
+
+
+def lookahead(items: list[Chunk], num_microbatches: int, eq: Eq1, min_tokens: int = MIN_TOKENS,
+              stage_floor: bool = False) -> list[list[Chunk]]:
     """Divide and conquer over Eq. 1 cost into ``m = min(M, ceil(tokens / min_tokens))``
-    microbatches: a part that must become ``k`` microbatches is cut at cost fraction
-    ``floor(k/2)/k`` (halves when M is a power of two, as in Figure 10) and both sides recurse;
-    the target cost per microbatch is the whole's over ``m`` (the appendix's cost_upper)."""
+    microbatches (with ``stage_floor``, at least ``min(M, rows)``: module docstring): a part
+    that must become ``k`` microbatches is cut at cost fraction ``floor(k/2)/k`` (halves when M
+    is a power of two, as in Figure 10) and both sides recurse; the target cost per microbatch
+    is the whole's over ``m`` (the appendix's cost_upper)."""
     total = sum(c for c, _ in items)
     m = max(1, min(num_microbatches, math.ceil(total / max(1, min_tokens))))
+    if stage_floor:
+        m = max(m, min(num_microbatches, len(items)))
     out: list[list[Chunk]] = []
 
     def recurse(batch: list[Chunk], k: int) -> None:
@@ -113,6 +129,8 @@ class MicrobatchFormer:
     num_microbatches: int
     eq: Eq1 | None = None
     scope: str = "step"
+    min_tokens: int = MIN_TOKENS  # lookahead's MIN
+    stage_floor: bool = False  # lookahead: a step of >= M rows always becomes M microbatches
 
     def __post_init__(self) -> None:
         if self.kind not in ("lookahead", "tokens"):
@@ -121,11 +139,13 @@ class MicrobatchFormer:
             raise ValueError("the lookahead former needs Eq. 1 coefficients")
         if self.scope not in ("queue", "step"):
             raise ValueError(f"lookahead scope must be queue or step, got {self.scope!r}")
+        if self.min_tokens < 1:
+            raise ValueError(f"the lookahead's MIN must be at least 1 token, got {self.min_tokens}")
 
     def __call__(self, shape: StepShape) -> list[StepShape]:
         items = items_of(shape)
         if self.kind == "lookahead":
-            batches = lookahead(items, self.num_microbatches, self.eq)
+            batches = lookahead(items, self.num_microbatches, self.eq, self.min_tokens, self.stage_floor)
         else:
             batches = token_chunking(items, self.num_microbatches)
         return [chunks_to_shape(b) for b in batches] or [shape]

@@ -284,7 +284,8 @@ class KunServeRouter(Router):
 
                 self._eq1 = fit_eq1(first.cost_model)
             former = MicrobatchFormer(cfg.former, self._microbatches(len(members)), self._eq1,
-                                      scope=cfg.lookahead_scope if cfg.former == "lookahead" else "step")
+                                      scope=cfg.lookahead_scope if cfg.former == "lookahead" else "step",
+                                      min_tokens=cfg.lookahead_min_tokens, stage_floor=cfg.stage_floor)
         self._util.pop(members[0], None)  # the group's own steps, from its formation on
         actions: list = [SetLayers(iid, rng) for iid, rng in zip(members, ranges)]
         n = len(members)  # one virtual engine per stage, as vLLM's pipeline runs

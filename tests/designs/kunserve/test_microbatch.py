@@ -85,3 +85,43 @@ def test_largest_part_is_the_largest_prefix_of_a_prompt_within_the_target(prefix
         want = max((t for t in range(0, 1201) if spent + eq.chunk_cost(t, prefix) <= target), default=0)
         assert eq.largest_part(1200, prefix, spent, target) == want
     assert eq.largest_part(1200, prefix, spent, spent + 1.0) == 1200  # all of it fits
+
+
+DECODES = StepShape(prefill_tokens=(), prefill_context=(), num_decodes=20, decode_context_sum=20 * 2000,
+                    decode_context_max=2000)
+
+
+def test_min_per_step_leaves_a_short_decode_step_whole_and_the_stage_floor_cuts_it(eq):
+    """A decode step of 20 rows (under MIN = 32 tokens): the old rule runs it as one microbatch,
+    the stage floor (KunServe's default) as one per stage, a smaller MIN too; every row kept."""
+    items = items_of(DECODES)
+    assert len(lookahead(items, 2, eq, min_tokens=32)) == 1
+    floor = lookahead(items, 2, eq, min_tokens=32, stage_floor=True)
+    assert [sum(c for c, _ in b) for b in floor] == [10, 10]
+    assert len(lookahead(items, 2, eq, min_tokens=8)) == 2
+    one_row = items_of(StepShape((), (), 1, 2000, 2000))
+    assert len(lookahead(one_row, 2, eq, stage_floor=True)) == 1  # fewer rows than stages: nothing to deal
+
+
+def test_the_stage_floor_keeps_a_two_stage_decode_pipeline_busy(eq):
+    """Timed on two halves of the model: steps of 20 decodes back to back leave one stage idle
+    about half the time as one microbatch; cut one per stage, the bubble falls."""
+    halves = [model_for_spec(InstanceSpec("A800-80GB", "Qwen-2.5-14B", layers=r), ROOFLINE).cost
+              for r in ((0, 24), (24, 48))]
+
+    def bubble(floor):
+        ex = PipelineExecutor(halves, [Link("l", LinkSpec(25e9))], hidden_bytes_per_token=5120 * 2,
+                              former=MicrobatchFormer("lookahead", 2, eq, stage_floor=floor))
+        now = 0.0
+        for _ in range(20):
+            now += ex.time_step(DECODES, start_s=now).makespan_s
+        return ex.stats.bubble_share, ex.stats.single_microbatch_steps
+
+    (old, old_single), (new, new_single) = bubble(False), bubble(True)
+    assert old_single == 20 and new_single == 0
+    assert old > 0.4 and new < 0.5 * old
+
+
+def test_the_lookahead_min_must_be_positive(eq):
+    with pytest.raises(ValueError, match="MIN"):
+        MicrobatchFormer("lookahead", 2, eq, min_tokens=0)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from servelab.designs.kunserve.reproduce import report_gap_pp as gap_pp
 from servelab.designs.kunserve.reproduce import report_gap_bubble as gap_bub
+from servelab.designs.kunserve.reproduce import report_gap_exchange as gap_exc
+from servelab.designs.kunserve.reproduce import report_gap_min as gap_min
 from servelab.designs.kunserve.reproduce import report_gap_residual as gap_res
 from servelab.designs.kunserve.reproduce import report_gap_restore as gap_rst
 from servelab.designs.kunserve.reproduce import report_gaps as gap
@@ -155,6 +157,8 @@ def _lines(res: dict) -> list[str]:
     out += gap_pp.section(res)
     out += gap_res.section(res)
     out += gap_bub.section(res)
+    out += gap_min.section(res)
+    out += gap_exc.section(res)
     out += gap.merge_section(res)
     out += sec.extreme(res)
     out += sec.pp_table(res)
@@ -272,6 +276,8 @@ def _claims(res: dict) -> list[str]:
     rows += gap_pp.claims(res)
     rows += gap_res.claims(res)
     rows += gap_bub.claims(res)
+    rows += gap_min.claims(res)
+    rows += gap_exc.claims(res)
     rows += gap_rst.claims(res)
     rows += trig.claims(res)
     pt = [r for r in res["plan_time"] if r["num_instances"] == 1024]

@@ -10,7 +10,9 @@ cost, the gap tests of ``gaps`` (the merge rule at 72B; KunServe against vLLM-PP
 InferCept at the faithful point) and ``gap_pp`` (the two reasons KunServe loses to vLLM-PP,
 on a rate grid up from the faithful point), ``gap_residual`` (the three candidate reasons for the
 gap left with the kv+compute dispatcher), ``gap_bubble`` (token chunking's bubble at LongBench
-lengths), ``gap_restore`` (restore's P50 TTFT gain with whole rows per microbatch), and time the drop plan up to 1,024 instances; ``_write`` makes the plots under
+lengths), ``gap_restore`` (restore's P50 TTFT gain with whole rows per microbatch), ``gap_min``
+(the lookahead's MIN rule against a floor of one microbatch per stage), ``gap_exchange`` (the
+coordinated exchange's gain by link speed), and time the drop plan up to 1,024 instances; ``_write`` makes the plots under
 ``out_dir/kunserve/`` and ``out_dir/kunserve.md``, and the runner (``servelab.reproduce``)
 writes ``out_dir/kunserve.json``, times the steps and shows progress.
 """
@@ -26,6 +28,8 @@ from servelab.designs.kunserve.drop_plan import time_drop_plan
 from servelab.designs.kunserve.reproduce import experiments as ex
 from servelab.designs.kunserve.reproduce import faithful_grid
 from servelab.designs.kunserve.reproduce import gap_bubble
+from servelab.designs.kunserve.reproduce import gap_exchange
+from servelab.designs.kunserve.reproduce import gap_min
 from servelab.designs.kunserve.reproduce import gap_pp
 from servelab.designs.kunserve.reproduce import gap_residual
 from servelab.designs.kunserve.reproduce import gap_restore
@@ -114,6 +118,11 @@ def _steps(run: Run) -> list[Step]:
              "ablation"),
         Step("gap: bubble by prompt length", lambda _: gap_bubble.run(point("longbench-14B")["rate"], hw_a, sizes),
              "gap_bubble"),
+        Step("gap: lookahead's MIN rule", lambda _: gap_min.run(
+            {"longbench": point("longbench-14B")["rate"], "decode-heavy": point(FAITHFUL)["rate"]}, hw_a, sizes),
+            "gap_min"),
+        Step("gap: coordinated exchange by link speed",
+             lambda _: gap_exchange.run(point(FAITHFUL)["rate"], hw_a, sizes), "gap_exchange"),
         Step("extreme bursts (Fig. 16)", lambda _: _extreme(point("longbench-72B")["rate"], hw_b, sizes, seed),
              "extreme"),
         Step("PP throughput at saturation", lambda _: _pp_throughput(hw_a, seed), "pp_throughput"),

@@ -9,11 +9,14 @@ the full run touches only these steps.
     python -m servelab.designs.kunserve.reproduce.standalone plan --out plan.json
     python -m servelab.designs.kunserve.reproduce.standalone steps --from-partial P --steps "a;b" --out steps.json
 
+    python -m servelab.designs.kunserve.reproduce.standalone gap-min --from-partial P --what min --reuse --out m.json
+
 ``grid``: the faithful point over five seeds and a finer grid (``faithful_grid``); ``vs``: the
 vs-baselines gap for a subset of its systems (``gaps.GAP_SYSTEMS``), the subset recorded;
 ``pp``: the dispatch / compute-headroom gap test against vLLM-PP (``gap_pp``); ``plan``: the
 drop-plan time (measured: run it alone on a quiet machine); ``steps``: any of the full run's
-steps by label, in order, the results written after each.
+steps by label, in order, the results written after each; ``gap-min``: the MIN-rule or the
+exchange gap step without the runs it shares with earlier sections of the same code.
 """
 
 from __future__ import annotations
@@ -202,7 +205,110 @@ def steps_main(argv=None) -> int:
     return 0
 
 
-SUBCOMMANDS = {"grid": grid_main, "vs": vs_main, "pp": pp_main, "plan": plan_main, "steps": steps_main}
+def _reusable(res: dict) -> tuple[dict, dict]:
+    """Runs of a run's results that ``gap_min`` / ``gap_exchange`` would repeat: their old-rule
+    (MIN per step) and full-link-speed variants, as run by ``gap_bubble``, ``gap_residual`` and the
+    faithful ablation on the same arrivals (valid only where those sections ran on simulation code
+    whose default was the old rule, which the caller asserts with ``--reuse``)."""
+    from servelab.designs.kunserve.reproduce import gap_bubble, gap_exchange, gap_min, gap_residual
+
+    def col(section, name):
+        return [s["runs"][name] for s in res[section]["seeds"]]
+
+    pp, t0, kun = gap_residual.PP, gap_residual.T0, gap_residual.KUN
+    have = {(gap_min.LONGBENCH_T0, gap_min.OLD): (col("gap_bubble", gap_bubble.QUEUE), "gap_bubble"),
+            (gap_min.LONGBENCH_T0, gap_min.TOKENS): (col("gap_bubble", gap_bubble.TOKENS), "gap_bubble"),
+            (gap_min.FAITHFUL_T0, gap_min.OLD): (col("gap_residual", t0), "gap_residual"),
+            (gap_min.FAITHFUL_T0, gap_min.PP): (col("gap_residual", pp), "gap_residual"),
+            (gap_min.RESIDUAL, gap_min.OLD): (col("gap_residual", kun), "gap_residual"),
+            (gap_min.RESIDUAL, gap_min.PP): (col("gap_residual", pp), "gap_residual")}
+    ab = [{n: s["runs"][n] for n in gap_exchange.SYSTEMS} for s in res["ablation_memory_bound"]["seeds"]]
+    return have, {1.0: (ab, "ablation_memory_bound")}
+
+
+def gap_min_main(argv=None) -> int:
+    """``gap_min`` (``--what min``, point by point, the results written after each) or
+    ``gap_exchange`` (``--what exchange``) alone at the rates of a run's results; with ``--reuse``
+    the runs they share with that run's ``gap_bubble`` / ``gap_residual`` / faithful ablation are
+    taken from it, and ``--check`` reruns one of them (LongBench from t=0, MIN per step, the first
+    seed) to show the numbers identical."""
+    import argparse
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from servelab.designs.kunserve.reproduce import experiments as ex
+    from servelab.designs.kunserve.reproduce import gap_exchange, gap_min
+    from servelab.designs.kunserve.reproduce import setting as st
+    from servelab.designs.kunserve.reproduce.points import _summary
+    from servelab.designs.kunserve.reproduce.run import FAITHFUL, FULL, _clusters
+    from servelab.metrics.plain_json import plain
+    from servelab.reproduce.runner import cpu_time_s
+
+    ap = argparse.ArgumentParser(description="the MIN-rule or the exchange gap step alone")
+    ap.add_argument("--from-partial", type=Path, required=True, help="a partial file or a full run's kunserve.json")
+    ap.add_argument("--what", choices=("min", "exchange"), required=True)
+    ap.add_argument("--points", default=None, help="gap_min points separated by ';' (default: all, in order)")
+    ap.add_argument("--reuse", action="store_true", help="take the shared runs from the file (same simulation code)")
+    ap.add_argument("--check", action="store_true", help="with --reuse: rerun one reused run and compare")
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    if not a.from_partial.is_file():
+        print(f"gap_min: no file {a.from_partial}", file=sys.stderr)
+        return 2
+    data = json.loads(a.from_partial.read_text())
+    res = data.get("results", data)
+    points = [p.strip() for p in (a.points or ";".join(gap_min.POINTS)).split(";") if p.strip()]
+    bad = [p for p in points if p not in gap_min.POINTS]
+    if bad:
+        print(f"gap_min: unknown points {bad} (known: {'; '.join(gap_min.POINTS)})", file=sys.stderr)
+        return 2
+    e2e = res.get("end_to_end", {})
+    if FAITHFUL not in e2e or "longbench-14B" not in e2e:
+        print(f"gap_min: {a.from_partial} lacks the {FAITHFUL} / longbench-14B end-to-end blocks", file=sys.stderr)
+        return 2
+    rates = {"longbench": e2e["longbench-14B"]["rate"], "decode-heavy": e2e[FAITHFUL]["rate"]}
+    hw, sizes = _clusters(FULL)[0], FULL
+    have_min, have_ex = _reusable(res) if a.reuse else ({}, {})
+    label = "gap: lookahead's MIN rule" if a.what == "min" else "gap: coordinated exchange by link speed"
+    key = "gap_min" if a.what == "min" else "gap_exchange"
+    t0, value = cpu_time_s(), {}
+    check = None
+    if a.what == "min" and a.reuse and a.check:
+        wl, systems = gap_min.POINTS[gap_min.LONGBENCH_T0]
+        r = _summary(ex.run_system(gap_min.OLD, st.workload(wl, rates[wl], sizes.duration_s, sizes.bursts,
+                                                             sizes.seeds[0]), hw, sizes, spec=systems[gap_min.OLD]))
+        old = have_min[(gap_min.LONGBENCH_T0, gap_min.OLD)][0][0]
+        keys = ("ttft_s", "tpot_s", "bubble_share", "single_microbatch_share")
+        check = {"point": gap_min.LONGBENCH_T0, "system": gap_min.OLD, "seed": sizes.seeds[0],
+                 "identical": all(plain(r[k]) == old.get(k) for k in keys), "rerun": {k: r[k] for k in keys},
+                 "reused": {k: old.get(k) for k in keys}}
+    if a.what == "exchange":  # the slowest link first: the strongest test of D1
+        factors = sorted(gap_exchange.LINK_FACTORS)
+        value = gap_exchange.run(rates["decode-heavy"], hw, dataclasses.replace(sizes), factors=factors, have=have_ex)
+        value["links"].sort(key=lambda lk: -lk["factor"])
+    # the new rules' runs in parts, the floor first (on a loaded machine a cut-short run keeps them)
+    parts = [(p, {gap_min.FLOOR}) for p in points] + [(p, {gap_min.MIN8}) for p in points]
+    for p, only in parts if a.what == "min" else ():
+        new = gap_min.run(rates, hw, sizes, have={k: v for k, v in have_min.items() if k[0] == p}, points=[p],
+                          only=only)[p]
+        if p not in value:
+            value[p] = new
+        else:
+            for old_seed, new_seed in zip(value[p]["seeds"], new["seeds"]):
+                old_seed["runs"] |= new_seed["runs"]
+        if check is not None:
+            value["check"] = check
+        a.out.write_text(json.dumps(plain({"steps_done": [label], "timings_cpu_s": {label: cpu_time_s() - t0},
+                                           "results": {key: value}})))
+    if a.what == "exchange":
+        a.out.write_text(json.dumps(plain({"steps_done": [label], "timings_cpu_s": {label: cpu_time_s() - t0},
+                                           "results": {key: value}})))
+    return 0
+
+
+SUBCOMMANDS = {"grid": grid_main, "vs": vs_main, "pp": pp_main, "plan": plan_main, "steps": steps_main,
+               "gap-min": gap_min_main}
 
 
 def _strip(value):
