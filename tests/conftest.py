@@ -13,9 +13,11 @@ from simkit import DATA_DIR, ToyCostModel
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``slow`` run first (a stable sort keeps the rest in order). With xdist's
-    work stealing (scripts/test.sh) the many short tests then fill in around them; a
-    minutes-long test that starts last is the suite's tail, one worker busy, the other idle."""
+    """Tests marked ``slow`` run first (a stable sort keeps the rest in order). xdist sends tests
+    one at a time (``--maxschedchunk 1`` in scripts/test.sh), so the slow ones spread over the
+    workers and the many short ones fill in around them; a minutes-long test that starts last
+    is the suite's tail, one worker busy, the other idle. (With xdist's default chunks, a first
+    chunk of ~200 tests put every slow test on one worker: sorting alone changed nothing.)"""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
