@@ -16,14 +16,12 @@ benchmarks; with more, the torch path's kernels use them all).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
+
+from servelab.core.native_build import build_shared_library
 
 SOURCE = Path(__file__).with_name("paged_decode.c")
 # AVX2 + FMA, not -march=native: on this AMD Zen 3 native code was no faster (one layer, K/V in
@@ -36,27 +34,8 @@ _tried = False
 why_not: str | None = None  # why ``kernel()`` is None, once tried
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("SERVELAB_CACHE") or Path.home() / ".cache" / "servelab")
-
-
 def _build() -> Path:
-    source = SOURCE.read_bytes()
-    compiler = os.environ.get("CC") or "cc"
-    tag = hashlib.sha256(source + " ".join((compiler, *FLAGS)).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"paged_decode-{tag}.so"
-    if target.is_file():
-        return target
-    if shutil.which(compiler) is None:
-        raise OSError(f"no C compiler {compiler!r} on PATH")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:  # same file system: the rename is atomic
-        built = Path(tmp) / target.name
-        proc = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built), "-lm"], capture_output=True, text=True)
-        if proc.returncode:
-            raise OSError(f"{compiler} failed: {proc.stderr.strip()[:300]}")
-        os.replace(built, target)
-    return target
+    return build_shared_library(SOURCE, FLAGS, ("-lm",))
 
 
 def kernel() -> ctypes._CFuncPtr | None:

@@ -21,13 +21,11 @@ compiler, or THP off (``never``) leave Python's own allocator; ``why_not`` says 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from servelab.core.native_build import build_shared_library
 
 SOURCE = Path(__file__).with_name("arena_hugepages.c")
 FLAGS = ("-O2", "-fPIC", "-shared")
@@ -43,27 +41,8 @@ _tried = False
 why_not: str | None = None  # why ``install()`` left Python's allocator, once tried
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("SERVELAB_CACHE") or Path.home() / ".cache" / "servelab")
-
-
 def _build() -> Path:
-    source = SOURCE.read_bytes()
-    compiler = os.environ.get("CC") or "cc"
-    tag = hashlib.sha256(source + " ".join((compiler, *FLAGS)).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"arena_hugepages-{tag}.so"
-    if target.is_file():
-        return target
-    if shutil.which(compiler) is None:
-        raise OSError(f"no C compiler {compiler!r} on PATH")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:  # same file system: the rename is atomic
-        built = Path(tmp) / target.name
-        proc = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built)], capture_output=True, text=True)
-        if proc.returncode:
-            raise OSError(f"{compiler} failed: {proc.stderr.strip()[:300]}")
-        os.replace(built, target)
-    return target
+    return build_shared_library(SOURCE, FLAGS)
 
 
 def _thp_problem() -> str | None:

@@ -1,0 +1,42 @@
+"""Build a small C source into a shared library once, cached by its content and flags.
+
+The engine's paged decode kernel and the simulator's huge-page arena allocator are each one C
+file compiled on first use with the system compiler (no build step at install, no wheel per
+CPU). The library lands in ``$SERVELAB_CACHE`` (default ``~/.cache/servelab``) under a name
+tagged with a hash of the source, compiler and flags, so an edited source or other flags never
+load a stale build, and concurrent first uses (test workers) rename a finished file into place
+rather than load a half-written one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SERVELAB_CACHE") or Path.home() / ".cache" / "servelab")
+
+
+def build_shared_library(source: Path, flags: tuple[str, ...], libs: tuple[str, ...] = ()) -> Path:
+    """The built library's path; OSError (one line) without a compiler or when it fails."""
+    text = source.read_bytes()
+    compiler = os.environ.get("CC") or "cc"
+    tag = hashlib.sha256(text + " ".join((compiler, *flags)).encode()).hexdigest()[:16]
+    target = cache_dir() / f"{source.stem}-{tag}.so"
+    if target.is_file():
+        return target
+    if shutil.which(compiler) is None:
+        raise OSError(f"no C compiler {compiler!r} on PATH")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:  # same file system: the rename is atomic
+        built = Path(tmp) / target.name
+        proc = subprocess.run([compiler, *flags, str(source), "-o", str(built), *libs], capture_output=True, text=True)
+        if proc.returncode:
+            raise OSError(f"{compiler} failed: {proc.stderr.strip()[:300]}")
+        os.replace(built, target)
+    return target
