@@ -62,10 +62,10 @@ from servelab.workloads import arrivals as arr
 from servelab.workloads import lengths as ln
 from servelab.workloads._parse import WorkloadError, WorkloadFileError
 from servelab.workloads.slo import parse_slo
-from servelab.workloads.datasets import load_arxiv_lengths, load_gsm8k
-from servelab.workloads.traces import ZERO_TOKEN_POLICIES, load_azure_llm, load_burstgpt, load_mooncake
-from servelab.workloads.workload import (RequestAttrs, Workload, assign_attrs, build_workload, head, length_table,
-                                         scale_rate, scale_to_rate, time_window)
+from servelab.workloads import parsed_files
+from servelab.workloads.traces import ZERO_TOKEN_POLICIES, load_burstgpt
+from servelab.workloads.workload import (RequestAttrs, Workload, assign_attrs, build_workload, head, scale_rate,
+                                         scale_to_rate, time_window)
 
 DEFAULT_FILES = {
     "azure-conv": "traces/azure_llm_2023_conv.csv",
@@ -206,15 +206,13 @@ def _build_trace(spec: WorkloadSpec, data_dir: Path) -> Workload:
 
 
 def load_trace(source: str, path: Path, spec: WorkloadSpec | None = None) -> Workload:
-    if source == "mooncake":
-        return load_mooncake(path)
-    if source == "burstgpt":
-        zero = spec.get("zero") if spec is not None and spec.get("zero") is not None else "skip"
-        if zero not in ZERO_TOKEN_POLICIES:
-            raise WorkloadError(f"zero= must be one of {ZERO_TOKEN_POLICIES}, got {zero!r}")
-        return load_burstgpt(path, zero_tokens=zero, model=spec.get("model") if spec else None,
-                             log_type=spec.get("log") if spec else None)
-    return load_azure_llm(path)
+    if source != "burstgpt":
+        return parsed_files.trace(source, path)  # parsed once per process
+    zero = spec.get("zero") if spec is not None and spec.get("zero") is not None else "skip"
+    if zero not in ZERO_TOKEN_POLICIES:
+        raise WorkloadError(f"zero= must be one of {ZERO_TOKEN_POLICIES}, got {zero!r}")
+    return load_burstgpt(path, zero_tokens=zero, model=spec.get("model") if spec else None,
+                         log_type=spec.get("log") if spec else None)
 
 
 def _build_synthetic(spec: WorkloadSpec, data_dir: Path, rng: np.random.Generator) -> Workload:
@@ -307,12 +305,12 @@ def parse_length_source(text: str, data_dir: Path, depth: int = 0) -> ln.LengthS
     if text in DATASETS:
         return ln.EmpiricalLengths(_load_table(text, data_dir / DEFAULT_FILES[text]))
     if text in ("azure-conv", "azure-code", "mooncake"):
-        return ln.EmpiricalLengths(length_table(load_trace(text, data_dir / DEFAULT_FILES[text]), text))
+        return ln.EmpiricalLengths(parsed_files.trace_lengths(text, data_dir / DEFAULT_FILES[text]))
     raise WorkloadError(f"unknown length source {text!r}; valid: {list(LENGTH_SOURCE_NAMES)} or mix(SOURCE:WEIGHT,...)")
 
 
 def _load_table(name: str, path: Path) -> ln.LengthTable:
-    return load_gsm8k(path) if name == "gsm8k" else load_arxiv_lengths(path)
+    return parsed_files.length_dataset(name, path)
 
 
 def _parse_attrs(spec: WorkloadSpec) -> RequestAttrs:
