@@ -2,7 +2,7 @@
 
 The engine's paged decode kernel and the simulator's huge-page arena allocator are each one C
 file compiled on first use with the system compiler (no build step at install, no wheel per
-CPU). The library lands in ``$SERVELAB_CACHE`` (default ``~/.cache/servelab``) under a name
+CPU). The library lands in the user cache (``core.user_cache``: ``$SERVELAB_CACHE_DIR``, default ``~/.cache/servelab``) under a name
 tagged with a hash of the source, compiler and flags, so an edited source or other flags never
 load a stale build, and concurrent first uses (test workers) rename a finished file into place
 rather than load a half-written one.
@@ -17,9 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("SERVELAB_CACHE") or Path.home() / ".cache" / "servelab")
+from servelab.core.user_cache import cache_dir
 
 
 def build_shared_library(source: Path, flags: tuple[str, ...], libs: tuple[str, ...] = ()) -> Path:

@@ -7,8 +7,7 @@ file the fit reads, and the source of the modules that fit (``profile_fit``, ``o
 ``links``, ``fitting``), so editing either refits. The value is the ``RooflineParams`` as
 JSON (floats round-trip exactly, so a cached run is bit-identical to a fitted one).
 
-Where: ``$SERVELAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/servelab``, else ``~/.cache/servelab``
-(the XDG rule platformdirs follows on Linux, without the dependency). ``SERVELAB_FIT_CACHE=0``
+Where: ``core.user_cache.cache_dir()``. ``SERVELAB_FIT_CACHE=0``
 turns it off. A cache that cannot be written (read-only home) or read (a truncated file) is
 skipped: the fit runs as before, the answer is the same.
 """
@@ -18,22 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
+from servelab.core.user_cache import cache_dir, write_atomically
 from servelab.costmodel.ops import OpEfficiency, RooflineParams
 
 CACHE_FORMAT = 1
 _FIT_MODULES = ("profile_fit.py", "ops.py", "links.py", "fitting.py")
-
-
-def cache_dir() -> Path:
-    if explicit := os.environ.get("SERVELAB_CACHE_DIR"):
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "servelab"
 
 
 def enabled() -> bool:
@@ -77,17 +69,5 @@ def load_or_fit(files: list[Path], label: str, fit: Callable[[], RooflineParams]
     except (OSError, ValueError, KeyError, TypeError):
         pass  # absent or unreadable: fit, then (re)write
     params = fit()
-    _write_atomically(path, json.dumps(to_json(params), indent=1))
+    write_atomically(path, json.dumps(to_json(params), indent=1).encode())  # unwritable: no cache, same answer
     return params
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a concurrent run never reads half a file."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        return  # no cache this time; the fitted value is still returned

@@ -7,7 +7,7 @@ loop reads each row's blocks once, in place, with an online softmax (FlashDecodi
 block granularity), so it is the split-kv kernel with one split per cache block.
 
 Built with the system C compiler (``$CC``, else ``cc``) into ``~/.cache/servelab`` (or
-``$SERVELAB_CACHE``), keyed by the source's hash; no compiler, a CPU without AVX2 and FMA, or
+``core.user_cache``), keyed by the source's hash; no compiler, a CPU without AVX2 and FMA, or
 ``SERVELAB_INPLACE_DECODE=0`` leaves ``kernel()`` None and the engine on the torch path. It runs
 on one thread, so the engine uses it only while torch runs one thread (the engine's CPU
 benchmarks; with more, the torch path's kernels use them all).

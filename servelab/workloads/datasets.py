@@ -7,7 +7,8 @@ GSM8K ships text, not lengths: the prompt is the ``question`` (kept as the promp
 and the output length is the token count of the reference ``answer``. With no tokenizer
 given, a byte-level BPE (8,000 tokens) is trained on the file's own questions and answers;
 that is deterministic, so lengths are reproducible, but they are counts under that
-tokenizer, not under any particular model's. Pass a ``Tokenizer`` to count with another.
+tokenizer, not under any particular model's. Pass a ``Tokenizer`` to count with another. The trained
+tokenizer's counts are cached per machine (``length_cache``), keyed by the file's bytes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from servelab.core.errors import shown
+from servelab.workloads import length_cache
 from servelab.workloads._parse import fail, int_column, read_csv, read_jsonl
 from servelab.workloads.lengths import LengthTable
 from servelab.workloads.tokenize import count_tokens, train_bpe_tokenizer
@@ -41,8 +43,14 @@ def load_gsm8k(path: Path | str, tokenizer: Tokenizer | None = None, *, vocab_si
                 raise fail(path, line, f"{key} must be a non-empty string, got {shown(record[key])}")
     questions = [r["question"] for r in records]
     answers = [r["answer"] for r in records]
-    if tokenizer is None:
-        tokenizer = train_bpe_tokenizer(questions + answers, vocab_size)
-    prompt = count_tokens(tokenizer, questions)
-    output = count_tokens(tokenizer, answers)
+    if tokenizer is not None:
+        return LengthTable(count_tokens(tokenizer, questions), count_tokens(tokenizer, answers), tuple(questions), "gsm8k")
+
+    def train_and_count():
+        trained = train_bpe_tokenizer(questions + answers, vocab_size)
+        return count_tokens(trained, questions), count_tokens(trained, answers)
+
+    prompt, output = length_cache.counts(path, f"gsm8k-bpe{vocab_size}", train_and_count)  # once per machine
+    if len(prompt) != len(questions) or len(output) != len(answers):  # a hash collision is all that could do this
+        prompt, output = train_and_count()
     return LengthTable(prompt, output, tuple(questions), "gsm8k")
