@@ -54,7 +54,9 @@ FAST_REWRITES: tuple[tuple[str, str], ...] = (
     (r"window=0-600", "window=0-60"),
     (r"(servelab reproduce multibin-engine)\b", r"\1 --num-requests 8 --ks 1,2 --model {workdir}/tiny_fast"),
     (r"(servelab reproduce (?:multibin|bucketserve|dynaserve|alignedserve|kunserve))(?= |$)(?! --reduced)", r"\1 --reduced"),
-    (r"(servelab reproduce bucketserve --reduced)", r"\1 --no-engine"),
+    # the reduced BucketServe run takes ~75 CPU-s without the engine; --smoke runs every step and
+    # claim row of the same code on the tests' tiny sizes (~15 CPU-s)
+    (r"(servelab reproduce bucketserve --reduced)", r"\1 --no-engine --smoke"),
     # the reduced DynaServe run walks a rate grid over 3 seeds (~780 CPU-s, issue 26); --smoke runs
     # every step and claim row of the same code on tiny sizes, one seed (~30 CPU-s)
     (r"(servelab reproduce dynaserve --reduced)", r"\1 --seeds 1 --smoke"),

@@ -98,7 +98,10 @@ REPRODUCTIONS: tuple[Entry, ...] = (
           "BucketServe: its claims at the paper's operating points against UELLM and DistServe, and the gap tests.",
           {"reduced": 30, "full": 270},
           options=(Option("engine", True, "Also measure ragged vs padded bucket prefills on the real engine "
-                                          "(CPU, needs torch)."),)),
+                                          "(CPU, needs torch)."),
+                   Option("smoke", False, "Sizes so small the numbers mean nothing (about 15 CPU-s without the "
+                                          "engine step): every step and claim row runs, to check the command works "
+                                          "here."))),
     Entry("dynaserve", "DynaServe", "dynaserve.md", "servelab.designs.dynaserve.reproduce.run",
           "DynaServe: capacity on a rate grid over seeds (median and P99 delay rules), the paper's deployment "
           "against servelab's variants, goodput, Table 1/2/4, Figs. 5/11, chunked transfer and scheduler time vs PD "

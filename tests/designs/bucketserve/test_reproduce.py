@@ -12,17 +12,12 @@ import pytest
 
 from servelab.designs.bucketserve.overhead import overhead_grid
 from servelab.designs.bucketserve.reproduce import report
-from servelab.designs.bucketserve.reproduce.engine_prefill import EngineSizes
 from servelab.designs.bucketserve.reproduce.experiments import cluster_for, rps_at_attainment, Setting
-from servelab.designs.bucketserve.reproduce.run import REPRODUCTION, Sizes
+from servelab.designs.bucketserve.reproduce.run import REPRODUCTION, SMOKE, Sizes
 from servelab.designs.bucketserve.reproduce.seeds import PLACEMENTS
 from servelab.reproduce.runner import run_reproduction
 
-TINY = Sizes(offline_requests=30, batch_sizes=(16,), offline_workloads=("mixed",), online_requests=30,
-             alpaca_rates=(4,), mixed_rates=(2,), online_batch=64, long_shares=(0.1, 0.3), breakdown_rates=(8,),
-             overhead_queued=(10,), overhead_buckets=(1, 8), overhead_repeats=3, padding_samples=256,
-             engine=EngineSizes(preset="tiny", sim_requests=40, num_batches=2, repeats=1, num_requests=4),
-             seeds=2, output_means=(83.0, 270.0), output_rates=(4,))
+TINY = SMOKE  # the sizes of `--smoke`
 COMMITTED = Path(__file__).resolve().parents[3] / "docs" / "reproduction" / "bucketserve.md"
 
 

@@ -114,8 +114,10 @@ def headline(results: dict) -> list[str]:
 
 
 def write_report(results: dict, path: Path) -> None:
-    cmd = f"{CMD}{' --reduced' if results['reduced'] else ''} --seed {results['seed']}"
-    lines = report_text.preamble(results) + [
+    smoke = results.get("smoke")
+    cmd = f"{CMD}{' --reduced' if results['reduced'] else ''}{' --smoke' if smoke else ''} --seed {results['seed']}"
+    lines = (["**A `--smoke` run: sizes so small that no number below means anything; it shows the command runs.**", ""]
+             if smoke else []) + report_text.preamble(results) + [
         "", "---", "", f"# Report of `{cmd}`", "",
         f"Simulated unless marked measured: {DEFAULT_COST_MODEL}, Llama-2-13B, 4 x A100-40GB as two "
         "TP=2 instances joined by NVLink (other placements in *Placement*). Measured: the bucketing overhead (Python time on the CPU that ran the "

@@ -72,6 +72,13 @@ FULL = Sizes()
 REDUCED = Sizes(150, (16, 64), ("alpaca", "mixed"), 150, (4, 16, 32), (1, 4, 10), 128, (0.1, 0.3, 0.5), (8, 32),
                 (10, 1000), (1, 64, 1024), 30, 512,
                 EngineSizes(sim_requests=120, num_batches=3, repeats=1, num_requests=8), 5, (83.0, 270.0), (8, 32))
+# every step and claim row on sizes so small the numbers mean nothing (~15 CPU-s without the engine
+# step, against ~75 reduced): a check that the command runs (the README check at --fast sizes, the tests)
+SMOKE = Sizes(offline_requests=30, batch_sizes=(16,), offline_workloads=("mixed",), online_requests=30,
+              alpaca_rates=(4,), mixed_rates=(2,), online_batch=64, long_shares=(0.1, 0.3), breakdown_rates=(8,),
+              overhead_queued=(10,), overhead_buckets=(1, 8), overhead_repeats=3, padding_samples=256,
+              engine=EngineSizes(preset="tiny", sim_requests=40, num_batches=2, repeats=1, num_requests=4),
+              seeds=2, output_means=(83.0, 270.0), output_rates=(4,))
 
 
 def _setting(run: Run) -> ex.Setting:
@@ -79,8 +86,10 @@ def _setting(run: Run) -> ex.Setting:
 
 
 def _start(run: Run) -> None:
-    run.results.update({"reduced": run.reduced, "seed": run.seed, "setting": asdict(_setting(run)),
-                        "sizes": asdict(run.sizes)})
+    if run.options.get("smoke"):
+        run.sizes = SMOKE
+    run.results.update({"reduced": run.reduced, "smoke": bool(run.options.get("smoke")), "seed": run.seed,
+                        "setting": asdict(_setting(run)), "sizes": asdict(run.sizes)})
 
 
 def _steps(run: Run) -> list[Step]:
