@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from servelab.engine import decode_gemm
+from servelab.engine import decode_gemm, layer_ops
 from servelab.engine.attention import PaddedMetadata, RaggedMetadata
 from servelab.engine.config import ModelConfig, RopeScaling
 from servelab.engine.device import cpu_has_bf16
@@ -137,6 +137,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if layer_ops.applies(x):  # one fused pass (float32, one thread): the same arithmetic
+            return layer_ops.rms_norm(x, self.weight, self.eps)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
@@ -157,10 +159,14 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_layer: torch.Tensor,
                 meta: RaggedMetadata | PaddedMetadata) -> torch.Tensor:
         # x: [T, hidden]; kv_layer: [2, num_blocks, block_size, kv_heads, head_dim]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = apply_rope(q.view(-1, self.num_heads, self.head_dim), cos, sin)  # [T, Hq, D]
-        k = apply_rope(k.view(-1, self.num_kv_heads, self.head_dim), cos, sin)  # [T, Hkv, D]
-        v = v.view(-1, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
+        qkv = self.qkv_proj(x)  # [T, q_size + 2 * kv_size], this layer's own tensor
+        qk = qkv[:, :self.q_size + self.kv_size].view(-1, self.num_heads + self.num_kv_heads, self.head_dim)
+        if layer_ops.applies(qkv):  # rotated in place, in one pass (float32, one thread)
+            layer_ops.rope_(qkv, self.num_heads + self.num_kv_heads, self.head_dim, cos, sin)
+        else:  # q's and k's heads rotate in one call (half the small ops of two; issue 27's step breakdown)
+            qk = apply_rope(qk, cos, sin)
+        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]  # [T, Hq, D], [T, Hkv, D]
+        v = qkv[:, self.q_size + self.kv_size:].view(-1, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
         out = meta.attend(kv_layer, q, k, v, self.scale)  # [T, Hq, D]
         return self.o_proj(out.flatten(1))
 
@@ -173,7 +179,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.silu(gate).mul_(up))  # in place: one fewer [T, intermediate] tensor
 
 
 class DecoderLayer(nn.Module):
