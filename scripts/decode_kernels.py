@@ -216,7 +216,8 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(1)
     load0 = os.getloadavg()[0]
-    rounds_flag = "" if args.rounds == 3 else f" --rounds {args.rounds}"
+    rounds_flag = ("" if args.repeats == 5 else f" --repeats {args.repeats}") + (
+        "" if args.rounds == 3 else f" --rounds {args.rounds}") + (" --no-flex" if args.no_flex else "")
     lines = ["# Decode kernels and GEMMs on this CPU (measured)", "",
              f"Written by `python scripts/decode_kernels.py{rounds_flag}`; rerun it rather than editing this file. "
              "One torch "
