@@ -2,8 +2,9 @@
 
     python scripts/decode_kernels.py [--repeats 5] [--rounds 3] [--no-flex]
 
-1. Projections: ``F.linear`` against the oneDNN-packed weights the engine now uses on CPU, at
-   the bench-200m shapes, fp32 and bf16, 32 and 2,048 rows.
+1. Projections: ``F.linear``, oneDNN-packed weights and the C decode GEMM (``decode_gemm``:
+   the engine's projections up to 512 rows on an AVX2 CPU in float32) at the bench-200m shapes,
+   fp32 and bf16, 32 and 2,048 rows.
 2. Decode attention of one layer (bench-200m heads, block size 16, scattered blocks): the
    padded kernel, the split-kv kernel at several split sizes, and ``flex_attention`` compiled
    over a dense (unpaged) KV as the bound a compiled kernel could reach; uniform, one long row
@@ -11,7 +12,11 @@
 3. Whole decode steps of bench-200m (batch 32 at context 256 and 1,152) per kernel, the kernels
    alternated round by round in one process, against this
    CPU's roofline: max(bytes a step must read / measured read bandwidth, FLOPs / the best
-   measured single-core GEMM rate). All timings are CPU time of one thread, medians.
+   measured single-core GEMM rate); the engine's kernel also with oneDNN-packed projections
+   instead of the decode GEMM, alternated with it.
+4. Where the engine's step at batch 32, context 1,152 spends its CPU time, part by part
+   (``step_breakdown``: module hooks, CPU time).
+All timings are CPU time of one thread, medians.
 """
 
 from __future__ import annotations
@@ -30,12 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "docs" / "benchmarks" / "decode_kernels.md"
 
-from servelab.engine import attention  # noqa: E402
+from servelab.engine import attention, decode_gemm, step_breakdown  # noqa: E402
 from servelab.engine.attention import GatherWorkspace  # noqa: E402
 from servelab.engine.device import cpu_description, cpu_has_bf16  # noqa: E402
 from servelab.engine.bench import (  # noqa: E402
     cpu_ms_samples, median_cpu_ms as cpu_ms, random_model, read_bandwidth_bytes_per_s, step_bytes, step_flops)
 from servelab.engine.kv_cache import PagedKVCache  # noqa: E402
+from servelab.engine import model as model_mod  # noqa: E402
+from servelab.engine.model import Linear  # noqa: E402
 from servelab.engine.runner import ModelRunner, SeqChunk, build_ragged  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 16, 4, 64, 16
@@ -56,24 +63,27 @@ def fastest_ms(fn, repeats: int) -> float:
     return min(cpu_ms_samples(fn, repeats))
 
 
-def gemm_rates(repeats: int) -> list[tuple[str, int, str, float, float]]:
-    """(dtype, rows, weight, F.linear GFLOP/s, packed GFLOP/s) medians, and the fastest rate seen per
-    dtype (the roofline's peak) in ``PEAKS``."""
+def gemm_rates(repeats: int) -> list[tuple[str, int, str, float, float, float | None]]:
+    """(dtype, rows, weight, F.linear, oneDNN packed, decode GEMM or None) GFLOP/s medians, and the
+    fastest rate seen per dtype (the roofline's peak) in ``PEAKS``."""
     rows = []
     for dtype in dtypes():
-        for n, k, name in ((3072, 1024, "qkv"), (5632, 1024, "gate_up"), (1024, 2816, "down")):
+        for n, k, name in ((1536, 1024, "qkv"), (1024, 1024, "o"), (5632, 1024, "gate_up"), (1024, 2816, "down")):
             w = torch.randn(n, k, dtype=dtype)
             packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+            panels = decode_gemm.pack(w) if decode_gemm.can_pack(w) else None
             for m in (32, 2048):
                 x = torch.randn(m, k, dtype=dtype)
                 flops = 2 * m * n * k
-                plain = flops / cpu_ms(lambda: F.linear(x, w), repeats) / 1e6
-                onednn = flops / cpu_ms(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""),
-                                        repeats) / 1e6
-                best = flops / min(fastest_ms(lambda: F.linear(x, w), repeats), fastest_ms(
-                    lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""), repeats)) / 1e6
-                PEAKS[dtype] = max(PEAKS.get(dtype, 0.0), plain, onednn, best)
-                rows.append((str(dtype).removeprefix("torch."), m, f"{name} [{n} x {k}]", plain, onednn))
+                calls = [lambda: F.linear(x, w),
+                         lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")]
+                if panels is not None:
+                    calls.append(lambda: decode_gemm.linear(x, panels, None))
+                rates = [flops / cpu_ms(fn, repeats) / 1e6 for fn in calls]
+                best = flops / min(fastest_ms(fn, repeats) for fn in calls) / 1e6
+                PEAKS[dtype] = max(PEAKS.get(dtype, 0.0), *rates, best)
+                rows.append((str(dtype).removeprefix("torch."), m, f"{name} [{n} x {k}]", rates[0], rates[1],
+                             rates[2] if panels is not None else None))
     return rows
 
 
@@ -142,7 +152,25 @@ def flex_dense(contexts: list[int], repeats: int) -> tuple[float, float]:
     return compile_s, cpu_ms(lambda: compiled(q, k, v, block_mask=block_mask), repeats)
 
 
-def decode_step_ms(model, batch: int, context: int, kernel: str, repeats: int, flash: bool | str = False) -> float:
+def use_projections(model, kind: str) -> None:
+    """Point every projection at the decode GEMM's panels ("decode GEMM") or at a oneDNN-packed
+    copy ("oneDNN"), both kept on the layer between calls (``_bench_panels``, ``_bench_onednn``)."""
+    for m in model.modules():
+        if isinstance(m, Linear):
+            if not hasattr(m, "_bench_panels"):
+                m._bench_panels = m.panels
+                m._bench_onednn = (torch.ops.mkldnn._reorder_linear_weight(m.weight.detach(), None)
+                                   if m.panels is not None else m.packed)
+            m.panels = m._bench_panels if kind == "decode GEMM" else None
+            m.packed = m._bench_onednn if kind == "oneDNN" or m.panels is None else None
+
+
+def engine_projections(model) -> str:
+    return "decode GEMM" if any(isinstance(m, Linear) and m.panels is not None for m in model.modules()) else "oneDNN"
+
+
+def step_runner(model, batch: int, context: int, kernel: str = "split-kv"):
+    """A runner over a cache of random K/V with scattered blocks, and the step's chunks."""
     c = model.config
     per = -(-(context + 2) // BLOCK)
     cache = PagedKVCache(c.num_layers, batch * per, BLOCK, c.num_kv_heads, c.head_dim,
@@ -150,12 +178,33 @@ def decode_step_ms(model, batch: int, context: int, kernel: str, repeats: int, f
     cache.kv.normal_()
     order = torch.randperm(batch * per).tolist()
     runner = ModelRunner(model, cache, decode_kernel=kernel)
-    chunks = [SeqChunk(i, [7 + i], context - 1, order[i * per:(i + 1) * per]) for i in range(batch)]
+    return runner, [SeqChunk(i, [7 + i], context - 1, order[i * per:(i + 1) * per]) for i in range(batch)]
+
+
+def decode_step_ms(model, batch: int, context: int, kernel: str, repeats: int, flash: bool | str = False,
+                   projections: str | None = None) -> float:
+    runner, chunks = step_runner(model, batch, context, kernel)
+    engine = engine_projections(model)
+    use_projections(model, projections or engine)
     _flash_splits(flash)
     try:
         return cpu_ms(lambda: runner.run(chunks), repeats)
     finally:
         _flash_splits(None)
+        use_projections(model, engine)
+
+
+def step_breakdown_lines(model, repeats: int, plain_ms: float) -> list[str]:
+    """Section 4: the engine's float32 step at batch 32, context 1,152, part by part."""
+    runner, chunks = step_runner(model, 32, 1152)
+    parts = step_breakdown.breakdown(model, lambda: runner.run(chunks), repeats)
+    return ["", "## 4. Where the engine's step goes: float32, batch 32, context 1,152 (CPU ms)", "",
+            "`engine/step_breakdown.py`: each projection, norm, attention module, MLP, decoder layer, the model and "
+            "the runner's step timed by module hooks in CPU time, medians of "
+            f"{repeats} steps; a part that is no module is its parent's time less its timed children. The hooks' own "
+            "cost lands in those remainders; the plain step beside the total is the engine's row of section 3.", "",
+            "| part | ms / step | ms / layer | share |", "|---|---:|---:|---:|",
+            *step_breakdown.format_rows(parts, plain_ms, model.config.num_layers)]
 
 
 def main() -> int:
@@ -167,16 +216,24 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(1)
     load0 = os.getloadavg()[0]
-    rounds_flag = "" if args.rounds == 3 else f" --rounds {args.rounds}"
+    rounds_flag = ("" if args.repeats == 5 else f" --repeats {args.repeats}") + (
+        "" if args.rounds == 3 else f" --rounds {args.rounds}") + (" --no-flex" if args.no_flex else "")
     lines = ["# Decode kernels and GEMMs on this CPU (measured)", "",
              f"Written by `python scripts/decode_kernels.py{rounds_flag}`; rerun it rather than editing this file. "
              "One torch "
              f"thread, CPU time, medians of {args.repeats}; torch {torch.__version__}. Machine: {cpu_description()}, "
              f"shared with other sessions (1-minute load average {load0:.2f} at the start", "LOADEND", "",
-             "## 1. Projections: F.linear vs oneDNN-packed weights (GFLOP/s)", "",
-             "| dtype | rows | weight | F.linear | oneDNN packed | gain |", "|---|---:|---|---:|---:|---:|"]
+             "## 1. Projections: F.linear, oneDNN-packed weights and the decode GEMM (GFLOP/s)", "",
+             "`decode GEMM (C)`: `engine/decode_gemm.c`, the weight packed once into 16-column panels, 6 x 16 "
+             "register tiles, the panel's next lines asked for ahead; the engine multiplies with it up to "
+             f"{model_mod.PACKED_MAX_ROWS} rows where it runs (float32, AVX2, one torch thread: "
+             f"{'here' if decode_gemm.kernel() is not None else 'not here: ' + str(decode_gemm.why_not)}), with "
+             "oneDNN's packed weights where it does not, and with F.linear above that.", "",
+             "| dtype | rows | weight | F.linear | oneDNN packed | decode GEMM (C) | best / F.linear |",
+             "|---|---:|---|---:|---:|---:|---:|"]
     gemms = gemm_rates(args.repeats)
-    lines += [f"| {d} | {m} | {w} | {a:.0f} | {b:.0f} | {b / a:.2f}x |" for d, m, w, a, b in gemms]
+    lines += [f"| {d} | {m} | {w} | {a:.0f} | {b:.0f} | {'-' if c is None else f'{c:.0f}'} | "
+              f"{max(a, b, c or 0) / a:.2f}x |" for d, m, w, a, b, c in gemms]
     if torch.bfloat16 not in dtypes():
         lines += ["", "No bf16 rows: this CPU has no oneDNN bf16 path (no AVX512), oneDNN refuses to pack bf16 "
                   "weights, and torch's bf16 matmul falls back to a slow kernel, so the engine's CPU benchmarks serve "
@@ -211,8 +268,10 @@ def main() -> int:
               "rounds' medians. The engine runs "
               + ", ".join(f"{n} in {str(d).removeprefix('torch.')}" for d, n in
                           ((d, _engine_split(d)) for d in dtypes()))
-              + " (`attention.cpu_inplace_decode`, else `attention.cpu_split_bmm`). FLOPs against the best rate of "
-              "section 1 in the step's dtype (either column, fastest call). `roofline`: max(bytes / BW, FLOPs / "
+              + " (`attention.cpu_inplace_decode`, else `attention.cpu_split_bmm`), its projections with the "
+              "decode GEMM where it runs; `oneDNN projections`: the engine's step with oneDNN-packed weights instead "
+              "(the engine before issue 27), alternated with it. FLOPs against the best rate of "
+              "section 1 in the step's dtype (any column, fastest call). `roofline`: max(bytes / BW, FLOPs / "
               "peak) over the whole step, the classic bound; `per-op "
               "bound`: the same bound taken separately for the projections (weights, their FLOPs) and the attention "
               "(KV, its FLOPs) and summed, also a lower bound for one thread that runs them one after the other, and a "
@@ -222,6 +281,7 @@ def main() -> int:
               "| dtype | context | kernel | ms/step | tok/s | min bytes | bytes / BW (ms) | FLOPs / peak (ms) | "
               "roofline / step | per-op bound (ms) | per-op bound / step |",
               "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    breakdown: list[str] = []
     for dtype in dtypes():
         name = str(dtype).removeprefix("torch.")
         model = random_model(dtype)
@@ -232,16 +292,25 @@ def main() -> int:
             w_bytes, w_flops = step_bytes(model, 32, 0), step_flops(model, 32, 0)  # the projections alone
             per_op = (max(w_bytes / bandwidth, w_flops / (peak_d * 1e9))
                       + max((nbytes - w_bytes) / bandwidth, (flops - w_flops) / (peak_d * 1e9))) * 1e3
-            variants = (("split-kv", "in place"), ("split-kv", False), ("split-kv", True), ("padded", False))
-            rounds = [[decode_step_ms(model, 32, context, kernel, args.repeats, flash) for kernel, flash in variants]
-                      for _ in range(args.rounds)]
-            for (kernel, flash), times in zip(variants, zip(*rounds)):
+            engine = engine_projections(model)
+            variants = [("split-kv", "in place", engine), ("split-kv", False, engine), ("split-kv", True, engine),
+                        ("padded", False, engine)]
+            if engine == "decode GEMM":  # the engine's step with its earlier projections, alternated with it
+                variants.insert(1, ("split-kv", "in place", "oneDNN"))
+            rounds = [[decode_step_ms(model, 32, context, kernel, args.repeats, flash, proj)
+                       for kernel, flash, proj in variants] for _ in range(args.rounds)]
+            for (kernel, flash, proj), times in zip(variants, zip(*rounds)):
                 ms = statistics.median(times)
-                label = _label(kernel, flash)
+                label = _label(kernel, flash) + ("" if proj == engine else f", {proj} projections")
+                if proj == engine and (kernel, flash) == ("split-kv", "in place"):
+                    label = f"**{label}** (the engine)"
                 lines.append(f"| {name} | {context} | {label} | {ms:.1f} | {32e3 / ms:.1f} | {nbytes / 1e9:.3f} GB | "
                              f"{nbytes / bandwidth * 1e3:.0f} | {flops / peak_d / 1e6:.0f} | {roof / ms:.0%} | "
                              f"{per_op:.0f} | {per_op / ms:.0%} |")
+            if context == 1152 and dtype == torch.float32:
+                breakdown = step_breakdown_lines(model, args.repeats, statistics.median(r[0] for r in rounds))
         del model
+    lines += breakdown
     load1 = os.getloadavg()[0]
     lines[lines.index("LOADEND")] = f"and {load1:.2f} at the end)."
     lines += ["", "## GPU", "", "No GPU was lent to this task: the CUDA path (bf16 when torch sees a GPU; split-kv's "

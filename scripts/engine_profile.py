@@ -35,7 +35,7 @@ from servelab.bench.vs_vllm import (Setup, _proc_stats, client_command, default_
 # (category, frame substrings: the first category with any of its frames in a stack takes it)
 CATEGORIES = (
     ("model: projections", ("Linear.forward (servelab/engine/model.py",)),
-    ("model: decode attention", ("split_kv_decode (", "dense_attention (")),
+    ("model: decode attention", ("split_kv_decode (", "dense_attention (", "decode (servelab/engine/paged_decode.py")),
     ("model: prefill attention", ("_prefill_attention (",)),
     ("model: KV writes and the rest of attend", ("RaggedMetadata.attend (", "PaddedMetadata.attend (")),
     ("model: the rest (norms, RoPE, MLP activation, embedding, logits)", ("Model.forward (", "Model.forward_padded (",

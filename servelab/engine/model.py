@@ -8,9 +8,12 @@ dense ``[B, S]`` batch. Both return logits only for the rows named by the metada
 
 Weights: q/k/v projections are fused into ``qkv_proj`` and gate/up into ``gate_up_proj``
 (the loader concatenates HF tensors); tied embeddings share one Parameter. On the CPU the
-loader calls ``pack_linears``: every projection then also keeps a oneDNN-packed copy of its
-weight and multiplies with it (measured 1.6x the FLOP/s of ``F.linear`` at 32 rows, 1.1-1.2x at
-2,048, fp32, one core; docs/benchmarks/vs_vllm.md), at the cost of a second copy of the weights.
+loader calls ``pack_linears``: every projection then also keeps a packed copy of its weight and
+multiplies with it up to ``PACKED_MAX_ROWS`` rows, at the cost of a second copy of the weights:
+on an AVX2-only CPU in float32 with one torch thread the panels of ``decode_gemm`` (its C kernel
+beat oneDNN at decode row counts there; docs/benchmarks/decode_kernels.md), elsewhere oneDNN's
+packed weight (measured 1.6x the FLOP/s of ``F.linear`` at 32 rows, 1.1-1.2x at 2,048, fp32, one
+core, on an AVX512 CPU; docs/benchmarks/vs_vllm.md).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from servelab.engine import decode_gemm, layer_ops
 from servelab.engine.attention import PaddedMetadata, RaggedMetadata
 from servelab.engine.config import ModelConfig, RopeScaling
 from servelab.engine.device import cpu_has_bf16
@@ -77,17 +81,25 @@ PACKED_MAX_ROWS: int | None = default_packed_max_rows()
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` that can run from a oneDNN-packed copy of its weight on the CPU.
+    """``nn.Linear`` that can run from a packed copy of its weight on the CPU.
 
-    The packed copy is an opaque tensor outside the parameters: a deep copy (KunServe's layer
-    moves), ``state_dict`` and ``.to()`` never see it. It is used only while the weight is
-    unchanged since packing (its version counter) and the input is on the CPU; otherwise the
-    layer computes from its weight as usual."""
+    The packed copy is either ``decode_gemm``'s panels (``panels``: float32, AVX2-only CPU) or
+    oneDNN's opaque packed weight (``packed``), never both. It lives outside the parameters: a
+    deep copy (KunServe's layer moves), ``state_dict`` and ``.to()`` never see it. It is used only
+    while the weight is unchanged since packing (its version counter), the input is on the CPU in
+    the weight's dtype and has at most ``PACKED_MAX_ROWS`` rows (the panels also need one torch
+    thread); otherwise the layer computes from its weight as usual."""
 
     packed: torch.Tensor | None = None
+    panels: torch.Tensor | None = None
     packed_version: int = -1
 
     def pack(self) -> bool:
+        self.packed = self.panels = None
+        if decode_gemm.can_pack(self.weight) and (self.bias is None or self.bias.dtype == torch.float32):
+            self.panels = decode_gemm.pack(self.weight)
+            self.packed_version = self.weight._version
+            return True
         if not _can_pack(self.weight):
             return False
         try:
@@ -100,15 +112,20 @@ class Linear(nn.Linear):
         return True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        packed = self.packed
-        if packed is not None and x.device.type == "cpu" and self.weight._version == self.packed_version \
-                and x.dtype == self.weight.dtype and (PACKED_MAX_ROWS is None or x.shape[0] <= PACKED_MAX_ROWS):
-            return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
+        if (self.panels is not None or self.packed is not None) and x.device.type == "cpu" \
+                and self.weight._version == self.packed_version and x.dtype == self.weight.dtype \
+                and x.dim() == 2 and (PACKED_MAX_ROWS is None or x.shape[0] <= PACKED_MAX_ROWS):
+            if self.panels is not None:
+                if torch.get_num_threads() == 1:
+                    return decode_gemm.linear(x, self.panels, self.bias)
+            else:
+                return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state.pop("packed", None)  # opaque: cannot be copied; the copy computes from its weight
+        state.pop("panels", None)  # the copy computes from its weight (and may move elsewhere)
         state.pop("packed_version", None)
         return state
 
@@ -120,6 +137,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if layer_ops.applies(x):  # one fused pass (float32, one thread): the same arithmetic
+            return layer_ops.rms_norm(x, self.weight, self.eps)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
@@ -140,10 +159,14 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_layer: torch.Tensor,
                 meta: RaggedMetadata | PaddedMetadata) -> torch.Tensor:
         # x: [T, hidden]; kv_layer: [2, num_blocks, block_size, kv_heads, head_dim]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = apply_rope(q.view(-1, self.num_heads, self.head_dim), cos, sin)  # [T, Hq, D]
-        k = apply_rope(k.view(-1, self.num_kv_heads, self.head_dim), cos, sin)  # [T, Hkv, D]
-        v = v.view(-1, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
+        qkv = self.qkv_proj(x)  # [T, q_size + 2 * kv_size], this layer's own tensor
+        qk = qkv[:, :self.q_size + self.kv_size].view(-1, self.num_heads + self.num_kv_heads, self.head_dim)
+        if layer_ops.applies(qkv):  # rotated in place, in one pass (float32, one thread)
+            layer_ops.rope_(qkv, self.num_heads + self.num_kv_heads, self.head_dim, cos, sin)
+        else:  # q's and k's heads rotate in one call (half the small ops of two; issue 27's step breakdown)
+            qk = apply_rope(qk, cos, sin)
+        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]  # [T, Hq, D], [T, Hkv, D]
+        v = qkv[:, self.q_size + self.kv_size:].view(-1, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
         out = meta.attend(kv_layer, q, k, v, self.scale)  # [T, Hq, D]
         return self.o_proj(out.flatten(1))
 
@@ -156,7 +179,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.silu(gate).mul_(up))  # in place: one fewer [T, intermediate] tensor
 
 
 class DecoderLayer(nn.Module):

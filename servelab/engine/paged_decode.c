@@ -81,7 +81,10 @@ static inline int64_t block_ahead(const int64_t *tables, int64_t width, const in
  * whose 32 KiB a whole block asked for at once (or two blocks ahead) overflows: one layer, batch
  * 32, context 1,152, blocks of 16: 15-16 ms with the whole next block asked for at once against
  * 11 spread (before the GQA grouping); 2-4 blocks ahead or eight tokens ahead at a time were
- * 10-60% slower than one block spread. */
+ * 10-60% slower than one block spread. The asks are spread over the whole unit, its scores and
+ * its P V alike (issue 27: over the scores alone they came in a burst and left the P V without
+ * any; one layer read from memory, 32 rows x 1,152, blocks of 16, alternated, at load 4-6: 12.5-
+ * 14.0 ms against 13.2-15.6, and two blocks ahead spread the same way 13.9). */
 typedef struct {
     const char *k, *v;  /* next line of the next block's K and V; NULL: nothing to ask for */
     int64_t left, per;  /* lines of each left, and how many each step asks for */
@@ -129,7 +132,7 @@ static inline void scores1(const float *qh, const float *k, int64_t group, int64
 /* acc[g] += p_g V over one unit for G (1-4) query heads of one KV head: 16 dims of every head
  * in registers while the block's V rows (tok floats apart) stream by once. */
 static inline void group_pv(float *acc, const float *p, int64_t stride, const float *V, int64_t n, int G,
-                            int64_t d, int64_t tok) {
+                            int64_t d, int64_t tok, Prefetch *pf) {
     for (int64_t e = 0; e < d; e += 16) {
         __m256 a[4][2];
         for (int g = 0; g < G; g++) {
@@ -149,6 +152,7 @@ static inline void group_pv(float *acc, const float *p, int64_t stride, const fl
             _mm256_store_ps(acc + g * d + e, a[g][0]);
             _mm256_store_ps(acc + g * d + e + 8, a[g][1]);
         }
+        prefetch_step(pf);
     }
 }
 
@@ -180,9 +184,12 @@ static inline void online_softmax(float *si, int64_t n, float *m, float *l, floa
 void paged_decode_f32(const float *kv, int64_t num_blocks, int64_t block_size, int64_t hkv, int64_t d,
                       const float *q, int64_t rows, int64_t hq, const int64_t *tables, int64_t width,
                       const int64_t *lens, float scale, float *out) {
-    /* work unit: up to 16 tokens of a block, so that the unit at work and the next one asked for
-     * fit L1 (32 KiB of K+V each with bench-200m's 4 KV heads of 64 dims) at any block size */
-    const int64_t group = hq / hkv, tok = hkv * d, unit = block_size < 16 ? block_size : 16, stride = (unit + 7) & ~7;
+    /* work unit: up to 8 tokens of a block, so that the unit at work and the next one asked for
+     * fit L1 together (16 KiB of K+V each with bench-200m's 4 KV heads of 64 dims; L1 is 32 KiB)
+     * at any block size. Units of 16 (32 KiB each) evicted the unit at work: one layer read from
+     * memory, 32 rows x 1,152, blocks of 16, alternated at load 4-5: 8.6-9.5 ms against 11.1-12.1
+     * (issue 27). */
+    const int64_t group = hq / hkv, tok = hkv * d, unit = block_size < 8 ? block_size : 8, stride = (unit + 7) & ~7;
     const int64_t block_floats = block_size * tok;
     const float *vbase = kv + num_blocks * block_floats;  /* V blocks follow all K blocks */
     float m[hq], l[hq];
@@ -204,7 +211,8 @@ void paged_decode_f32(const float *kv, int64_t num_blocks, int64_t block_size, i
             const int64_t next = u + unit < block_size ? b : block_ahead(tables, width, lens, block_size, rows, r, j, 1);
             const int64_t at = u + unit < block_size ? (u + unit) * tok : 0;
             const int64_t span = block_floats - at < unit * tok ? block_floats - at : unit * tok;
-            const int64_t lines = span * (int64_t)sizeof(float) / 64, steps = hq * (n / 8 > 0 ? n / 8 : 1);
+            const int64_t lines = span * (int64_t)sizeof(float) / 64,
+                          steps = hq * (n / 8 > 0 ? n / 8 : 1) + hkv * (d / 16) * ((group + 3) / 4);
             Prefetch pf = {next < 0 ? NULL : (const char *)(kv + next * block_floats + at),
                            next < 0 ? NULL : (const char *)(vbase + next * block_floats + at), lines,
                            (lines + steps - 1) / steps};
@@ -223,10 +231,10 @@ void paged_decode_f32(const float *kv, int64_t num_blocks, int64_t block_size, i
                     float *a = acc + (h * group + g) * d;
                     const float *p = sh + g * stride;
                     switch (G) {  /* a constant G each, so the compiler keeps the accumulators in registers */
-                    case 4: group_pv(a, p, stride, Vh, n, 4, d, tok); break;
-                    case 3: group_pv(a, p, stride, Vh, n, 3, d, tok); break;
-                    case 2: group_pv(a, p, stride, Vh, n, 2, d, tok); break;
-                    default: group_pv(a, p, stride, Vh, n, 1, d, tok); break;
+                    case 4: group_pv(a, p, stride, Vh, n, 4, d, tok, &pf); break;
+                    case 3: group_pv(a, p, stride, Vh, n, 3, d, tok, &pf); break;
+                    case 2: group_pv(a, p, stride, Vh, n, 2, d, tok, &pf); break;
+                    default: group_pv(a, p, stride, Vh, n, 1, d, tok, &pf); break;
                     }
                 }
             }

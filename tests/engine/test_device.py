@@ -48,13 +48,13 @@ def test_packed_linear_matches_and_falls_back_when_it_cannot_be_trusted():
     layer = Linear(32, 48, bias=True).requires_grad_(False)
     x = torch.randn(5, 32)
     expected = torch.nn.functional.linear(x, layer.weight, layer.bias)
-    if not layer.pack():  # no oneDNN here: the layer must fall back to F.linear, unpacked
-        assert layer.packed is None and torch.allclose(layer(x), expected, atol=1e-5)
+    if not layer.pack():  # no oneDNN and no decode GEMM here: the layer must fall back to F.linear, unpacked
+        assert layer.packed is None and layer.panels is None and torch.allclose(layer(x), expected, atol=1e-5)
         return
-    assert layer.packed is not None
+    assert (layer.packed is None) != (layer.panels is None)  # one packed copy, of one kind
     assert torch.allclose(layer(x), expected, atol=1e-5)
     clone = copy.deepcopy(layer)  # KunServe moves layers by deep copy: the copy computes from its weight
-    assert clone.packed is None and torch.allclose(clone(x), expected, atol=1e-5)
+    assert clone.packed is None and clone.panels is None and torch.allclose(clone(x), expected, atol=1e-5)
     with torch.no_grad():
         layer.weight.mul_(2)  # a changed weight must not be served from the stale packed copy
     assert torch.allclose(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5)

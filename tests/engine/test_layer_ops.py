@@ -1,0 +1,72 @@
+"""The fused RMSNorm and RoPE (``layer_ops``) against the model's torch code they replace.
+
+The torch paths (``RMSNorm`` with the library switched off, ``model.apply_rope``) are the
+reference; float32 results agree within a few ulps (FMA and summation order differ). Where the
+library cannot be built here, the tests say so in the skip reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from servelab.engine import layer_ops
+from servelab.engine.model import RMSNorm, apply_rope
+
+needs_library = pytest.mark.skipif(layer_ops.library() is None,
+                                   reason=f"layer ops library not built here: {layer_ops.why_not}")
+
+
+@needs_library
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 40), dim=st.integers(1, 300), pad=st.integers(0, 9), seed=st.integers(0, 2**16))
+def test_rms_norm_matches_the_torch_norm(rows, dim, pad, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, dim + pad, generator=gen)[:, :dim] * 3  # rows pad floats apart when pad > 0
+    norm = RMSNorm(dim, 1e-6).requires_grad_(False)
+    norm.weight.copy_(torch.randn(dim, generator=gen))
+    fused = norm(x)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(layer_ops, "applies", lambda _: False)
+        reference = norm(x)
+    torch.testing.assert_close(fused, reference, rtol=2e-6, atol=2e-6)
+
+
+@needs_library
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 40), heads=st.integers(1, 6), half=st.integers(1, 40), extra=st.integers(0, 70),
+       seed=st.integers(0, 2**16))
+def test_rope_in_place_matches_apply_rope_and_leaves_other_columns(rows, heads, half, extra, seed):
+    gen = torch.Generator().manual_seed(seed)
+    d = 2 * half
+    x = torch.randn(rows, heads * d + extra, generator=gen)
+    angles = torch.rand(rows, 1, d, generator=gen) * 6
+    cos, sin = angles.cos(), angles.sin()
+    expected = apply_rope(x[:, :heads * d].view(rows, heads, d), cos, sin)
+    tail = x[:, heads * d:].clone()
+    layer_ops.rope_(x, heads, d, cos, sin)
+    torch.testing.assert_close(x[:, :heads * d].view(rows, heads, d), expected, rtol=2e-6, atol=2e-6)
+    assert torch.equal(x[:, heads * d:], tail)  # v's columns after q and k are never touched
+
+
+def test_applies_only_to_float32_rows_on_one_thread():
+    assert not layer_ops.applies(torch.zeros(2, 8, dtype=torch.bfloat16))
+    assert not layer_ops.applies(torch.zeros(8, 2).t())  # columns not contiguous
+    assert not layer_ops.applies(torch.zeros(2, 2, 8))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert not layer_ops.applies(torch.zeros(2, 8))
+    finally:
+        torch.set_num_threads(previous)
+
+
+@needs_library
+def test_bad_shapes_are_one_clear_error():
+    with pytest.raises(ValueError, match="weight must be float32"):
+        layer_ops.rms_norm(torch.zeros(2, 8), torch.zeros(7), 1e-6)
+    with pytest.raises(ValueError, match="cos and sin"):
+        layer_ops.rope_(torch.zeros(2, 8), 1, 8, torch.zeros(2, 1, 4), torch.zeros(2, 1, 8))
+    with pytest.raises(ValueError, match="holds no 2 heads"):
+        layer_ops.rope_(torch.zeros(2, 8), 2, 8, torch.zeros(2, 1, 8), torch.zeros(2, 1, 8))
