@@ -1,0 +1,81 @@
+"""The residual P99 TTFT gap to vLLM-PP with the kv+compute dispatcher (``gap_residual``: about
+1.14x, R1-R3 and the MIN rule's M2/M3 refuted): a fourth candidate reason, the trigger's timing.
+
+T1: KunServe stays data-parallel until a unit's head-of-line request cannot be admitted; the
+arrivals of the last seconds before its first drop then wait through the throttle and their
+group's KV exchange (1.1-1.6 s at 200 Gb/s), while vLLM-PP's pairs pool two GPUs' KV from t=0.
+Read from ``gap_residual``: 47-75% of the reactive KunServe's worst 1% arrived while it was DP,
+and over the burst's arrivals before the drop its queueing P99 was 1.10 s against 0.57 s for
+DP with 4x the KV, so memory, not compute, is what those requests waited for.
+
+A reading, not a prediction (it was looked at in the previous run's ``gap_residual`` before
+the prediction below was written): the share of the reactive KunServe's worst 1% that arrived
+around its first drop, from ``BEFORE_S`` seconds before it to ``AFTER_S`` after (the exchange).
+Under MIN per step it was 91%, 50% and 72% on seeds 0-2.
+
+Prediction, fixed before the run (mean over seeds and a majority of seeds): the same KunServe
+with an earlier trigger (``trigger_share=0.9``: a unit drops once its head-of-line demand passes
+90% of its KV, before the head is refused) closes at least half of the mean P99 TTFT gap to
+vLLM-PP, and its P99 is below kv+compute's on a majority of seeds. Otherwise T1 is refuted.
+``trigger_share=0.8`` runs beside it as a dose (no prediction). KunServe kv+compute's and
+vLLM-PP's runs are ``gap_residual``'s (same code, seeds and arrivals).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from servelab.designs.kunserve.reproduce import experiments as ex
+from servelab.designs.kunserve.reproduce import setting as st
+
+KUN, PP = "kunserve kv+compute", "vllm-pp"  # gap_residual's runs
+EARLY, EARLIER = "trigger at 90% KV", "trigger at 80% KV"
+SYSTEMS = {EARLY: "kunserve:dispatch=kv+compute,trigger_share=0.9",
+           EARLIER: "kunserve:dispatch=kv+compute,trigger_share=0.8"}
+BEFORE_S, AFTER_S = 10.0, 5.0
+MAJORITY = 2 / 3
+
+
+def run(rate: float, hw: st.Hardware, sizes: ex.Sizes) -> dict:
+    from servelab.designs.kunserve.reproduce.points import _summary
+
+    tasks = [dict(system=name, specs=st.workload("decode-heavy", rate, sizes.duration_s, sizes.bursts, s),
+                  hw=hw, sizes=sizes, spec=spec) for s in sizes.seeds for name, spec in SYSTEMS.items()]
+    done = iter(ex.run_many(tasks))
+    seeds = [{"seed": s, "runs": {name: _summary(next(done)) for name in SYSTEMS}} for s in sizes.seeds]
+    return {"rate": rate, "workload": "decode-heavy", "systems": SYSTEMS, "window_s": [BEFORE_S, AFTER_S],
+            "seeds": seeds}
+
+
+def around_drop(run: dict, window_s=(BEFORE_S, AFTER_S)) -> float | None:
+    """The share of a run's worst 1% by TTFT that arrived from ``window_s[0]`` seconds before its
+    first drop to ``window_s[1]`` after it (None: no drop)."""
+    forms, worst = run.get("form_s") or [], run.get("worst_arrivals_s") or []
+    if not forms or not worst:
+        return None
+    first = min(forms)
+    return sum(first - window_s[0] <= a <= first + window_s[1] for a in worst) / len(worst)
+
+
+def _maj(flags: list) -> bool:
+    return bool(flags) and sum(bool(x) for x in flags) >= MAJORITY * len(flags)
+
+
+def verdict(block: dict, residual: dict | None) -> dict:
+    """T1's prediction from this step's runs and ``gap_residual``'s (paired by seed)."""
+    by_seed = {s["seed"]: s["runs"] for s in (residual or {}).get("seeds", [])}
+    pairs = [(s["runs"], by_seed.get(s["seed"], {})) for s in block["seeds"]]
+    if not pairs or any(KUN not in r or PP not in r for _, r in pairs):
+        return {"verdict": "untested"}
+    p99 = {n: [mine[n]["ttft_s"]["99"] for mine, _ in pairs] for n in SYSTEMS}
+    p99 |= {n: [r[n]["ttft_s"]["99"] for _, r in pairs] for n in (KUN, PP)}
+    window = tuple(block.get("window_s", (BEFORE_S, AFTER_S)))
+    around = {n: [around_drop(mine[n], window) for mine, _ in pairs] for n in SYSTEMS}
+    around[KUN] = [around_drop(r[KUN], window) for _, r in pairs]
+    gap = float(np.mean([k - p for k, p in zip(p99[KUN], p99[PP])]))
+    cut = float(np.mean([k - e for k, e in zip(p99[KUN], p99[EARLY])]))
+    ok = gap > 0 and cut >= 0.5 * gap and _maj([e < k for k, e in zip(p99[KUN], p99[EARLY])])
+    first = {n: [min(mine[n]["form_s"], default=None) for mine, _ in pairs] for n in SYSTEMS}
+    first[KUN] = [min(r[KUN]["form_s"], default=None) for _, r in pairs]
+    return {"holds": ok, "around": around, "p99": p99, "gap_s": gap, "cut_s": cut, "first_drop_s": first,
+            "verdict": "holds" if ok else "refuted"}
