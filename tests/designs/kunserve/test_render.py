@@ -59,8 +59,8 @@ def test_a_note_names_the_default_a_section_ran_under_and_an_unknown_section_is_
     notes = render.parse_notes(["gap_pp|restore=old default", "restore=no group forms"])
     assert notes == {"gap_pp": "old default", "restore": "old default; no group forms"}
     res = render.with_sources([({"results": {"gap_pp": 30}}, "steps at B")], _previous(), "render at X", notes)
-    assert res["sources"]["gap_pp"] == "steps at B; old default"
-    assert res["sources"]["restore"] == "render at X; old default; no group forms"
+    assert res["sources"]["gap_pp"] == "steps at B [old default]"
+    assert res["sources"]["restore"] == "render at X [old default; no group forms]"
     assert res["sources"]["faithful_grid"] == "run Y (same code)"  # no note: its label as it was
     p = tmp_path / "p.json"
     p.write_text('{"results": {}}')

@@ -42,9 +42,17 @@ def run(rate: float, hw: st.Hardware, sizes: ex.Sizes) -> dict:
     tasks = [dict(system=name, specs=st.workload("decode-heavy", rate, sizes.duration_s, sizes.bursts, s),
                   hw=hw, sizes=sizes, spec=spec) for s in sizes.seeds for name, spec in SYSTEMS.items()]
     done = iter(ex.run_many(tasks))
-    seeds = [{"seed": s, "runs": {name: _summary(next(done)) for name in SYSTEMS}} for s in sizes.seeds]
+    seeds = [{"seed": s, "runs": {name: _kept(_summary(next(done))) for name in SYSTEMS}} for s in sizes.seeds]
     return {"rate": rate, "workload": "decode-heavy", "systems": SYSTEMS, "window_s": [BEFORE_S, AFTER_S],
             "seeds": seeds}
+
+
+KEPT = ("ttft_s", "tpot_s", "num_preemptions", "forms", "form_s", "worst_arrivals_s", "bubble_share")
+
+
+def _kept(summary: dict) -> dict:
+    """What the verdict and the report read (kunserve.json, a tracked file, must stay under 2 MB)."""
+    return {k: summary[k] for k in KEPT if k in summary}
 
 
 def around_drop(run: dict, window_s=(BEFORE_S, AFTER_S)) -> float | None:

@@ -103,7 +103,7 @@ def with_sources(parts: list[tuple[dict, str]], previous: dict, previous_label: 
     for name, note in (notes or {}).items():
         if name not in names:
             raise ValueError(f"a note for section {name!r}, which the results lack (sections: {', '.join(names)})")
-        sources[name] = f"{sources[name]}; {note}"
+        sources[name] = f"{sources[name]} [{note}]"
     res["sources"] = {name: sources[name] for name in names}
     return res
 
