@@ -72,3 +72,18 @@ def test_a_note_names_the_default_a_section_ran_under_and_an_unknown_section_is_
     assert "gap_nothing" in capsys.readouterr().err
     assert render.main(args + ["--note", "no equals sign"]) == 2
     assert "section[|section...]=text" in capsys.readouterr().err
+
+
+def test_the_results_json_keeps_memory_timelines_only_where_a_figure_plots_them():
+    from servelab.designs.kunserve.reproduce.run import UNPLOTTED, _to_json
+
+    mem = {"t": [0.123456, 1.0], "used_gb": [1.23456789, 2.0]}
+    run = {"memory": mem, "ttft_s": {"99": 1.5}}
+    res = {"restore": {"runs": {"kunserve": run}}, "extreme": {"runs": {"kunserve": run}},
+           "gap_merge": {"runs": {"kunserve": run}, "seeds": [{"seed": 0, "runs": {"kunserve": {"ttft_s": {"99": 1.5}}}}]}}
+    out = _to_json(res)
+    assert "gap_merge" in UNPLOTTED and out["gap_merge"]["runs"]["kunserve"] == {"ttft_s": {"99": 1.5}}
+    assert out["gap_merge"]["seeds"] == res["gap_merge"]["seeds"]  # the summaries the report reads are kept
+    assert out["restore"]["runs"]["kunserve"]["memory"]["used_gb"] == [1.235, 2.0]  # plotted: kept, 4 digits
+    assert out["extreme"]["runs"]["kunserve"]["memory"]["t"] == [0.1235, 1.0]
+    assert res["gap_merge"]["runs"]["kunserve"]["memory"] is mem  # the results in memory are not changed

@@ -148,7 +148,23 @@ def _write(run: Run) -> dict:
 
 
 def _to_json(results: dict) -> dict:
-    return _short_series(plain(_strip_raw(results)))
+    return _short_series(_unplotted_memory(plain(_strip_raw(results))))
+
+
+# sections whose seed-0 runs no figure plots: their memory timelines (about 25 KB a run, 0.5 MB in
+# all) are left out of kunserve.json, a tracked file that must stay under 2 MB; every number the
+# report prints from them comes from the per-seed summaries, which are kept
+UNPLOTTED = ("ablation", "ablation_memory_bound", "gap_microbatches", "gap_merge")
+
+
+def _unplotted_memory(results: dict) -> dict:
+    out = dict(results)
+    for key in UNPLOTTED:
+        block = out.get(key)
+        if isinstance(block, dict) and isinstance(block.get("runs"), dict):
+            out[key] = block | {"runs": {n: {k: v for k, v in r.items() if k != "memory"} if isinstance(r, dict) else r
+                                         for n, r in block["runs"].items()}}
+    return out
 
 
 REPRODUCTION = Reproduction("kunserve", {"full": FULL, "reduced": REDUCED}, _steps, _write, start=_start,
