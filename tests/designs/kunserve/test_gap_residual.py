@@ -130,3 +130,31 @@ def test_the_trigger_timing_reason_needs_an_earlier_trigger_to_close_half_the_ga
     assert "**T1 holds**" in text and "| trigger at 90% KV | `kunserve:dispatch=kv+compute,trigger_share=0.9` |" in text
     assert "T1 **holds**" in "\n".join(report_gap_early.claims({"gap_early": block([1.25] * 3), "gap_residual": residual}))
     assert report_gap_early.section({}) == [] and report_gap_early.claims({}) == []
+
+
+def test_the_exchange_reason_needs_the_fast_link_to_win_back_half_of_the_earlier_triggers_cost():
+    from servelab.designs.kunserve.reproduce import gap_early as ge
+    from servelab.designs.kunserve.reproduce import report_gap_early
+
+    def run(p99):
+        return {"ttft_s": {"50": 0.3, "99": p99}, "tpot_s": {"50": 0.06}, "forms": 4, "form_s": [90.0],
+                "worst_arrivals_s": [95.0]}
+
+    residual = {"seeds": [{"seed": s, "runs": {ge.KUN: run(1.4), ge.PP: run(1.2)}} for s in range(3)]}
+    early = {"rate": 6.9, "systems": ge.SYSTEMS, "seeds": [{"seed": s, "runs": {ge.EARLY: run(2.4), ge.EARLIER: run(1.9)}}
+                                                           for s in range(3)]}
+
+    def link(fast_early):
+        return {"rate": 6.9, "factor": 10.0, "gbps": 2000.0, "systems": ge.LINK_SYSTEMS,
+                "seeds": [{"seed": s, "runs": {ge.FAST_EARLY: run(f), ge.FAST_KUN: run(1.3)}}
+                          for s, f in enumerate(fast_early)]}
+
+    v = ge.link_verdict(link([1.8, 1.9, 2.5]), early, residual)  # 1.0 s cost, 0.33 s won back: under half
+    assert v["verdict"] == "refuted" and abs(v["cost_s"] - 1.0) < 1e-9 and abs(v["back_s"] - 1 / 3) < 1e-9
+    assert ge.link_verdict(link([1.5, 1.6, 2.3]), early, residual)["verdict"] == "holds"  # 0.6 s, lower on 3 of 3
+    assert ge.link_verdict(link([1.0, 1.0, 2.5]), early, residual)["verdict"] == "holds"  # 0.9 s, lower on 2 of 3
+    assert ge.link_verdict(link([1.5] * 3), None, residual)["verdict"] == "untested"
+    res = {"gap_early": early, "gap_residual": residual, "gap_early_link": link([1.5, 1.6, 2.3])}
+    text = "\n".join(report_gap_early.section(res))
+    assert "**T1 refuted**" in text and "**T2 holds**" in text and "| 2000 Gb/s |" in text
+    assert "T2 **holds**" in "\n".join(report_gap_early.claims(res))

@@ -19,6 +19,14 @@ with an earlier trigger (``trigger_share=0.9``: a unit drops once its head-of-li
 vLLM-PP, and its P99 is below kv+compute's on a majority of seeds. Otherwise T1 is refuted.
 ``trigger_share=0.8`` runs beside it as a dose (no prediction). KunServe kv+compute's and
 vLLM-PP's runs are ``gap_residual``'s (same code, seeds and arrivals).
+
+T2, stated after T1 was refuted (the earlier trigger raised the P99 from 1.36 s to 2.43 s): an
+earlier drop costs more than it saves because its groups' KV exchange lands at the burst's
+peak, moving more running requests' KV while queued requests wait on the members. Prediction,
+fixed before its runs (``run_link``: the same two KunServe variants on a 10x faster link, the
+exchange nearly free; mean over seeds and a majority of seeds): on the fast link the 90%-KV
+trigger's P99 TTFT recovers at least half of the way from its own (200 Gb/s) to kv+compute's
+at 200 Gb/s, and is below its 200 Gb/s P99 on a majority of seeds. Otherwise T2 is refuted.
 """
 
 from __future__ import annotations
@@ -32,6 +40,9 @@ KUN, PP = "kunserve kv+compute", "vllm-pp"  # gap_residual's runs
 EARLY, EARLIER = "trigger at 90% KV", "trigger at 80% KV"
 SYSTEMS = {EARLY: "kunserve:dispatch=kv+compute,trigger_share=0.9",
            EARLIER: "kunserve:dispatch=kv+compute,trigger_share=0.8"}
+LINK_FACTOR = 10.0
+FAST_EARLY, FAST_KUN = "trigger at 90% KV, 10x link", "kunserve kv+compute, 10x link"
+LINK_SYSTEMS = {FAST_EARLY: SYSTEMS[EARLY], FAST_KUN: "kunserve:dispatch=kv+compute"}
 BEFORE_S, AFTER_S = 10.0, 5.0
 MAJORITY = 2 / 3
 
@@ -45,6 +56,37 @@ def run(rate: float, hw: st.Hardware, sizes: ex.Sizes) -> dict:
     seeds = [{"seed": s, "runs": {name: _kept(_summary(next(done))) for name in SYSTEMS}} for s in sizes.seeds]
     return {"rate": rate, "workload": "decode-heavy", "systems": SYSTEMS, "window_s": [BEFORE_S, AFTER_S],
             "seeds": seeds}
+
+
+def run_link(rate: float, hw: st.Hardware, sizes: ex.Sizes) -> dict:
+    """T2's runs: the 90%-KV trigger and kv+compute on a ``LINK_FACTOR`` x faster inter-server link."""
+    import dataclasses
+
+    from servelab.designs.kunserve.reproduce.points import _summary
+
+    fast = dataclasses.replace(hw, inter_gbps=LINK_FACTOR * hw.inter_gbps)
+    tasks = [dict(system=name, specs=st.workload("decode-heavy", rate, sizes.duration_s, sizes.bursts, s),
+                  hw=fast, sizes=sizes, spec=spec) for s in sizes.seeds for name, spec in LINK_SYSTEMS.items()]
+    done = iter(ex.run_many(tasks))
+    seeds = [{"seed": s, "runs": {name: _kept(_summary(next(done))) for name in LINK_SYSTEMS}} for s in sizes.seeds]
+    return {"rate": rate, "factor": LINK_FACTOR, "gbps": fast.inter_gbps, "systems": LINK_SYSTEMS, "seeds": seeds}
+
+
+def link_verdict(link: dict, early: dict | None, residual: dict | None) -> dict:
+    """T2's prediction from ``run_link``'s runs, this step's 90%-KV runs and ``gap_residual``'s
+    kv+compute runs (paired by seed)."""
+    mine = {s["seed"]: s["runs"] for s in (early or {}).get("seeds", [])}
+    res = {s["seed"]: s["runs"] for s in (residual or {}).get("seeds", [])}
+    seeds = [s["seed"] for s in link["seeds"]]
+    if not seeds or any(EARLY not in mine.get(x, {}) or KUN not in res.get(x, {}) for x in seeds):
+        return {"verdict": "untested"}
+    p99 = {FAST_EARLY: [s["runs"][FAST_EARLY]["ttft_s"]["99"] for s in link["seeds"]],
+           FAST_KUN: [s["runs"][FAST_KUN]["ttft_s"]["99"] for s in link["seeds"]],
+           EARLY: [mine[x][EARLY]["ttft_s"]["99"] for x in seeds], KUN: [res[x][KUN]["ttft_s"]["99"] for x in seeds]}
+    cost = float(np.mean([e - k for e, k in zip(p99[EARLY], p99[KUN])]))  # what the earlier trigger cost
+    back = float(np.mean([e - f for e, f in zip(p99[EARLY], p99[FAST_EARLY])]))  # what the fast link won back
+    ok = cost > 0 and back >= 0.5 * cost and _maj([f < e for e, f in zip(p99[EARLY], p99[FAST_EARLY])])
+    return {"holds": ok, "p99": p99, "cost_s": cost, "back_s": back, "verdict": "holds" if ok else "refuted"}
 
 
 KEPT = ("ttft_s", "tpot_s", "num_preemptions", "forms", "form_s", "worst_arrivals_s", "bubble_share")

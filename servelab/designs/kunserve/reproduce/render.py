@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 SECTIONS = ("plan_time", "eq1", "end_to_end", "gap_microbatches", "gap_vs_baselines", "gap_pp", "gap_residual",
-            "gap_residual_tokens", "gap_early", "gap_bubble", "gap_min", "gap_exchange", "gap_restore", "faithful_grid", "ablation_memory_bound", "restore",
+            "gap_residual_tokens", "gap_early", "gap_early_link", "gap_bubble", "gap_min", "gap_exchange", "gap_restore", "faithful_grid", "ablation_memory_bound", "restore",
             "ablation", "extreme", "pp_throughput", "gap_merge")
 META = ("reduced", "seed", "sizes", "clusters")  # the run's settings, which a standalone step's file lacks
 

@@ -107,6 +107,8 @@ def _steps(run: Run) -> list[Step]:
              "gap_residual_tokens"),
         Step("gap: residual, an earlier trigger", lambda _: gap_early.run(point(FAITHFUL)["rate"], hw_a, sizes),
              "gap_early"),
+        Step("gap: residual, an earlier trigger on a faster link",
+             lambda _: gap_early.run_link(point(FAITHFUL)["rate"], hw_a, sizes), "gap_early_link"),
         Step("faithful point: five seeds, finer grid",
              lambda _: faithful_grid.run(point(FAITHFUL), hw_a, sizes), "faithful_grid"),
         Step("ablation (Fig. 14), faithful point",
