@@ -15,8 +15,9 @@ the items into microbatches, both able to cut a prompt chunk between two microba
   token count (cost is monotone in it). Unlike the figure's stop-at-MIN recursion, the
   leaf count is fixed, so no leaf is left at a quarter of the others' cost.
 
-  The stage floor (``stage_floor``, a named variant until the gap_min test's reruns): a step with at least M rows is cut
-  into M microbatches whatever its tokens. The paper applies MIN to the lookahead batch, *all*
+  The stage floor (``stage_floor``, the default since the gap_min test; ``stage_floor=false``,
+  MIN per step, is the named variant it is compared against): a step with at least M rows is
+  cut into M microbatches whatever its tokens. The paper applies MIN to the lookahead batch, *all*
   queued work (``m = ceil(tokens_B / MIN)``, many microbatches under a burst); a step with
   little or nothing queued (a decode step) is "normal execution", which its lookahead does
   not cover (section 4.4) and its pipeline (vLLM's, one virtual engine per stage) runs one
@@ -91,7 +92,7 @@ MIN_TOKENS = 32  # the lookahead's MIN (the paper gives no value; ours, kept fro
 
 
 def lookahead(items: list[Chunk], num_microbatches: int, eq: Eq1, min_tokens: int = MIN_TOKENS,
-              stage_floor: bool = False) -> list[list[Chunk]]:
+              stage_floor: bool = True) -> list[list[Chunk]]:
     """Divide and conquer over Eq. 1 cost into ``m = min(M, ceil(tokens / min_tokens))``
     microbatches (with ``stage_floor``, at least ``min(M, rows)``: module docstring): a part
     that must become ``k`` microbatches is cut at cost fraction ``floor(k/2)/k`` (halves when M
@@ -130,7 +131,7 @@ class MicrobatchFormer:
     eq: Eq1 | None = None
     scope: str = "step"
     min_tokens: int = MIN_TOKENS  # lookahead's MIN
-    stage_floor: bool = False  # lookahead: a step of >= M rows always becomes M microbatches
+    stage_floor: bool = True  # lookahead: a step of >= M rows always becomes M microbatches (False: MIN per step)
 
     def __post_init__(self) -> None:
         if self.kind not in ("lookahead", "tokens"):

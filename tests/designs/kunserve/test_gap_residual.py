@@ -101,3 +101,60 @@ def test_r3_on_the_residual_reads_the_token_chunking_runs_by_seed():
     assert gr.tokens_verdict(block, None) is None
     text = "\n".join(report_gap_residual.section({"gap_residual": block, "gap_residual_tokens": closed}))
     assert "**R3 on the residual itself**" in text and "**holds**" in text
+
+
+def test_the_trigger_timing_reason_needs_an_earlier_trigger_to_close_half_the_gap():
+    from servelab.designs.kunserve.reproduce import gap_early as ge
+    from servelab.designs.kunserve.reproduce import report_gap_early
+
+    def run(p99, forms=(100.0,), worst=(95.0, 99.0, 104.0, 300.0)):
+        return {"ttft_s": {"50": 0.3, "99": p99}, "tpot_s": {"50": 0.06}, "forms": len(forms), "form_s": list(forms),
+                "worst_arrivals_s": list(worst)}
+
+    residual = {"seeds": [{"seed": s, "runs": {ge.KUN: run(1.4), ge.PP: run(1.2, forms=())}} for s in range(3)]}
+
+    def block(early):
+        return {"rate": 6.9, "systems": ge.SYSTEMS, "window_s": [ge.BEFORE_S, ge.AFTER_S],
+                "seeds": [{"seed": s, "runs": {ge.EARLY: run(e, forms=(90.0,)), ge.EARLIER: run(1.3, forms=(80.0,))}}
+                          for s, e in enumerate(early)]}
+
+    v = ge.verdict(block([1.15, 1.25, 1.45]), residual)  # 0.117 s of a 0.2 s gap, lower on 2 of 3 seeds
+    assert v["verdict"] == "holds" and abs(v["gap_s"] - 0.2) < 1e-9 and abs(v["cut_s"] - 0.35 / 3) < 1e-9
+    assert v["around"][ge.KUN] == [0.75] * 3  # 95, 99 and 104 s of the worst lie within [90, 105] s
+    assert v["around"][ge.EARLY] == [0.25] * 3 and v["first_drop_s"][ge.EARLY] == [90.0] * 3  # only 95 s within [80, 95] s
+    assert ge.verdict(block([1.35, 1.35, 1.35]), residual)["verdict"] == "refuted"  # 0.05 s of 0.2
+    assert ge.verdict(block([0.8, 1.5, 1.5]), residual)["verdict"] == "refuted"  # half closed on the mean, lower on 1 of 3
+    assert ge.verdict(block([1.2] * 3), None)["verdict"] == "untested"
+    assert ge.around_drop(run(1.0, forms=())) is None
+    text = "\n".join(report_gap_early.section({"gap_early": block([1.15, 1.25, 1.45]), "gap_residual": residual}))
+    assert "**T1 holds**" in text and "| trigger at 90% KV | `kunserve:dispatch=kv+compute,trigger_share=0.9` |" in text
+    assert "T1 **holds**" in "\n".join(report_gap_early.claims({"gap_early": block([1.25] * 3), "gap_residual": residual}))
+    assert report_gap_early.section({}) == [] and report_gap_early.claims({}) == []
+
+
+def test_the_exchange_reason_needs_the_fast_link_to_win_back_half_of_the_earlier_triggers_cost():
+    from servelab.designs.kunserve.reproduce import gap_early as ge
+    from servelab.designs.kunserve.reproduce import report_gap_early
+
+    def run(p99):
+        return {"ttft_s": {"50": 0.3, "99": p99}, "tpot_s": {"50": 0.06}, "forms": 4, "form_s": [90.0],
+                "worst_arrivals_s": [95.0]}
+
+    residual = {"seeds": [{"seed": s, "runs": {ge.KUN: run(1.4), ge.PP: run(1.2)}} for s in range(3)]}
+    early = {"rate": 6.9, "systems": ge.SYSTEMS, "seeds": [{"seed": s, "runs": {ge.EARLY: run(2.4), ge.EARLIER: run(1.9)}}
+                                                           for s in range(3)]}
+
+    def link(fast_early):
+        return {"rate": 6.9, "factor": 10.0, "gbps": 2000.0, "systems": ge.LINK_SYSTEMS,
+                "seeds": [{"seed": s, "runs": {ge.FAST_EARLY: run(f), ge.FAST_KUN: run(1.3)}}
+                          for s, f in enumerate(fast_early)]}
+
+    v = ge.link_verdict(link([1.8, 1.9, 2.5]), early, residual)  # 1.0 s cost, 0.33 s won back: under half
+    assert v["verdict"] == "refuted" and abs(v["cost_s"] - 1.0) < 1e-9 and abs(v["back_s"] - 1 / 3) < 1e-9
+    assert ge.link_verdict(link([1.5, 1.6, 2.3]), early, residual)["verdict"] == "holds"  # 0.6 s, lower on 3 of 3
+    assert ge.link_verdict(link([1.0, 1.0, 2.5]), early, residual)["verdict"] == "holds"  # 0.9 s, lower on 2 of 3
+    assert ge.link_verdict(link([1.5] * 3), None, residual)["verdict"] == "untested"
+    res = {"gap_early": early, "gap_residual": residual, "gap_early_link": link([1.5, 1.6, 2.3])}
+    text = "\n".join(report_gap_early.section(res))
+    assert "**T1 refuted**" in text and "**T2 holds**" in text and "| 2000 Gb/s |" in text
+    assert "T2 **holds**" in "\n".join(report_gap_early.claims(res))

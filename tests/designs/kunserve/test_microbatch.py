@@ -92,15 +92,17 @@ DECODES = StepShape(prefill_tokens=(), prefill_context=(), num_decodes=20, decod
 
 
 def test_min_per_step_leaves_a_short_decode_step_whole_and_the_stage_floor_cuts_it(eq):
-    """A decode step of 20 rows (under MIN = 32 tokens): the old rule runs it as one microbatch,
-    the stage floor (KunServe's default) as one per stage, a smaller MIN too; every row kept."""
+    """A decode step of 20 rows (under MIN = 32 tokens): the old rule (MIN per step, the named
+    variant) runs it as one microbatch, the stage floor (the default) as one per stage, a smaller
+    MIN without the floor too; every row kept."""
     items = items_of(DECODES)
-    assert len(lookahead(items, 2, eq, min_tokens=32)) == 1
-    floor = lookahead(items, 2, eq, min_tokens=32, stage_floor=True)
+    assert len(lookahead(items, 2, eq, min_tokens=32, stage_floor=False)) == 1
+    floor = lookahead(items, 2, eq, min_tokens=32)
     assert [sum(c for c, _ in b) for b in floor] == [10, 10]
-    assert len(lookahead(items, 2, eq, min_tokens=8)) == 2
+    assert lookahead(items, 2, eq, min_tokens=32, stage_floor=True) == floor
+    assert len(lookahead(items, 2, eq, min_tokens=8, stage_floor=False)) == 2
     one_row = items_of(StepShape((), (), 1, 2000, 2000))
-    assert len(lookahead(one_row, 2, eq, stage_floor=True)) == 1  # fewer rows than stages: nothing to deal
+    assert len(lookahead(one_row, 2, eq)) == 1  # fewer rows than stages: nothing to deal
 
 
 def test_the_stage_floor_keeps_a_two_stage_decode_pipeline_busy(eq):

@@ -3,6 +3,8 @@ it comes from, the previous render's own record of its sources kept for what was
 
 from __future__ import annotations
 
+import json
+
 from servelab.designs.kunserve.reproduce import render
 
 
@@ -51,3 +53,37 @@ def test_a_section_still_from_older_code_says_so():
     src = render.sources_of(_previous(), "render at X")
     assert src["gap_merge"].startswith("old code Z (older simulation code")
     assert src["faithful_grid"] == "run Y (same code)" and src["restore"] == "render at X"
+
+
+def test_a_note_names_the_default_a_section_ran_under_and_an_unknown_section_is_refused(tmp_path, capsys):
+    notes = render.parse_notes(["gap_pp|restore=old default", "restore=no group forms"])
+    assert notes == {"gap_pp": "old default", "restore": "old default; no group forms"}
+    res = render.with_sources([({"results": {"gap_pp": 30}}, "steps at B")], _previous(), "render at X", notes)
+    assert res["sources"]["gap_pp"] == "steps at B [old default]"
+    assert res["sources"]["restore"] == "render at X [old default; no group forms]"
+    assert res["sources"]["faithful_grid"] == "run Y (same code)"  # no note: its label as it was
+    p = tmp_path / "p.json"
+    p.write_text('{"results": {}}')
+    prev = tmp_path / "prev.json"
+    prev.write_text(json.dumps(_previous()))
+    args = ["--partial", str(p), "--partial-label", "l", "--previous", str(prev), "--previous-label", "x",
+            "--sources", "--out", str(tmp_path)]
+    assert render.main(args + ["--note", "gap_nothing=x"]) == 2
+    assert "gap_nothing" in capsys.readouterr().err
+    assert render.main(args + ["--note", "no equals sign"]) == 2
+    assert "section[|section...]=text" in capsys.readouterr().err
+
+
+def test_the_results_json_keeps_memory_timelines_only_where_a_figure_plots_them():
+    from servelab.designs.kunserve.reproduce.run import UNPLOTTED, _to_json
+
+    mem = {"t": [0.123456, 1.0], "used_gb": [1.23456789, 2.0]}
+    run = {"memory": mem, "ttft_s": {"99": 1.5}}
+    res = {"restore": {"runs": {"kunserve": run}}, "extreme": {"runs": {"kunserve": run}},
+           "gap_merge": {"runs": {"kunserve": run}, "seeds": [{"seed": 0, "runs": {"kunserve": {"ttft_s": {"99": 1.5}}}}]}}
+    out = _to_json(res)
+    assert "gap_merge" in UNPLOTTED and out["gap_merge"]["runs"]["kunserve"] == {"ttft_s": {"99": 1.5}}
+    assert out["gap_merge"]["seeds"] == res["gap_merge"]["seeds"]  # the summaries the report reads are kept
+    assert out["restore"]["runs"]["kunserve"]["memory"]["used_gb"] == [1.235, 2.0]  # plotted: kept, 4 digits
+    assert out["extreme"]["runs"]["kunserve"]["memory"]["t"] == [0.1235, 1.0]
+    assert res["gap_merge"]["runs"]["kunserve"]["memory"] is mem  # the results in memory are not changed

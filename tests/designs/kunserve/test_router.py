@@ -247,8 +247,9 @@ def test_dispatch_is_llumnix_remaining_steps_not_kv_load():
 
 
 def test_the_preset_hands_the_lookahead_rule_to_a_groups_former():
-    """``stage_floor`` (a named variant, default off until the report reruns with it) and ``lookahead_min_tokens`` reach the former a drop builds,
-    from a preset spec as the reproduction writes them; a MIN below one token is refused."""
+    """``stage_floor`` (the default; ``stage_floor=false``, MIN per step, the named variant) and
+    ``lookahead_min_tokens`` reach the former a drop builds, from a preset spec as the reproduction
+    writes them; a MIN below one token is refused."""
     from types import SimpleNamespace as NS
 
     from servelab.cluster.presets import cluster_for
@@ -262,8 +263,8 @@ def test_the_preset_hands_the_lookahead_rule_to_a_groups_former():
         router._single, router._eq1 = _Single(None, 8, 512), Eq1(alpha=2e-10, beta=2e-5, gamma=1e-4)
         return router._form((0, 1), None, NS(num_layers=48))[-1].former
 
-    default, floor = former("kunserve"), former("kunserve:stage_floor=true,lookahead_min_tokens=8")
-    assert (default.stage_floor, default.min_tokens) == (False, 32)
-    assert (floor.stage_floor, floor.min_tokens) == (True, 8)
+    default, old = former("kunserve"), former("kunserve:stage_floor=false,lookahead_min_tokens=8")
+    assert (default.stage_floor, default.min_tokens) == (True, 32)
+    assert (old.stage_floor, old.min_tokens) == (False, 8)
     with pytest.raises(ValueError, match="lookahead_min_tokens"):
         KunServeConfig(lookahead_min_tokens=0)

@@ -1,5 +1,6 @@
 """Why token chunking leaves fewer bubbles here than in the paper (Fig. 14's ablation: 21.9% ->
-8.3% with lookahead; here, at the faithful point, 8.1% -> 6.8%): a candidate reason and the
+8.3% with lookahead; here, at the faithful point, 8.1% -> 6.8% when this test was written, lookahead
+cutting by MIN per step): a candidate reason and the
 experiment that could refute it.
 
 Reason (B1, prompt length): the faithful point's lengths are decode-heavy (1K prompts, 1.5K

@@ -9,11 +9,13 @@ the GPU"); normal execution, with too little queued to look ahead at, is not cov
 (section 4.4) and runs as its vLLM pipeline does, one microbatch per virtual engine (stage).
 Until this test the former applied MIN = 32 to every step, so a decode step of <= 32 rows ran
 as one microbatch: on a two-stage group one stage at a time (``gap_bubble``: 77% of the group
-steps at LongBench lengths). Three rules, each a KunServe variant on the same arrivals:
+steps at LongBench lengths). Three rules, each a KunServe variant on the same arrivals, each spec naming its rule (so the
+section does not depend on which is the default):
 
 - ``MIN per step`` (``stage_floor=false``): the rule before this test;
-- ``stage floor`` (``stage_floor=true``, a named variant; the default stays MIN per step until this test's verdicts and the reruns): a step with at least as many rows as
-  stages becomes one microbatch per stage whatever its tokens;
+- ``stage floor`` (``stage_floor=true``; a named variant when this test ran, the default since
+  its verdicts, M1 holding): a step with at least as many rows as stages becomes one microbatch
+  per stage whatever its tokens;
 - ``MIN = 8`` (``stage_floor=false,lookahead_min_tokens=8``): a smaller MIN, which the paper
   allows (it fixes none), without the floor.
 

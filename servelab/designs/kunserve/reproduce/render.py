@@ -13,6 +13,10 @@ subset of systems); the first file holding a section wins:
     python -m servelab.designs.kunserve.reproduce.render --partial docs/reproduction/kunserve.partial.json \\
         --previous old/kunserve.json --previous-label "commit 3bd0fd6" --out docs/reproduction
 
+With ``--sources`` (each ``--partial`` with its ``--partial-label``) every section names its run
+at the report's head; ``--note "section|section=text"`` appends a remark to some of them, e.g.
+which design default a section carried from an older run ran under.
+
 With ``--base`` instead of ``--previous``, the base is a full run of this code and the partial
 files hold steps rerun alone after it (a change that touched only them): their sections replace
 the full run's, and the report's head names them and ``--why``:
@@ -29,7 +33,7 @@ import sys
 from pathlib import Path
 
 SECTIONS = ("plan_time", "eq1", "end_to_end", "gap_microbatches", "gap_vs_baselines", "gap_pp", "gap_residual",
-            "gap_residual_tokens", "gap_bubble", "gap_min", "gap_exchange", "gap_restore", "faithful_grid", "ablation_memory_bound", "restore",
+            "gap_residual_tokens", "gap_early", "gap_early_link", "gap_bubble", "gap_min", "gap_exchange", "gap_restore", "faithful_grid", "ablation_memory_bound", "restore",
             "ablation", "extreme", "pp_throughput", "gap_merge")
 META = ("reduced", "seed", "sizes", "clusters")  # the run's settings, which a standalone step's file lacks
 
@@ -64,11 +68,15 @@ def sources_of(results: dict, label: str) -> dict[str, str]:
     return out
 
 
-def with_sources(parts: list[tuple[dict, str]], previous: dict, previous_label: str) -> dict:
+def with_sources(parts: list[tuple[dict, str]], previous: dict, previous_label: str,
+                 notes: dict[str, str] | None = None) -> dict:
     """Standalone steps' results (each with the label of the run that made it; the first file
     holding a section wins) over a rendered run's: every section of the result names the run it
     comes from (``sources``), so the report's head says it section by section. The run's
-    settings come from ``previous`` where the steps' files lack them."""
+    settings come from ``previous`` where the steps' files lack them. ``notes``: section -> a
+    remark appended to its run's label, e.g. the design default it ran under when a default
+    changed after some sections ran (a section carried from older runs would otherwise read as
+    if it ran on the current code's defaults)."""
     res = {k: previous[k] for k in META if k in previous}
     sources = sources_of(previous, previous_label)
     timings = dict(previous.get("timings_cpu_s", {}))
@@ -91,8 +99,27 @@ def with_sources(parts: list[tuple[dict, str]], previous: dict, previous_label: 
                 taken.add(key)
         timings |= part.get("timings_cpu_s", {})
     res["timings_cpu_s"] = timings
-    res["sources"] = {name: sources[name] for name in _names(res)}
+    names = _names(res)
+    for name, note in (notes or {}).items():
+        if name not in names:
+            raise ValueError(f"a note for section {name!r}, which the results lack (sections: {', '.join(names)})")
+        sources[name] = f"{sources[name]} [{note}]"
+    res["sources"] = {name: sources[name] for name in names}
     return res
+
+
+def parse_notes(args: list[str]) -> dict[str, str]:
+    """``--note "section[|section...]=text"`` arguments -> section -> text (sections as the report's
+    head names them, e.g. ``end to end decode-heavy-14B``, ``gap_pp``; several notes on one
+    section joined with '; ')."""
+    out: dict[str, str] = {}
+    for arg in args:
+        names, sep, text = arg.partition("=")
+        if not sep or not text.strip() or not names.strip():
+            raise ValueError(f"a note must read 'section[|section...]=text', got {arg!r}")
+        for name in (n.strip() for n in names.split("|") if n.strip()):
+            out[name] = f"{out[name]}; {text.strip()}" if name in out else text.strip()
+    return out
 
 
 def merge(partial: dict, previous: dict, label: str, same_code: bool = False) -> dict:
@@ -146,6 +173,9 @@ def main(argv=None) -> int:
                     help="with --previous: name each section's run at the report's head, read from the previous "
                          "render's own record (its sections not rerun keep their runs; --previous-label names the "
                          "rest)")
+    ap.add_argument("--note", action="append", default=[],
+                    help="with --sources: 'section[|section...]=text', a remark appended to those sections' run at "
+                         "the report's head (repeatable)")
     ap.add_argument("--previous", type=Path, help="a previous full run's kunserve.json, for the sections not reached")
     ap.add_argument("--previous-label", help="where the previous results come from (a commit)")
     ap.add_argument("--previous-same-code", action="store_true",
@@ -160,6 +190,14 @@ def main(argv=None) -> int:
         return 2
     if a.sources and (a.previous is None or len(a.partial_label) != len(a.partial)):
         print("render: --sources needs --previous and one --partial-label per --partial", file=sys.stderr)
+        return 2
+    if a.note and not a.sources:
+        print("render: --note needs --sources", file=sys.stderr)
+        return 2
+    try:
+        notes = parse_notes(a.note)
+    except ValueError as e:
+        print(f"render: {e}", file=sys.stderr)
         return 2
     for p in (*a.partial, a.previous or a.base):
         if not p.is_file():
@@ -182,7 +220,12 @@ def main(argv=None) -> int:
         partial["steps_done"] += [x for x in part.get("steps_done", []) if x not in partial["steps_done"]]
         partial["timings_cpu_s"] = part.get("timings_cpu_s", {}) | partial["timings_cpu_s"]
     if a.sources:
-        res = with_sources(list(zip(parts, a.partial_label)), json.loads(a.previous.read_text()), a.previous_label)
+        try:
+            res = with_sources(list(zip(parts, a.partial_label)), json.loads(a.previous.read_text()),
+                               a.previous_label, notes)
+        except ValueError as e:
+            print(f"render: {e}", file=sys.stderr)
+            return 2
     elif a.base is not None:
         res = rebase(partial, json.loads(a.base.read_text()), a.why)
     else:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from servelab.designs.kunserve.reproduce import report_gap_pp as gap_pp
 from servelab.designs.kunserve.reproduce import report_gap_bubble as gap_bub
+from servelab.designs.kunserve.reproduce import report_gap_early as gap_ear
 from servelab.designs.kunserve.reproduce import report_gap_exchange as gap_exc
 from servelab.designs.kunserve.reproduce import report_gap_min as gap_min
 from servelab.designs.kunserve.reproduce import report_gap_residual as gap_res
@@ -156,6 +157,7 @@ def _lines(res: dict) -> list[str]:
     out += trig.timeline_section(res)
     out += gap_pp.section(res)
     out += gap_res.section(res)
+    out += gap_ear.section(res)
     out += gap_bub.section(res)
     out += gap_min.section(res)
     out += gap_exc.section(res)
@@ -275,6 +277,7 @@ def _claims(res: dict) -> list[str]:
     rows += gap.claims(res)
     rows += gap_pp.claims(res)
     rows += gap_res.claims(res)
+    rows += gap_ear.claims(res)
     rows += gap_bub.claims(res)
     rows += gap_min.claims(res)
     rows += gap_exc.claims(res)

@@ -42,10 +42,11 @@ def section(res: dict) -> list[str]:
            "with MIN = 32, so a decode step of 32 rows or fewer ran as one microbatch, one stage at a time (the "
            "appendix's Eq. 4 with m = 1: twice one stage's cost). That step is outside the paper's lookahead, so "
            "the rule is likely not the paper's; the **stage floor** (a step with at least as many rows as stages "
-           "becomes one microbatch per stage, `stage_floor=true`) is a named variant, and the default stays MIN per "
-           "step, the rule every other section of this report ran under, until this test's verdicts say what the "
-           "floor changes and those sections rerun with it. Sections above whose source at the report's head says "
-           "*stage floor default* ran KunServe with the floor.", "",
+           "becomes one microbatch per stage, `stage_floor=true`) was a named variant when this test ran; since its "
+           "verdicts (M1 below) it is KunServe's default, and MIN per step (`stage_floor=false`) the named variant. "
+           "Every spec here names its rule, so this section does not depend on the default. The report's head says, "
+           "section by section, which ran KunServe with the floor default and which are carried from runs under the "
+           "old default (MIN per step).", "",
            "Three rules on the same arrivals (`servelab/designs/kunserve/reproduce/gap_min.py`): *MIN per step* "
            "(`stage_floor=false`), *stage floor* (`stage_floor=true`), *MIN = 8* (`stage_floor=false,"
            "lookahead_min_tokens=8`, a smaller MIN the paper allows), at three points: LongBench lengths pipelined "

@@ -9,7 +9,7 @@ the full run touches only these steps.
     python -m servelab.designs.kunserve.reproduce.standalone plan --out plan.json
     python -m servelab.designs.kunserve.reproduce.standalone steps --from-partial P --steps "a;b" --out steps.json
 
-    python -m servelab.designs.kunserve.reproduce.standalone gap-min --from-partial P --what min --reuse --out m.json
+    python -m servelab.designs.kunserve.reproduce.standalone gap-min --from-partial P --what min --reuse floor --out m.json
 
 ``grid``: the faithful point over five seeds and a finer grid (``faithful_grid``); ``vs``: the
 vs-baselines gap for a subset of its systems (``gaps.GAP_SYSTEMS``), the subset recorded;
@@ -205,22 +205,27 @@ def steps_main(argv=None) -> int:
     return 0
 
 
-def _reusable(res: dict) -> tuple[dict, dict]:
-    """Runs of a run's results that ``gap_min`` / ``gap_exchange`` would repeat: their old-rule
-    (MIN per step) and full-link-speed variants, as run by ``gap_bubble``, ``gap_residual`` and the
-    faithful ablation on the same arrivals (valid only where those sections ran on simulation code
-    whose default was the old rule, which the caller asserts with ``--reuse``)."""
+REUSE_RULES = {"min-per-step": "MIN per step", "floor": "stage floor"}  # --reuse's names -> gap_min's
+
+
+def _reusable(res: dict, rule: str = "MIN per step") -> tuple[dict, dict]:
+    """Runs of a run's results that ``gap_min`` / ``gap_exchange`` would repeat: the variant of
+    ``rule`` (gap_min's name of the lookahead rule KunServe's default was when ``gap_bubble`` and
+    ``gap_residual`` ran: MIN per step before the stage floor became the default, the floor since)
+    and the full-link-speed variants, as run by ``gap_bubble``, ``gap_residual`` and the faithful
+    ablation on the same arrivals (valid only where those sections ran on this simulation code
+    under that default, which the caller asserts with ``--reuse RULE``; ``--check`` reruns one)."""
     from servelab.designs.kunserve.reproduce import gap_bubble, gap_exchange, gap_min, gap_residual
 
     def col(section, name):
         return [s["runs"][name] for s in res[section]["seeds"]]
 
     pp, t0, kun = gap_residual.PP, gap_residual.T0, gap_residual.KUN
-    have = {(gap_min.LONGBENCH_T0, gap_min.OLD): (col("gap_bubble", gap_bubble.QUEUE), "gap_bubble"),
+    have = {(gap_min.LONGBENCH_T0, rule): (col("gap_bubble", gap_bubble.QUEUE), "gap_bubble"),
             (gap_min.LONGBENCH_T0, gap_min.TOKENS): (col("gap_bubble", gap_bubble.TOKENS), "gap_bubble"),
-            (gap_min.FAITHFUL_T0, gap_min.OLD): (col("gap_residual", t0), "gap_residual"),
+            (gap_min.FAITHFUL_T0, rule): (col("gap_residual", t0), "gap_residual"),
             (gap_min.FAITHFUL_T0, gap_min.PP): (col("gap_residual", pp), "gap_residual"),
-            (gap_min.RESIDUAL, gap_min.OLD): (col("gap_residual", kun), "gap_residual"),
+            (gap_min.RESIDUAL, rule): (col("gap_residual", kun), "gap_residual"),
             (gap_min.RESIDUAL, gap_min.PP): (col("gap_residual", pp), "gap_residual")}
     ab = [{n: s["runs"][n] for n in gap_exchange.SYSTEMS} for s in res["ablation_memory_bound"]["seeds"]]
     return have, {1.0: (ab, "ablation_memory_bound")}
@@ -228,10 +233,11 @@ def _reusable(res: dict) -> tuple[dict, dict]:
 
 def gap_min_main(argv=None) -> int:
     """``gap_min`` (``--what min``, point by point, the results written after each) or
-    ``gap_exchange`` (``--what exchange``) alone at the rates of a run's results; with ``--reuse``
-    the runs they share with that run's ``gap_bubble`` / ``gap_residual`` / faithful ablation are
-    taken from it, and ``--check`` reruns one of them (LongBench from t=0, MIN per step, the first
-    seed) to show the numbers identical."""
+    ``gap_exchange`` (``--what exchange``) alone at the rates of a run's results; with ``--reuse
+    RULE`` (the lookahead rule KunServe's default was when that run's ``gap_bubble`` and
+    ``gap_residual`` ran: ``min-per-step`` or ``floor``) the runs they share with those sections
+    and the faithful ablation are taken from it, and ``--check`` reruns one of them (LongBench
+    from t=0, that rule, the first seed) to show the numbers identical."""
     import argparse
     import dataclasses
     import json
@@ -249,7 +255,9 @@ def gap_min_main(argv=None) -> int:
     ap.add_argument("--from-partial", type=Path, required=True, help="a partial file or a full run's kunserve.json")
     ap.add_argument("--what", choices=("min", "exchange"), required=True)
     ap.add_argument("--points", default=None, help="gap_min points separated by ';' (default: all, in order)")
-    ap.add_argument("--reuse", action="store_true", help="take the shared runs from the file (same simulation code)")
+    ap.add_argument("--reuse", choices=tuple(REUSE_RULES),
+                    help="take the shared runs from the file (same simulation code), whose gap_bubble / gap_residual "
+                         "ran under this default lookahead rule")
     ap.add_argument("--check", action="store_true", help="with --reuse: rerun one reused run and compare")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
@@ -269,18 +277,19 @@ def gap_min_main(argv=None) -> int:
         return 2
     rates = {"longbench": e2e["longbench-14B"]["rate"], "decode-heavy": e2e[FAITHFUL]["rate"]}
     hw, sizes = _clusters(FULL)[0], FULL
-    have_min, have_ex = _reusable(res) if a.reuse else ({}, {})
+    rule = REUSE_RULES[a.reuse] if a.reuse else None
+    have_min, have_ex = _reusable(res, rule) if a.reuse else ({}, {})
     label = "gap: lookahead's MIN rule" if a.what == "min" else "gap: coordinated exchange by link speed"
     key = "gap_min" if a.what == "min" else "gap_exchange"
     t0, value = cpu_time_s(), {}
     check = None
     if a.what == "min" and a.reuse and a.check:
         wl, systems = gap_min.POINTS[gap_min.LONGBENCH_T0]
-        r = _summary(ex.run_system(gap_min.OLD, st.workload(wl, rates[wl], sizes.duration_s, sizes.bursts,
-                                                             sizes.seeds[0]), hw, sizes, spec=systems[gap_min.OLD]))
-        old = have_min[(gap_min.LONGBENCH_T0, gap_min.OLD)][0][0]
+        r = _summary(ex.run_system(rule, st.workload(wl, rates[wl], sizes.duration_s, sizes.bursts,
+                                                      sizes.seeds[0]), hw, sizes, spec=systems[rule]))
+        old = have_min[(gap_min.LONGBENCH_T0, rule)][0][0]
         keys = ("ttft_s", "tpot_s", "bubble_share", "single_microbatch_share")
-        check = {"point": gap_min.LONGBENCH_T0, "system": gap_min.OLD, "seed": sizes.seeds[0],
+        check = {"point": gap_min.LONGBENCH_T0, "system": rule, "seed": sizes.seeds[0],
                  "identical": all(plain(r[k]) == old.get(k) for k in keys), "rerun": {k: r[k] for k in keys},
                  "reused": {k: old.get(k) for k in keys}}
     if a.what == "exchange":  # the slowest link first: the strongest test of D1
@@ -288,7 +297,8 @@ def gap_min_main(argv=None) -> int:
         value = gap_exchange.run(rates["decode-heavy"], hw, dataclasses.replace(sizes), factors=factors, have=have_ex)
         value["links"].sort(key=lambda lk: -lk["factor"])
     # the new rules' runs in parts, the floor first (on a loaded machine a cut-short run keeps them)
-    parts = [(p, {gap_min.FLOOR}) for p in points] + [(p, {gap_min.MIN8}) for p in points]
+    parts = [(p, {r}) for r in (gap_min.FLOOR, gap_min.OLD, gap_min.MIN8, gap_min.TOKENS, gap_min.PP) for p in points
+             if r in gap_min.POINTS[p][1] and (p, r) not in have_min]
     for p, only in parts if a.what == "min" else ():
         new = gap_min.run(rates, hw, sizes, have={k: v for k, v in have_min.items() if k[0] == p}, points=[p],
                           only=only)[p]
