@@ -52,3 +52,44 @@ def test_least_loaded_router_same_results_with_and_without_index():
         return [(r.request_id, r.instance_id, r.status, r.finish_time_s, tuple(r.token_times_s)) for r in res.requests]
 
     assert run(True) == run(False)
+
+
+class _Runtime:
+    """What the index reads of an instance without a decode run: its id and outstanding total."""
+
+    def __init__(self, instance_id: int) -> None:
+        self.instance_id = instance_id
+        self.num_outstanding_tokens = 0
+        self.load_watch = None
+
+
+class _Driver:
+    def __init__(self, instance_id: int) -> None:
+        self.runtime = _Runtime(instance_id)
+        self.run = None
+
+
+def test_int_keys_order_as_load_then_id_negative_loads_and_large_ids_included():
+    """A heap key packs (load, id) into one int; loads below zero and ids up to 2**32 - 1 keep
+    the (load, lowest id) order, against a scan after every change."""
+    import random
+
+    from servelab.cluster.load_index import LoadIndex
+
+    rng = random.Random(7)
+    ids = [0, 1, 5, 2**31, 2**32 - 1]
+    drivers = [_Driver(i) for i in ids]
+    index = LoadIndex(drivers)
+    for step in range(2_000):
+        d = rng.choice(drivers)
+        d.runtime.num_outstanding_tokens = rng.randint(-3, 3) * rng.choice([1, 2**40])
+        d.runtime.load_watch(d.runtime.instance_id)
+        want = min((x.runtime.num_outstanding_tokens, x.runtime.instance_id) for x in drivers)
+        assert index.least_loaded(float(step)) == want
+
+
+def test_instance_ids_outside_the_key_range_are_refused():
+    from servelab.cluster.load_index import LoadIndex
+
+    with pytest.raises(ValueError, match="instance ids"):
+        LoadIndex([_Driver(2**32)])
