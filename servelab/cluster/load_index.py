@@ -26,33 +26,16 @@ from typing import Sequence
 from servelab.core.driver import InstanceDriver
 
 
-_ID_BITS = 32  # a heap key is load << _ID_BITS | instance id: one int orders as (load, id) did
-_ID_MASK = (1 << _ID_BITS) - 1
-
-
 class LoadIndex:
-    """Least-loaded instance among ``drivers`` (the schedulable ones), queried at non-decreasing times.
+    """Least-loaded instance among ``drivers`` (the schedulable ones), queried at non-decreasing times."""
 
-    Heap entries are plain ints (``load << 32 | instance id``), not (load, id, stamp) tuples:
-    an arrival on many instances pops and pushes several entries on heaps of about 4 x the
-    instances, and an int comparison is one call where a tuple's is two or three. An entry is
-    current when it equals its instance's key in ``_keys`` (an equal duplicate is as good).
-    Timers are bare times too, with the instances due then in ``_due``; an instance's timer
-    is current while it is its ``_timer_at``. On many instances the heaps are cold: a tuple
-    entry costs two dependent reads per comparison (the tuple, then its first item), a bare
-    number one."""
-
-    __slots__ = ("_drivers", "_keys", "_heap", "_timers", "_due", "_timer_at", "_dirty", "_watch")
+    __slots__ = ("_drivers", "_stamps", "_heap", "_timers", "_dirty", "_watch")
 
     def __init__(self, drivers: Sequence[InstanceDriver]) -> None:
         self._drivers = {d.runtime.instance_id: d for d in drivers}
-        if any(not 0 <= iid <= _ID_MASK for iid in self._drivers):
-            raise ValueError(f"instance ids must be in [0, 2**{_ID_BITS}) for the load index")
-        self._keys: dict[int, int | None] = dict.fromkeys(self._drivers)  # the current key (None: never read)
-        self._heap: list[int] = []  # load << _ID_BITS | instance id
-        self._timers: list[float] = []  # the next step ends of runs, each time once
-        self._due: dict[float, list[int]] = {}  # a time in ``_timers`` -> the instances whose timer it is
-        self._timer_at: dict[int, float | None] = dict.fromkeys(self._drivers)
+        self._stamps = dict.fromkeys(self._drivers, 0)
+        self._heap: list[tuple[int, int, int]] = []  # (load, instance id, stamp)
+        self._timers: list[tuple[float, int, int]] = []  # (next step end of a run, instance id, stamp)
         self._dirty: set[int] = set(self._drivers)
         self._watch = self._dirty.add
         for d in drivers:
@@ -71,17 +54,17 @@ class LoadIndex:
         instance, that one; at 32 instances and equal load per instance, about four, as about
         three steps end between two arrivals and the last arrival's instance changed too);
         the re-read is inlined here, as it runs several times per arrival."""
-        dirty, timers, timer_at, due = self._dirty, self._timers, self._timer_at, self._due
-        while timers and timers[0] <= now_s:
-            t = heapq.heappop(timers)
-            for iid in due.pop(t):
-                if timer_at[iid] == t:
-                    timer_at[iid] = None
-                    dirty.add(iid)
+        dirty, timers, stamps = self._dirty, self._timers, self._stamps
+        while timers and timers[0][0] <= now_s:
+            _, iid, stamp = heapq.heappop(timers)
+            if stamp == stamps[iid]:
+                dirty.add(iid)
         if dirty:
-            drivers, keys, heap, push = self._drivers, self._keys, self._heap, heapq.heappush
+            drivers, heap, push = self._drivers, self._heap, heapq.heappush
             for iid in dirty:  # as ``InstanceDriver.outstanding_tokens_at``, keeping the next step end
                 d = drivers[iid]
+                stamp = stamps[iid] + 1
+                stamps[iid] = stamp
                 run = d.run
                 load = d.runtime.num_outstanding_tokens
                 if run is not None:
@@ -91,41 +74,21 @@ class LoadIndex:
                     done = min(bisect_right(ends, now_s), run.final_step)
                     load -= (done - run.num_applied) * d.applied.num_rows
                     if done < run.final_step:
-                        t = ends[done]
-                        if timer_at[iid] != t:
-                            timer_at[iid] = t
-                            waiting = due.get(t)
-                            if waiting is None:
-                                due[t] = [iid]
-                                push(timers, t)
-                            else:
-                                waiting.append(iid)
-                    else:
-                        timer_at[iid] = None
-                else:
-                    timer_at[iid] = None
-                key = load << _ID_BITS | iid
-                if keys[iid] != key:
-                    keys[iid] = key
-                    push(heap, key)
+                        push(timers, (ends[done], iid, stamp))
+                push(heap, (load, iid, stamp))
             dirty.clear()
-            if len(heap) > 4 * len(keys) + 64 or len(due) > 4 * len(keys) + 64:
+            if len(heap) > 4 * len(stamps) + 64:
                 self._compact()
-        heap, keys = self._heap, self._keys
+        heap = self._heap
         while True:
-            key = heap[0]
-            iid = key & _ID_MASK
-            if keys[iid] == key:
-                return key >> _ID_BITS, iid
+            load, iid, stamp = heap[0]
+            if stamp == stamps[iid]:
+                return load, iid
             heapq.heappop(heap)
 
     def _compact(self) -> None:
-        keys, timer_at = self._keys, self._timer_at
-        self._heap = sorted({k for k in self._heap if keys[k & _ID_MASK] == k})
-        due = {}
-        for t, iids in self._due.items():
-            current = [iid for iid in iids if timer_at[iid] == t]
-            if current:
-                due[t] = current
-        self._due = due
-        self._timers = sorted(due)
+        stamps = self._stamps
+        self._heap = [e for e in self._heap if e[2] == stamps[e[1]]]
+        heapq.heapify(self._heap)
+        self._timers = [e for e in self._timers if e[2] == stamps[e[1]]]
+        heapq.heapify(self._timers)
