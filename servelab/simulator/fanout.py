@@ -106,7 +106,8 @@ class Fanout:
 
         self._init_ray()
         if self.setup is None:
-            refs = [ray.remote(fn).remote(item) for item in items]
+            task = ray.remote(fn)
+            refs = [task.remote(item) for item in items]
         else:
             task = ray.remote(_set_up_and_run)
             refs = [task.remote(self.setup, fn, item) for item in items]
