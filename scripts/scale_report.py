@@ -36,6 +36,7 @@ OUT = ROOT / "docs" / "benchmarks" / "scale.md"
 TARGET_RATIO = 0.85
 TARGET_TOK_S = 1.5e6
 TARGET_RSS_GB = 4.0
+DEFAULT_INSTANCES = "1,32,256,1024"
 
 # The same point in another source tree (which may predate ``perf scale``): the workload,
 # cluster and fingerprint of servelab/simulator/scale_bench.py, written out.
@@ -117,6 +118,8 @@ def _command(args) -> str:
     cmd = (f"SERVELAB_MEMORY_LIMIT_GB={limit} " if limit else "") + "python scripts/scale_report.py"
     if args.quick:
         cmd += " --quick"
+    elif getattr(args, "instances", DEFAULT_INSTANCES) != DEFAULT_INSTANCES:  # the rows: say which ran
+        cmd += f" --instances {args.instances}"
     if args.small_runs != 3:
         cmd += f" --small-runs {args.small_runs}"
     if args.compare_with is not None:
@@ -260,7 +263,7 @@ def _one(n: int, requests: int, args, runs: dict, runs_before: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--instances", default="1,32,256,1024")
+    ap.add_argument("--instances", default=DEFAULT_INSTANCES)
     ap.add_argument("--requests", type=int, default=977)
     ap.add_argument("--one-repeats", type=int, default=16)
     ap.add_argument("--compare-with", type=Path, default=None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -53,3 +54,16 @@ def random_workload(n: int, seed: int, *, rate: float = 20.0, max_prompt: int = 
     outputs = rng.integers(1, max_output, n)
     return [RequestSpec(i, float(times[i]), int(prompts[i]), int(outputs[i]), predicted_output_tokens=int(outputs[i]),
                         priority=int(rng.integers(0, 3))) for i in range(n)]
+
+
+_SET_UP_PIDS: list[int] = []  # the processes in which ``fanout_setup`` ran
+
+
+def fanout_setup() -> None:
+    """A ``Fanout`` worker setup that leaves a mark in its process (module-level: workers import it)."""
+    _SET_UP_PIDS.append(os.getpid())
+
+
+def fanout_probe(item):
+    """(item, whether ``fanout_setup`` ran in this process before the item, how often it ran here)."""
+    return item, os.getpid() in _SET_UP_PIDS, _SET_UP_PIDS.count(os.getpid())

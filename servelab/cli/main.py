@@ -175,9 +175,12 @@ def _ray_address_option():
 
 
 def _fanout(jobs: int, backend: str, ray_address: Optional[str]):
+    from servelab.simulator import hugepage_arenas
     from servelab.simulator.fanout import Fanout
 
-    return Fanout(jobs, backend, ray_address)
+    # every process that simulates (this one with --jobs 1, else each worker) installs the
+    # huge-page arenas before it allocates, as ``simulate`` does
+    return Fanout(jobs, backend, ray_address, setup=hugepage_arenas.install)
 
 
 @app.command()

@@ -11,6 +11,10 @@ Backends: ``local`` (``jobs`` processes of ``concurrent.futures``; ``jobs=1`` ru
 process, no pickling) and ``ray`` (``ray.init()`` starts a local Ray unless an address is
 given, ``ray.init(address=...)`` joins a running cluster; every item is a Ray task). ``fn``
 must be a module-level function and items and results picklable.
+
+``setup`` (a module-level function, optional) runs once in every process that simulates,
+before its first item: the CLI passes ``hugepage_arenas.install`` so that sweep and capacity
+workers, like ``simulate``, put Python's object arenas on huge pages before they allocate.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ BACKENDS = ("local", "ray")
 
 
 class Fanout:
-    def __init__(self, jobs: int = 1, backend: str = "local", ray_address: str | None = None) -> None:
+    def __init__(self, jobs: int = 1, backend: str = "local", ray_address: str | None = None,
+                 setup: Callable[[], Any] | None = None) -> None:
         if backend not in BACKENDS:
             raise UserError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
@@ -33,6 +38,7 @@ class Fanout:
         self.jobs = jobs
         self.backend = backend
         self.ray_address = ray_address
+        self.setup = setup
 
     @property
     def parallel(self) -> int:
@@ -53,6 +59,8 @@ class Fanout:
         if self.backend == "ray":
             return self._map_ray(fn, items, on_result, keep)
         if self.jobs == 1 or len(items) <= 1:
+            if self.setup is not None:
+                self.setup()
             results = []
             for k, item in enumerate(items):
                 result = fn(item)
@@ -66,7 +74,7 @@ class Fanout:
         results: list[Any] = [None] * len(items)
         # spawn, not fork: a forked child would inherit this process's threads and locks mid-state
         with ProcessPoolExecutor(max_workers=min(self.jobs, len(items)),
-                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+                                 mp_context=multiprocessing.get_context("spawn"), initializer=self.setup) as pool:
             futures = {pool.submit(fn, item): k for k, item in enumerate(items)}
             for future in as_completed(futures):
                 k = futures[future]
@@ -97,8 +105,12 @@ class Fanout:
         import ray
 
         self._init_ray()
-        task = ray.remote(fn)
-        refs = [task.remote(item) for item in items]
+        if self.setup is None:
+            task = ray.remote(fn)
+            refs = [task.remote(item) for item in items]
+        else:
+            task = ray.remote(_set_up_and_run)
+            refs = [task.remote(self.setup, fn, item) for item in items]
         index = {ref: k for k, ref in enumerate(refs)}
         results: list[Any] = [None] * len(items)
         pending = list(refs)
@@ -111,3 +123,10 @@ class Fanout:
                     on_result(k, result)
                 results[k] = result if keep is None else keep(result)
         return results
+
+
+def _set_up_and_run(setup: Callable[[], Any], fn: Callable[[Any], Any], item: Any) -> Any:
+    """A Ray task's body when there is a ``setup``: a worker process runs many tasks, and a
+    setup such as ``hugepage_arenas.install`` acts once per process (later calls return)."""
+    setup()
+    return fn(item)

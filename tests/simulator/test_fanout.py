@@ -11,7 +11,7 @@ from servelab.core.errors import UserError
 from servelab.core.request import SLO
 from servelab.metrics.capacity import capacity_search, capacity_search_ahead
 from servelab.simulator.fanout import Fanout
-from simkit import random_workload
+from simkit import fanout_probe, fanout_setup, random_workload
 
 SLO_ = SLO(ttft_s=0.5, tpot_s=0.05)
 
@@ -87,3 +87,25 @@ def test_plateau_stop_kept_when_probing_ahead():
 def test_bad_fanout_is_one_line(kwargs, words):
     with pytest.raises(UserError, match=words):
         Fanout(**kwargs)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_setup_runs_once_in_each_simulating_process_before_its_items(jobs):
+    out = Fanout(jobs=jobs, setup=fanout_setup).map(fanout_probe, [1, 2, 3, 4])
+    assert [item for item, _, _ in out] == [1, 2, 3, 4]
+    assert all(ran for _, ran, _ in out)
+    if jobs > 1:  # a worker runs several items and its setup once (a fresh spawned process)
+        assert {count for _, _, count in out} == {1}
+
+
+def test_no_setup_runs_none():
+    out = Fanout(jobs=2).map(fanout_probe, [1, 2])
+    assert out == [(1, False, 0), (2, False, 0)]
+
+
+def test_cli_fanout_installs_the_hugepage_arenas_in_its_workers():
+    from servelab.cli.main import _fanout
+    from servelab.simulator import hugepage_arenas
+
+    for jobs, backend in ((1, "local"), (4, "local"), (2, "ray")):
+        assert _fanout(jobs, backend, None).setup is hugepage_arenas.install

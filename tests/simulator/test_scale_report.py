@@ -39,3 +39,14 @@ def test_write_judges_targets_by_the_median_and_names_every_run(report, tmp_path
            "(target >= 0.85): **met by the median, in 2 of 3 runs**." in text
     assert "- 256 instances at 0.60 of one instance's tokens per CPU-s (target >= 0.85): **not met**." in text
     assert "every reference run gave the one-instance row's results: yes" in text
+
+
+def test_the_command_line_names_the_points_when_not_the_default(report, tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "OUT", tmp_path / "scale.md")
+    args = SimpleNamespace(quick=False, small_runs=3, compare_with=None, compare_rev="?", one_repeats=16,
+                           instances="1,32")
+    report.write([_row(1), _row(32, [0.9])], {}, args)
+    assert "Written by `python scripts/scale_report.py --instances 1,32`" in (tmp_path / "scale.md").read_text()
+    args.instances = report.DEFAULT_INSTANCES
+    report.write([_row(1), _row(32, [0.9])], {}, args)
+    assert "Written by `python scripts/scale_report.py`;" in (tmp_path / "scale.md").read_text()
