@@ -227,7 +227,7 @@ def main() -> int:
              "`decode GEMM (C)`: `engine/decode_gemm.c`, the weight packed once into 16-column panels, 6 x 16 "
              "register tiles, the panel's next lines asked for ahead; the engine multiplies with it up to "
              f"{model_mod.PACKED_MAX_ROWS} rows where it runs (float32, AVX2, one torch thread: "
-             f"{'here' if decode_gemm.kernel() is not None else 'not here: ' + str(decode_gemm.why_not)}), with "
+             f"{'here' if decode_gemm.kernel() is not None else 'not here: ' + str(decode_gemm.LIBRARY.why_not)}), with "
              "oneDNN's packed weights where it does not, and with F.linear above that.", "",
              "| dtype | rows | weight | F.linear | oneDNN packed | decode GEMM (C) | best / F.linear |",
              "|---|---:|---|---:|---:|---:|---:|"]

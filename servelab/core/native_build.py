@@ -10,12 +10,14 @@ rather than load a half-written one.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from servelab.core.user_cache import cache_dir
 
@@ -38,3 +40,42 @@ def build_shared_library(source: Path, flags: tuple[str, ...], libs: tuple[str, 
             raise OSError(f"{compiler} failed: {proc.stderr.strip()[:300]}")
         os.replace(built, target)
     return target
+
+
+class NativeLibrary:
+    """One C source built and loaded once per process, or the reason it is not (``why_not``).
+
+    The engine's C kernels each need the same steps before their first call: an environment
+    switch that turns them off (``switch=0``), a check of the machine (``unsupported``: a reason,
+    or None when it can run), the cached build, and ctypes signatures (``bind``). ``load()``
+    does them once and remembers the library or the reason; ``reset()`` forgets both (tests)."""
+
+    def __init__(self, source: Path, flags: tuple[str, ...], libs: tuple[str, ...] = (), *, switch: str,
+                 unsupported: Callable[[], str | None], bind: Callable[[ctypes.CDLL], None]):
+        self.source, self.flags, self.libs, self.switch = source, flags, libs, switch
+        self._unsupported, self._bind = unsupported, bind
+        self.reset()
+
+    def reset(self) -> None:
+        self._lib: ctypes.CDLL | None = None
+        self._tried = False
+        self.why_not: str | None = None
+
+    def load(self) -> ctypes.CDLL | None:
+        if self._tried:
+            return self._lib
+        self._tried = True
+        if os.environ.get(self.switch, "1") == "0":
+            self.why_not = f"{self.switch}=0"
+            return None
+        self.why_not = self._unsupported()
+        if self.why_not is not None:
+            return None
+        try:
+            lib = ctypes.CDLL(str(build_shared_library(self.source, self.flags, self.libs)))
+        except OSError as e:
+            self.why_not = str(e)
+            return None
+        self._bind(lib)
+        self._lib = lib
+        return lib

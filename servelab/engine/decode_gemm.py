@@ -11,51 +11,44 @@ weights.
 Used only where it can run: float32, the weight's rows a multiple of 16, a CPU whose best torch
 path is AVX2 (on AVX512 oneDNN has twice the vector width), one torch thread (it runs on one;
 with more, MKL's threads run ``F.linear``), a C compiler (``paged_decode``'s cached build), and
-``SERVELAB_DECODE_GEMM`` not ``0``. ``kernel()`` is None elsewhere and ``why_not`` says why.
+``SERVELAB_DECODE_GEMM`` not ``0``. ``kernel()`` is None elsewhere and ``LIBRARY.why_not`` says why.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 from pathlib import Path
 
 import torch
 
-from servelab.core.native_build import build_shared_library
+from servelab.core.native_build import NativeLibrary
 
 SOURCE = Path(__file__).with_name("decode_gemm.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fPIC", "-shared")
 PANEL = 16  # output columns per packed panel (the C kernel's register tile width)
 
-_kernel: ctypes._CFuncPtr | None = None
-_tried = False
-why_not: str | None = None
+
+
+def _needs_avx2_only() -> str | None:
+    capability = torch.backends.cpu.get_cpu_capability()
+    return None if capability == "AVX2" else \
+        f"CPU capability {capability} (the kernel is AVX2 + FMA; oneDNN serves wider vectors)"
+
+
+def _bind(lib: ctypes.CDLL) -> None:
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    lib.decode_linear_f32.argtypes = [ptr, i64, i64, ptr, i64, ptr, ptr]
+    lib.decode_linear_f32.restype = None
+
+
+LIBRARY = NativeLibrary(SOURCE, FLAGS, switch="SERVELAB_DECODE_GEMM", unsupported=_needs_avx2_only, bind=_bind)
 
 
 def kernel() -> ctypes._CFuncPtr | None:
-    """The C function, built and loaded once per process; None where it cannot run (``why_not``)."""
-    global _kernel, _tried, why_not
-    if _tried:
-        return _kernel
-    _tried = True
-    if os.environ.get("SERVELAB_DECODE_GEMM", "1") == "0":
-        why_not = "SERVELAB_DECODE_GEMM=0"
-        return None
-    capability = torch.backends.cpu.get_cpu_capability()
-    if capability != "AVX2":
-        why_not = f"CPU capability {capability} (the kernel is AVX2 + FMA; oneDNN serves wider vectors)"
-        return None
-    try:
-        fn = ctypes.CDLL(str(build_shared_library(SOURCE, FLAGS))).decode_linear_f32
-    except OSError as e:
-        why_not = str(e)
-        return None
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    fn.argtypes = [ptr, i64, i64, ptr, i64, ptr, ptr]
-    fn.restype = None
-    _kernel = fn
-    return fn
+    """The C function, built and loaded once per process; None where it cannot run
+    (``LIBRARY.why_not`` says why)."""
+    lib = LIBRARY.load()
+    return None if lib is None else lib.decode_linear_f32
 
 
 def can_pack(weight: torch.Tensor) -> bool:
@@ -75,7 +68,7 @@ def linear(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None) -> 
     shapes, dtypes and devices (``model.Linear``); this passes raw pointers to C."""
     fn = kernel()
     if fn is None:
-        raise RuntimeError(f"the decode GEMM kernel is not available: {why_not}")
+        raise RuntimeError(f"the decode GEMM kernel is not available: {LIBRARY.why_not}")
     x = x.contiguous()
     m, k = x.shape
     n = panels.shape[0] * PANEL

@@ -10,44 +10,35 @@ compiler, and ``SERVELAB_LAYER_OPS`` not ``0``; elsewhere the model's torch code
 from __future__ import annotations
 
 import ctypes
-import os
 from pathlib import Path
 
 import torch
 
-from servelab.core.native_build import build_shared_library
+from servelab.core.native_build import NativeLibrary
 
 SOURCE = Path(__file__).with_name("layer_ops.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fPIC", "-shared")
 
-_lib: ctypes.CDLL | None = None
-_tried = False
-why_not: str | None = None
 
 
-def library() -> ctypes.CDLL | None:
-    """The built library, loaded once per process; None where it cannot run (``why_not``)."""
-    global _lib, _tried, why_not
-    if _tried:
-        return _lib
-    _tried = True
-    if os.environ.get("SERVELAB_LAYER_OPS", "1") == "0":
-        why_not = "SERVELAB_LAYER_OPS=0"
-        return None
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
-        why_not = f"CPU capability {torch.backends.cpu.get_cpu_capability()} (needs AVX2 and FMA)"
-        return None
-    try:
-        lib = ctypes.CDLL(str(build_shared_library(SOURCE, FLAGS, ("-lm",))))
-    except OSError as e:
-        why_not = str(e)
-        return None
+def _needs_avx2() -> str | None:
+    capability = torch.backends.cpu.get_cpu_capability()
+    return None if capability in ("AVX2", "AVX512") else f"CPU capability {capability} (needs AVX2 and FMA)"
+
+
+def _bind(lib: ctypes.CDLL) -> None:
     i64, ptr, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
     lib.rms_norm_f32.argtypes = [ptr, i64, i64, i64, ptr, f32, ptr]
     lib.rope_f32.argtypes = [ptr, i64, i64, i64, i64, ptr, ptr]
     lib.rms_norm_f32.restype = lib.rope_f32.restype = None
-    _lib = lib
-    return lib
+
+
+LIBRARY = NativeLibrary(SOURCE, FLAGS, ("-lm",), switch="SERVELAB_LAYER_OPS", unsupported=_needs_avx2, bind=_bind)
+
+
+def library() -> ctypes.CDLL | None:
+    """The built library, loaded once per process; None where it cannot run (``LIBRARY.why_not``)."""
+    return LIBRARY.load()
 
 
 def applies(x: torch.Tensor) -> bool:

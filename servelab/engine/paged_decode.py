@@ -16,12 +16,11 @@ benchmarks; with more, the torch path's kernels use them all).
 from __future__ import annotations
 
 import ctypes
-import os
 from pathlib import Path
 
 import torch
 
-from servelab.core.native_build import build_shared_library
+from servelab.core.native_build import NativeLibrary
 
 SOURCE = Path(__file__).with_name("paged_decode.c")
 # AVX2 + FMA, not -march=native: on this AMD Zen 3 native code was no faster (one layer, K/V in
@@ -29,37 +28,28 @@ SOURCE = Path(__file__).with_name("paged_decode.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fPIC", "-shared")
 PROFILER_LABEL = "servelab::paged_decode"
 
-_kernel: ctypes._CFuncPtr | None = None
-_tried = False
-why_not: str | None = None  # why ``kernel()`` is None, once tried
 
 
-def _build() -> Path:
-    return build_shared_library(SOURCE, FLAGS, ("-lm",))
+def _needs_avx2() -> str | None:
+    capability = torch.backends.cpu.get_cpu_capability()
+    return None if capability in ("AVX2", "AVX512") else f"CPU capability {capability} (needs AVX2 and FMA)"
+
+
+def _bind(lib: ctypes.CDLL) -> None:
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    lib.paged_decode_f32.argtypes = [ptr, i64, i64, i64, i64, ptr, i64, i64, ptr, i64, ptr, ctypes.c_float, ptr]
+    lib.paged_decode_f32.restype = None
+
+
+LIBRARY = NativeLibrary(SOURCE, FLAGS, ("-lm",), switch="SERVELAB_INPLACE_DECODE", unsupported=_needs_avx2,
+                        bind=_bind)
 
 
 def kernel() -> ctypes._CFuncPtr | None:
-    """The C function, built and loaded once per process; None where it cannot run (``why_not``)."""
-    global _kernel, _tried, why_not
-    if _tried:
-        return _kernel
-    _tried = True
-    if os.environ.get("SERVELAB_INPLACE_DECODE", "1") == "0":
-        why_not = "SERVELAB_INPLACE_DECODE=0"
-        return None
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
-        why_not = f"CPU capability {torch.backends.cpu.get_cpu_capability()} (needs AVX2 and FMA)"
-        return None
-    try:
-        fn = ctypes.CDLL(str(_build())).paged_decode_f32
-    except OSError as e:
-        why_not = str(e)
-        return None
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    fn.argtypes = [ptr, i64, i64, i64, i64, ptr, i64, i64, ptr, i64, ptr, ctypes.c_float, ptr]
-    fn.restype = None
-    _kernel = fn
-    return fn
+    """The C function, built and loaded once per process; None where it cannot run
+    (``LIBRARY.why_not`` says why)."""
+    lib = LIBRARY.load()
+    return None if lib is None else lib.paged_decode_f32
 
 
 def decode(kv_layer: torch.Tensor, q: torch.Tensor, tables: torch.Tensor, lens: torch.Tensor,
@@ -69,7 +59,7 @@ def decode(kv_layer: torch.Tensor, q: torch.Tensor, tables: torch.Tensor, lens: 
     width] int64 block ids (any id past a row's last block); lens: [B] int64 >= 1. Returns [B, Hq, D]."""
     fn = kernel()
     if fn is None:
-        raise RuntimeError(f"the in-place decode kernel is not available: {why_not}")
+        raise RuntimeError(f"the in-place decode kernel is not available: {LIBRARY.why_not}")
     _, num_blocks, block_size, kv_heads, head_dim = kv_layer.shape
     rows, heads, _ = q.shape
     if not kv_layer.is_contiguous() or kv_layer.dtype != torch.float32 or head_dim % 32:

@@ -14,11 +14,12 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from servelab.core.native_build import NativeLibrary
 from servelab.engine import decode_gemm, model as model_mod
 from servelab.engine.model import Linear
 
 needs_kernel = pytest.mark.skipif(decode_gemm.kernel() is None,
-                                  reason=f"decode GEMM kernel not built here: {decode_gemm.why_not}")
+                                  reason=f"decode GEMM kernel not built here: {decode_gemm.LIBRARY.why_not}")
 
 
 def _reference(x, w, b):
@@ -97,11 +98,11 @@ def test_weights_the_panels_cannot_hold_keep_the_other_paths():
 
 
 def test_disabled_by_environment_says_why(monkeypatch):
-    monkeypatch.setattr(decode_gemm, "_tried", False)
-    monkeypatch.setattr(decode_gemm, "_kernel", None)
-    monkeypatch.setattr(decode_gemm, "why_not", None)
+    monkeypatch.setattr(decode_gemm, "LIBRARY", NativeLibrary(
+        decode_gemm.SOURCE, decode_gemm.FLAGS, switch="SERVELAB_DECODE_GEMM", unsupported=lambda: None,
+        bind=lambda lib: None))  # a fresh loader: the module's own has loaded already
     monkeypatch.setenv("SERVELAB_DECODE_GEMM", "0")
-    assert decode_gemm.kernel() is None and decode_gemm.why_not == "SERVELAB_DECODE_GEMM=0"
+    assert decode_gemm.kernel() is None and decode_gemm.LIBRARY.why_not == "SERVELAB_DECODE_GEMM=0"
     assert not decode_gemm.can_pack(torch.zeros(16, 8))
     with pytest.raises(RuntimeError, match="SERVELAB_DECODE_GEMM=0"):
         decode_gemm.linear(torch.zeros(1, 8), torch.zeros(1, 8, 16), None)

@@ -15,7 +15,7 @@ from servelab.engine import layer_ops
 from servelab.engine.model import RMSNorm, apply_rope
 
 needs_library = pytest.mark.skipif(layer_ops.library() is None,
-                                   reason=f"layer ops library not built here: {layer_ops.why_not}")
+                                   reason=f"layer ops library not built here: {layer_ops.LIBRARY.why_not}")
 
 
 @needs_library

@@ -15,7 +15,7 @@ from servelab.engine import attention, paged_decode
 from servelab.engine.runner import SeqChunk, build_ragged
 
 needs_kernel = pytest.mark.skipif(paged_decode.kernel() is None,
-                                  reason=f"in-place decode kernel not built here: {paged_decode.why_not}")
+                                  reason=f"in-place decode kernel not built here: {paged_decode.LIBRARY.why_not}")
 
 
 def _reference(kv, q, tables, lens, scale):
