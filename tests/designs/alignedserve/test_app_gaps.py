@@ -90,16 +90,17 @@ def test_fig11_verdicts_follow_the_numbers():
         return (report_audit._counts(lines, ": pause ", after="Verdicts:"),
                 report_audit._counts(lines, "the wait for decode memory ", after="Verdicts:"))
     assert verdicts(0.01, 0.64) == ("refuted 1/1", "holds 1/1")
-    assert verdicts(0.8, 0.12) == ("holds 1/1", "refuted 1/1")
+    assert verdicts(0.8, 0.15) == ("holds 1/1", "refuted 1/1")
+    assert verdicts(0.8, 0.02)[1] == "anchor missing"  # no hand-offs over 10 ms: nothing to explain
     assert rep.fig11_distserve_lines({}) == []
 
 
-def _fig15_rows(waits: tuple[float, float, float]) -> list[dict]:
+def _fig15_rows(waits: tuple[float, float, float], used: float | None = None) -> list[dict]:
     rows = []
     for s, jitter in zip((3, 4, 5), (1.0, 1.05, 0.95)):
         for th, wait in zip((0.4, 0.65, 0.9), waits):
             rows.append({"seed": s, "threshold": th, "second_token_mean_s": wait * jitter, "decode_tok_s": 2500.0,
-                         "rows": 8.0, "busy": 0.8, "gpu_used_p50": th, "num_requests": 1200, "load": 0.9})
+                         "rows": 8.0, "busy": 0.8, "gpu_used_p50": th if used is None else used, "num_requests": 1200, "load": 0.9})
     return rows
 
 
@@ -111,6 +112,9 @@ def test_fig15_threshold_verdict_follows_the_waits():
     assert verdict((8.0, 5.0, 2.0)) == "holds"
     assert verdict((8.0, 8.0, 2.0)) == "holds in part"
     assert verdict((8.0, 8.0, 8.0)) == "refuted"
+    starved = fig15({"open_fig15_threshold": _fig15_rows((8.0, 5.0, 2.0), used=0.07)})
+    assert report_audit._said(starved, "Verdict:", upto=". ") == "holds in part"
+    assert "the premise is refuted" in " ".join(starved)
     text = " ".join(fig15({"open_fig15_threshold": _fig15_rows((8.0, 5.0, 2.0))}))
     assert "at or below the paper's 2.54 s" in text
     assert fig15({}) == []
