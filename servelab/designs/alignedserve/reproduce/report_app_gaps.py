@@ -146,7 +146,7 @@ def fig11_distserve_lines(res: dict) -> list[str]:
         joins = [r["joins_share"] for r in rows if r["label"] == "DistServe, pauses for joining KV"]
         tail = (f" Under the paper's own reading (iteration gaps) our DistServe's iterations are not held by KV copies: "
                 f"{min(joins):.1%}-{max(joins):.1%} of its paused iterations have KV joining them, and the serial pull "
-                "exceeds 10 ms before under 10% of any system's iterations; the paper's 80% needs more time per iteration than these copies take on "
+                "exceeds 10 ms in under 10% of any system's iterations; the paper's 80% needs more time per iteration than these copies take on "
                 "NVLink (a slower copy path, or scheduling work between iterations that the cost model does not "
                 "time): that residual is named here, not tested.")
     return out + ["", "Verdicts: " + ". ".join(verdicts) + "." + tail, ""]
