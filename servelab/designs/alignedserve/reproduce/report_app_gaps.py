@@ -45,7 +45,8 @@ def fig8_app_lines(res: dict) -> list[str]:
            "Fig. 7: against vLLM and FastGen the P/D split's own cost, against DistServe (same split) the paper's join "
            "rule's rows. Predictions (fixed before this run): (a) the join rule's rows: the greedy join (rows as "
            "DistServe's) over DistServe is not wholly below 0.95; refuted where its interval lies below 0.95. (b) the "
-           f"split's cost: DistServe stays below vLLM at its best split ({split} of 8 GPUs prefill; refuted where that "
+           f"split's cost: DistServe stays below vLLM at Fig. 7's best split ({split} of 8 GPUs prefill, the split-cost "
+           "test's; refuted where that "
            "interval is not below 1), and AlignedServe over vLLM there is (AlignedServe / DistServe at 4) x (DistServe / "
            f"vLLM at {split}); refuted where measured - predicted excludes 0, inconclusive where wider than +-0.1. "
            "**Simulated**, OPT-6.7B, 8 x H100, split-kv, "
@@ -77,7 +78,7 @@ def fig8_app_lines(res: dict) -> list[str]:
         dv = t_interval(d_vk)
         diff = t_interval([m - p for m, p in zip(a_vk, pred)])
         if not is_below(dv, 1.0):
-            vb = "refuted: DistServe is not below vLLM at its best split"
+            vb = f"refuted: DistServe is not below vLLM at {split} prefill GPUs"
         elif is_below(diff, 0.0) or is_above(diff, 0.0):
             vb = f"refuted: measured - predicted {diff.format('{:+.2f}')}"
         elif diff.high - diff.low > 0.2:
