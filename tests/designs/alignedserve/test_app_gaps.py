@@ -128,7 +128,7 @@ def test_steps_run_at_tiny_sizes(monkeypatch):
     monkeypatch.setattr(app_gaps, "FIG15_SEEDS", (3,))
     tiny = replace(ex.Sizes(), num_gpus=4, app_requests=10)
     rows = app_gaps.fig8_apps(tiny, 0)
-    assert len(rows) == len(app_gaps.APPS) * len(app_gaps.FIG8_SYSTEMS)
+    assert len(rows) == len(app_gaps.APPS) * len(app_gaps.fig8_systems(tiny.num_gpus))
     assert all(r["num_finished"] == r["num_requests"] for r in rows)
     ds = app_gaps.fig11_distserve(tiny, 0)
     assert {r["label"] for r in ds} == {lab for lab, *_ in app_gaps.FIG11_SYSTEMS}

@@ -48,15 +48,21 @@ APPS = {  # workload -> how each seed's requests are drawn (all at time 0)
     "Mooncake conv": "burst:n={n},lengths=mooncake",
 }
 BEST_SPLIT = 2  # prefill GPUs of 8: DistServe's and AlignedServe's best in the split-cost test
-FIG8_SYSTEMS = (  # label, spec, prefill GPUs (None: one mixed instance per GPU)
-    ("vLLM", st.SYSTEMS["vLLM"], None),
-    ("FastGen (sarathi)", st.SYSTEMS["FastGen (sarathi)"], None),
-    ("DistServe", "distserve", 4),
-    ("AlignedServe", "alignedserve", 4),
-    ("AlignedServe, greedy join", "alignedserve:join=greedy", 4),
-    ("DistServe", f"distserve:num_prefill={BEST_SPLIT}", BEST_SPLIT),
-    ("AlignedServe", f"alignedserve:num_prefill={BEST_SPLIT}", BEST_SPLIT),
-)
+
+
+def fig8_systems(num_gpus: int) -> list[tuple]:
+    """label, spec, prefill GPUs (None: one mixed instance per GPU): the paper's half split (the
+    presets' default) and Fig. 7's best split scaled to ``num_gpus`` (left out where it is the half)."""
+    half, best = (num_gpus + 1) // 2, max(1, BEST_SPLIT * num_gpus // 8)
+    systems = [("vLLM", st.SYSTEMS["vLLM"], None), ("FastGen (sarathi)", st.SYSTEMS["FastGen (sarathi)"], None),
+               ("DistServe", "distserve", half), ("AlignedServe", "alignedserve", half),
+               ("AlignedServe, greedy join", "alignedserve:join=greedy", half)]
+    if best != half:
+        systems += [("DistServe", f"distserve:num_prefill={best}", best),
+                    ("AlignedServe", f"alignedserve:num_prefill={best}", best)]
+    return systems
+
+
 FIG11_WORKLOADS = ("ShareGPT-like", "LongBench-like (arXiv)")
 FIG11_SYSTEMS = (  # label, spec, decode policy (None: the preset's)
     ("DistServe", "distserve", None),
@@ -83,12 +89,12 @@ def _keep8(r: dict) -> dict:
 
 
 def fig8_apps(sizes, seed: int, model: str = "OPT-6.7B") -> list[dict]:
-    """Every system and variant of ``FIG8_SYSTEMS`` on each application workload, ``FIG8_SEEDS`` seeds."""
+    """Every system and variant of ``fig8_systems`` on each application workload, ``FIG8_SEEDS`` seeds."""
     keys, tasks = [], []
     for workload in APPS:
         for s in range(seed, seed + FIG8_SEEDS):
             specs = app_specs(workload, sizes.app_requests, s)
-            for label, spec, k in FIG8_SYSTEMS:
+            for label, spec, k in fig8_systems(sizes.num_gpus):
                 keys.append({"workload": workload, "seed": s, "label": label, "num_prefill": k})
                 tasks.append({"specs": specs, "system_spec": spec, "model": model, "num_gpus": sizes.num_gpus})
     return [{**k, **row} for k, row in zip(keys, st.run_many(tasks, keep=_keep8))]
