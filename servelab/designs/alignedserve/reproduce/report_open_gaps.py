@@ -14,6 +14,8 @@ import numpy as np
 from servelab.designs.alignedserve.reproduce import setting as st
 from servelab.designs.alignedserve.reproduce.gap_rows import (interval_text, is_above, is_below, row_matching,
                                                               rows_matching, seeds_of)
+from servelab.designs.alignedserve.reproduce.report_app_gaps import (fig8_app_lines, fig11_distserve_lines,
+                                                                    fig15_threshold_lines)
 from servelab.designs.alignedserve.reproduce.report_prefetch_gaps import fig14_link_lines, rows_without_prefetch_lines
 from servelab.designs.alignedserve.reproduce.report_fig13_rows import fig13_mixing_lines
 from servelab.designs.alignedserve.reproduce.report_fig15_wait import fig15_join_lines
@@ -23,7 +25,8 @@ from servelab.reproduce.stats import t_interval
 
 def open_gap_lines(res: dict) -> list[str]:
     out = []
-    for fn in (_split, vllm_gap_lines, _fig13, fig13_mixing_lines, _fig11, _fig15, fig15_join_lines, fig14_link_lines, rows_without_prefetch_lines):
+    for fn in (_split, fig8_app_lines, vllm_gap_lines, _fig13, fig13_mixing_lines, _fig11, fig11_distserve_lines, _fig15,
+               fig15_join_lines, fig15_threshold_lines, fig14_link_lines, rows_without_prefetch_lines):
         out += fn(res)
     if not out:
         return []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from servelab.costmodel.attention import KERNELS
 from servelab.designs.alignedserve.reproduce import experiments as ex
-from servelab.designs.alignedserve.reproduce import (fig13_rows, fig14_gap, fig15_wait, gaps, kernels, motivation, open_gaps,
+from servelab.designs.alignedserve.reproduce import (app_gaps, fig13_rows, fig14_gap, fig15_wait, gaps, kernels, motivation, open_gaps,
                                                    regimes, seeds, vllm_gap)
 from servelab.reproduce.runner import Reproduction, Run, Step
 
@@ -69,6 +69,9 @@ OPEN_GAP_STEPS = (
     ("gap tested: the gap to vLLM by GPU time", vllm_gap.vllm_gap, "open_vllm"),
     ("gap tested: Fig. 15 LongBench wait x join rule", fig15_wait.fig15_join, "open_fig15_join"),
     ("gap tested: Fig. 13 long rows x batch mixing", fig13_rows.fig13_mixing, "open_fig13_mix"),
+    ("gap tested: Fig. 8 application workloads", app_gaps.fig8_apps, "open_fig8"),
+    ("gap tested: Fig. 11 DistServe iteration pauses", app_gaps.fig11_distserve, "open_fig11_ds"),
+    ("gap tested: Fig. 15 LongBench block threshold", app_gaps.fig15_threshold, "open_fig15_threshold"),
 )
 
 

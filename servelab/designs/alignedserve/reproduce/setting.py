@@ -46,11 +46,16 @@ class Setting:
 
 
 def cluster(system_spec: str, model: str, num_gpus: int, *, max_decode_seqs: int | None = None,
-            host_link_scale: float = 1.0) -> ClusterConfig:
+            host_link_scale: float = 1.0, decode_policy: tuple[str, dict] | None = None) -> ClusterConfig:
     """``max_decode_seqs`` caps a decode instance's running rows (the batch-switch gap test);
     ``host_link_scale`` scales the GPU-host (PCIe) link's bandwidth, the host pool's link (the
-    Fig. 14 link-speed gap test)."""
+    Fig. 14 link-speed gap test); ``decode_policy`` (name, params) replaces the decode
+    instances' policy (the Fig. 11 DistServe gap test: DistServe's decode loop pausing for
+    joining KV)."""
     c = cluster_for(system_spec, num_instances=num_gpus, gpu=GPU, model=model)
+    if decode_policy is not None:
+        c = replace(c, groups=tuple(replace(g, policy=decode_policy[0], policy_params=dict(decode_policy[1]))
+                                    if g.role == "decode" else g for g in c.groups))
     if host_link_scale != 1.0:
         from servelab.cluster.links import fitted_link_figures
         from servelab.costmodel.links import LinkSpec
@@ -114,6 +119,7 @@ APPLICATIONS = ("ShareGPT-like", "LongBench-like (arXiv)", "Azure code", "Azure 
 
 def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *, cost_model=None,
         max_decode_seqs: int | None = None, host_link_scale: float = 1.0,
+        decode_policy: tuple[str, dict] | None = None,
         probe: Callable[[Simulation, object], dict] | None = None) -> dict:
     """One simulation -> decoding throughput, TPOT (from the second token, ``latency.split``), TTFT,
     the first-to-second-token wait, decode-iteration times, router stats; ``probe(sim, result)``
@@ -124,7 +130,8 @@ def run(specs: list[RequestSpec], system_spec: str, model: str, num_gpus: int, *
     # (a fast-forwarded run's row would blur decode iterations with recomputed prefills)
     pd = system_spec.startswith(("distserve", "alignedserve"))
     sim = Simulation(specs, cluster(system_spec, model, num_gpus, max_decode_seqs=max_decode_seqs,
-                                    host_link_scale=host_link_scale), cost_model=cost_model, fast_forward=not pd)
+                                    host_link_scale=host_link_scale, decode_policy=decode_policy),
+                     cost_model=cost_model, fast_forward=not pd)
     res = sim.run()
     done = [r for r in res.requests if r.status.value == "finished"]
     ttft = [r.token_times_s[0] - r.arrival_time_s for r in done if r.token_times_s]
