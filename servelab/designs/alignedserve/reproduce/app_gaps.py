@@ -38,6 +38,7 @@ from dataclasses import replace
 import numpy as np
 
 from servelab.designs.alignedserve.reproduce import setting as st
+from servelab.designs.alignedserve.reproduce.fig15_wait import at_offline_load
 
 SEEDS = 3  # Fig. 11
 FIG8_SEEDS = 5  # Fig. 8: AlignedServe's run-to-run spread over DistServe is wide (3 seeds: t = 4.3)
@@ -180,13 +181,8 @@ def fig15_threshold(sizes, seed: int, model: str = "OPT-6.7B") -> list[dict]:
     """The join-rule test's arXiv requests at ``FIG15_LOAD`` x DistServe's offline rate on them,
     on ``FIG15_SEEDS``, without the starvation bound, at each block threshold of ``THRESHOLDS``."""
     base = {s: st.application("LongBench-like (arXiv)", sizes.app_requests, s) for s in FIG15_SEEDS}
-    caps = st.run_many([{"specs": w, "system_spec": "distserve", "model": model, "num_gpus": sizes.num_gpus}
-                        for w in base.values()], keep=_keep15)
     keys, tasks = [], []
-    for (s, specs), cap in zip(base.items(), caps):
-        rate = FIG15_LOAD * cap["num_finished"] / cap["makespan_s"]
-        gaps = np.random.default_rng(s).exponential(1.0 / rate, len(specs))
-        timed = [replace(r, arrival_time_s=float(t)) for r, t in zip(specs, np.cumsum(gaps))]
+    for s, (rate, timed) in at_offline_load(base, FIG15_LOAD, model, sizes.num_gpus, _keep15).items():
         for th in THRESHOLDS:
             keys.append({"seed": s, "threshold": th, "rate": rate, "load": FIG15_LOAD})
             tasks.append({"specs": timed, "system_spec": f"alignedserve:max_wait_s=0,block_fraction={th:g}",

@@ -41,14 +41,23 @@ def fig15_join(sizes, seed: int, model: str = "OPT-6.7B") -> list[dict]:
     """The arXiv requests of the sparsity test at ``LOAD`` x DistServe's offline rate on them
     (two rounds: capacity, then the loaded runs), under each join variant."""
     base = {s: st.application("LongBench-like (arXiv)", sizes.app_requests, s) for s in range(seed, seed + SEEDS)}
-    caps = st.run_many([{"specs": w, "system_spec": "distserve", "model": model, "num_gpus": sizes.num_gpus}
-                        for w in base.values()], keep=_keep)
     keys, tasks = [], []
-    for (s, specs), cap in zip(base.items(), caps):
-        rate = LOAD * cap["num_finished"] / cap["makespan_s"]
-        gaps = np.random.default_rng(s).exponential(1.0 / rate, len(specs))
-        timed = [replace(r, arrival_time_s=float(t)) for r, t in zip(specs, np.cumsum(gaps))]
+    for s, (rate, timed) in at_offline_load(base, LOAD, model, sizes.num_gpus, _keep).items():
         for label, spec in VARIANTS:
             keys.append({"seed": s, "label": label, "rate": rate, "load": LOAD})
             tasks.append({"specs": timed, "system_spec": spec, "model": model, "num_gpus": sizes.num_gpus})
     return [{**k, **row} for k, row in zip(keys, st.run_many(tasks, keep=_keep))]
+
+
+def at_offline_load(works: dict, load: float, model: str, num_gpus: int, keep, seed_of=lambda key: key) -> dict:
+    """Each workload (key -> requests) as Poisson arrivals at ``load`` x DistServe's offline rate
+    on it (two rounds: DistServe's capacity at time 0, then the gaps, drawn from the key's seed):
+    key -> (rate, timed requests). Shared by the Fig. 15 tests so they load the same way."""
+    caps = st.run_many([{"specs": w, "system_spec": "distserve", "model": model, "num_gpus": num_gpus}
+                        for w in works.values()], keep=keep)
+    out = {}
+    for (key, specs), cap in zip(works.items(), caps):
+        rate = load * cap["num_finished"] / cap["makespan_s"]
+        gaps = np.random.default_rng(seed_of(key)).exponential(1.0 / rate, len(specs))
+        out[key] = (rate, [replace(r, arrival_time_s=float(t)) for r, t in zip(specs, np.cumsum(gaps))])
+    return out

@@ -36,6 +36,7 @@ from dataclasses import replace
 import numpy as np
 
 from servelab.designs.alignedserve.reproduce import setting as st
+from servelab.designs.alignedserve.reproduce.fig15_wait import at_offline_load
 
 SEEDS = 3
 LONG_SHARES = (0.05, 0.3)  # Fig. 13's controlled mixes (long: 1-8K tokens, Fig. 7's)
@@ -258,13 +259,10 @@ def fig15_sparsity(sizes, seed: int, model: str = "OPT-6.7B", load: float = 0.9)
     n = sizes.app_requests
     base = {s: st.application("LongBench-like (arXiv)", n, s) for s in _seeds(seed)}
     work = {(s, f): spread(base[s], f) for s in base for f in SPREADS}
-    caps = st.run_many([{"specs": w, "system_spec": "distserve", "model": model, "num_gpus": sizes.num_gpus}
-                        for w in work.values()], keep=_keep_wait)
     keys, tasks = [], []
-    for ((s, f), specs), cap in zip(work.items(), caps):
-        rate = load * cap["num_finished"] / cap["makespan_s"]
-        gaps = np.random.default_rng(s).exponential(1.0 / rate, len(specs))
-        timed = [replace(r, arrival_time_s=float(t)) for r, t in zip(specs, np.cumsum(gaps))]
+    for (s, f), (rate, timed) in at_offline_load(work, load, model, sizes.num_gpus, _keep_wait,
+                                                 seed_of=lambda key: key[0]).items():
+        specs = work[(s, f)]
         for label, spec in (("AlignedServe, no starvation bound", "alignedserve:max_wait_s=0"),
                             ("AlignedServe", "alignedserve"), ("DistServe", "distserve")):
             keys.append({"seed": s, "spread": f, "label": label, "rate": rate, "load": load,
