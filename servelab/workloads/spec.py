@@ -228,7 +228,7 @@ def _build_synthetic(spec: WorkloadSpec, data_dir: Path, rng: np.random.Generato
 
 
 def _build_dataset(spec: WorkloadSpec, data_dir: Path, rng: np.random.Generator) -> Workload:
-    table = _load_table(spec.source, _path(spec, data_dir))
+    table = parsed_files.length_dataset(spec.source, _path(spec, data_dir))
     n = _positive_int("n", spec.get("n"), MAX_NUM_REQUESTS) if spec.get("n") is not None else len(table)
     rate, cv = spec.get("rate"), spec.get("cv")
     if cv is not None and rate is None:
@@ -303,14 +303,10 @@ def parse_length_source(text: str, data_dir: Path, depth: int = 0) -> ln.LengthS
     if text in ln.PRESETS:
         return ln.PRESETS[text]()
     if text in DATASETS:
-        return ln.EmpiricalLengths(_load_table(text, data_dir / DEFAULT_FILES[text]))
+        return ln.EmpiricalLengths(parsed_files.length_dataset(text, data_dir / DEFAULT_FILES[text]))
     if text in ("azure-conv", "azure-code", "mooncake"):
         return ln.EmpiricalLengths(parsed_files.trace_lengths(text, data_dir / DEFAULT_FILES[text]))
     raise WorkloadError(f"unknown length source {text!r}; valid: {list(LENGTH_SOURCE_NAMES)} or mix(SOURCE:WEIGHT,...)")
-
-
-def _load_table(name: str, path: Path) -> ln.LengthTable:
-    return parsed_files.length_dataset(name, path)
 
 
 def _parse_attrs(spec: WorkloadSpec) -> RequestAttrs:

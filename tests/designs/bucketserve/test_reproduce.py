@@ -13,7 +13,7 @@ import pytest
 from servelab.designs.bucketserve.overhead import overhead_grid
 from servelab.designs.bucketserve.reproduce import report
 from servelab.designs.bucketserve.reproduce.experiments import cluster_for, rps_at_attainment, Setting
-from servelab.designs.bucketserve.reproduce.run import REPRODUCTION, SMOKE, Sizes
+from servelab.designs.bucketserve.reproduce.run import REPRODUCTION, SMOKE
 from servelab.designs.bucketserve.reproduce.seeds import PLACEMENTS
 from servelab.reproduce.runner import run_reproduction
 
