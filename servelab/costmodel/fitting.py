@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import isotonic_regression
 
 MAX_FACTOR_TOKENS = 16  # token counts that get their own factor in a linear step-time model
 
@@ -100,6 +99,8 @@ def small_token_factors(tokens: np.ndarray, ratios: np.ndarray, c_step: float = 
     medians = np.array([float(np.median(ratios[tokens == t])) for t in counts])
     weights = [small.count(t) for t in counts]
     if np.all(line > 0):
+        from scipy.optimize import isotonic_regression  # here: scipy.optimize costs ~1 CPU-s to import
+
         medians = isotonic_regression(medians * line, weights=np.asarray(weights, dtype=float)).x / line
     grid = np.arange(1, counts[-1] + 1)
     if np.all(line > 0):  # interpolate the step times (monotone), not the factors

@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import isotonic_regression
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,6 +47,8 @@ class LogLogTable:
         uy = np.bincount(inverse, weights=y) / np.bincount(inverse)
         log_y = np.log(uy)
         if monotone and uy.size > 1:
+            from scipy.optimize import isotonic_regression  # here: scipy.optimize costs ~1 CPU-s to import
+
             log_y = isotonic_regression(log_y, increasing=True).x
         return cls(ux, np.exp(log_y), source, monotone)
 

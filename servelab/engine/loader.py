@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,14 +189,40 @@ def hf_to_model_state(tensors: dict[str, torch.Tensor], config: ModelConfig, whe
     return state
 
 
+_INIT_FUNCTIONS = ("normal_", "uniform_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
+                   "xavier_normal_", "trunc_normal_", "zeros_", "ones_", "constant_")
+
+
+@contextmanager
+def _allocated_without_init(dtype: torch.dtype, device: torch.device | str):
+    """Build modules straight on ``device`` in ``dtype`` with ``torch.nn.init``'s fillers as no-ops.
+
+    Why: the checkpoint overwrites every value, so random init is wasted work; and building on
+    the meta device and then ``to_empty`` (the earlier way) runs torch's prims references, whose
+    first calls import ``torch._dynamo`` and sympy (about 3 CPU-s on this machine, in every
+    process that loads a model: each server, engine process and Ray actor). The default dtype
+    makes a bf16 model allocate in bf16 directly (no float32 copy to cast)."""
+    saved = {name: getattr(torch.nn.init, name) for name in _INIT_FUNCTIONS}
+    default_dtype = torch.get_default_dtype()
+    try:
+        for name in _INIT_FUNCTIONS:
+            setattr(torch.nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        if dtype.is_floating_point:
+            torch.set_default_dtype(dtype)
+        with torch.device(device):
+            yield
+    finally:
+        torch.set_default_dtype(default_dtype)
+        for name, function in saved.items():
+            setattr(torch.nn.init, name, function)
+
+
 def build_model(config: ModelConfig, state: dict[str, torch.Tensor], *, dtype: torch.dtype,
                 device: torch.device | str = "cpu", where: str = "", pack: bool = True) -> Model:
     """Allocate without random init, then copy the weights in (converting dtype); on the CPU,
     ``pack`` also keeps oneDNN-packed copies of the projection weights (``Model.pack_linears``)."""
-    with torch.device("meta"):
-        model = Model(config).to(dtype)  # casting on meta allocates nothing
-    model.to_empty(device=device)
-    model.tie_weights()  # to_empty gives every module its own tensor
+    with _allocated_without_init(dtype, device):
+        model = Model(config)
     params = dict(model.named_parameters())
     for name, tensor in state.items():
         param = params.get(name)
