@@ -10,7 +10,7 @@ from servelab.designs.alignedserve.reproduce import experiments as ex
 from servelab.designs.alignedserve.reproduce.run import REPRODUCTION
 from servelab.reproduce.runner import run_reproduction
 
-TOY = ex.Sizes(num_gpus=2, num_requests=30, app_requests=20, models=("OPT-2.7B",), short_shares=(0.9,),
+TOY = ex.Sizes(num_gpus=2, num_requests=30, app_requests=12, models=("OPT-2.7B",), short_shares=(0.9,),
                long_lengths=(2000,), applications=("ShareGPT-like",), dfs_requests=2000, dfs_searches=20,
                seeds=2, seeds_split_kv=2, regime_requests=24, fig14_seeds=2)
 
