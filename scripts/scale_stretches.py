@@ -278,9 +278,9 @@ def verdict(points: list[dict]) -> list[str]:
     like_one = bool(control) and all(abs(mean(p, "records") / mean(one, "records") - 1) < 0.03 for p in control)
     grows = bool(ll) and all(mean(p, "records") > mean(one, "records") * 1.03 for p in ll)
     if own_only and like_one and grows:
-        out.append("- So the extra records come with the least-loaded router's placement (fuller, more even "
-                   "batches, whose requests leave more often per step, and arrivals that reach an instance in "
-                   "the middle of a fast-forward run more often), i.e. from the simulated cluster: where the "
+        out.append("- So the extra records come with the least-loaded router's placement (fuller batches, "
+                   "whose requests leave more often per step, and more arrivals that reach an instance during a "
+                   "fast-forward run), i.e. from the simulated cluster: where the "
                    "router's placement is random the cluster takes one instance's records per token. No "
                    "stretch ends for an event that is not the instance's own: a router's load query reads a "
                    "run's load from its plan (`cluster.load_index`) without settling it.")
