@@ -81,10 +81,10 @@ class ContinuousBatchingPolicy(SchedulingPolicy):
         return out
 
     def schedule(self, now_s: float, state: InstanceState) -> StepPlan:
-        rejects = self._rejections(state)
-        rejected = {rid for rid, _ in rejects}
+        rejects = self._rejections(state) if self._unchecked else []
         waiting = sorted_by(state.waiting, self._key)
-        if rejected:
+        if rejects:
+            rejected = {rid for rid, _ in rejects}
             waiting = [r for r in waiting if r.request_id not in rejected]
         b = PlanBuilder(state, token_budget=state.max_batch_tokens)
         b.reject = rejects

@@ -340,18 +340,21 @@ class ClusterDriver:
         self.events.push(end, EventKind.STEP_DONE, (d.instance_id, d.version))
 
     def _on_step_done(self, d: InstanceDriver) -> None:
-        shape = d.applied.shape
-        outcome = d.finish(self.now_s)
+        iid = d.runtime.instance_id
         if self._router_hears_steps:
-            self.apply(self.router.on_step_done(self.now_s, d.instance_id, shape, outcome.finished, self.view))
-            if self.drivers[d.instance_id] is not d or d.instance_id not in self.active:
+            shape = d.applied.shape
+            outcome = d.finish(self.now_s)
+            self.apply(self.router.on_step_done(self.now_s, iid, shape, outcome.finished, self.view))
+            if self.drivers[iid] is not d or iid not in self.active:
                 return  # the router failed or regrouped this instance
+        else:
+            outcome = d.finish(self.now_s)
         self.mover.after_step(d, outcome)
         self.reconfig.after_step()
-        if self.drivers[d.instance_id] is not d or d.instance_id not in self.active:
+        if self.drivers[iid] is not d or iid not in self.active:
             return
         if d.runtime.is_idle:
-            self.apply(self.router.on_instance_idle(self.now_s, d.instance_id, self.view))
+            self.apply(self.router.on_instance_idle(self.now_s, iid, self.view))
         self._kick(d)
 
     def push_callback(self, t: float, fn: Callable[[], None]) -> None:

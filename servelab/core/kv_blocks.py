@@ -210,6 +210,13 @@ class BlockManager:
         """``append_blocks(rid, count)`` for each (rid, live table) of ``tables``, in order."""
         free = self._free_gpu
         if count == 1:
+            m = len(tables)
+            if m <= len(free):  # the blocks free.pop() would hand out, taken in one slice
+                new = free[-m:] if m else []
+                del free[len(free) - m:]
+                for table, block in zip(tables.values(), reversed(new)):
+                    table.append(block)
+                return
             for rid, table in tables.items():
                 if not free:
                     raise MemoryError(f"request {rid}: needs 1 KV block, 0 free")

@@ -59,11 +59,14 @@ class StepPlan:
     group: Any = None
 
     def __post_init__(self) -> None:
-        if len(self.request_ids) != len(self.num_tokens):
+        ids = self.request_ids
+        if len(ids) != len(self.num_tokens):
             raise ValueError("request_ids and num_tokens must have the same length")
-        if self.num_tokens and min(self.num_tokens) < 1:
+        if not ids:  # a plan of the decode group alone, or memory moves only: nothing below to check
+            return
+        if min(self.num_tokens) < 1:
             raise ValueError(f"every scheduled request must run >= 1 token, got {self.num_tokens}")
-        if len(set(self.request_ids)) != len(self.request_ids):
+        if len(set(ids)) != len(ids):
             raise ValueError("a request is scheduled twice in one step")
 
     @property

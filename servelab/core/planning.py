@@ -154,20 +154,26 @@ class PlanBuilder:
         group = getattr(state, "group", None)
         if group is None or self.group is not None:
             return False
-        bs = self.blocks.block_size
-        decodes = [r for r in state.running_others if r.num_generated_tokens and r.num_computed_tokens + 1 == r.num_tokens]
-        n = group.n + len(decodes)
+        members = group.n
+        # the running requests outside the group (usually none: then no list is built)
+        decodes = () if state.num_running == members else [
+            r for r in state.running_others if r.num_generated_tokens and r.num_computed_tokens + 1 == r.num_tokens]
+        n = members + len(decodes)
         if n > self.rows_left or n > self.tokens_left:
             return False
-        need = group.blocks_needed_next() + sum(1 for r in decodes if r.num_computed_tokens % bs == 0)
+        need = group.blocks_needed_next()
+        if decodes:
+            bs = self.blocks.block_size
+            need += sum(1 for r in decodes if r.num_computed_tokens % bs == 0)
         if need > self.free_blocks:
             return False
         self.free_blocks -= need
         self.num_tokens += n
-        if group.n:  # by reference: the plan copies none of the members (issue 29)
-            self.group, self.num_group_rows = group.rows(), group.n
-        self.ids.extend(r.request_id for r in decodes)
-        self.counts.extend([1] * len(decodes))
+        if members:  # by reference: the plan copies none of the members (issue 29)
+            self.group, self.num_group_rows = group.rows(), members
+        if decodes:
+            self.ids.extend(r.request_id for r in decodes)
+            self.counts.extend([1] * len(decodes))
         return True
 
     def _add_all_decodes(self, running: list[Request]) -> bool:
