@@ -22,10 +22,12 @@ from pathlib import Path
 import torch
 
 from servelab.core.native_build import NativeLibrary
+from servelab.engine import hugepages
 
 SOURCE = Path(__file__).with_name("decode_gemm.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fPIC", "-shared")
 PANEL = 16  # output columns per packed panel (the C kernel's register tile width)
+CHUNK = 1024  # k's per chunk of the packed weight (the C kernel's KS)
 
 
 
@@ -38,7 +40,7 @@ def _needs_avx2_only() -> str | None:
 def _bind(lib: ctypes.CDLL) -> None:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.decode_linear_f32.argtypes = [ptr, i64, i64, ptr, i64, ptr, ptr]
-    lib.decode_linear_f32.restype = None
+    lib.decode_linear_f32.restype = ctypes.c_int
 
 
 LIBRARY = NativeLibrary(SOURCE, FLAGS, switch="SERVELAB_DECODE_GEMM", unsupported=_needs_avx2_only, bind=_bind)
@@ -57,10 +59,19 @@ def can_pack(weight: torch.Tensor) -> bool:
             and weight.shape[0] % PANEL == 0 and weight.shape[0] > 0 and kernel() is not None)
 
 
-def pack(weight: torch.Tensor) -> torch.Tensor:
-    """weight [N, K] -> panels [N / 16, K, 16]: each panel's 16 columns of one k in one 64-byte line."""
+def pack(weight: torch.Tensor, chunk: int = CHUNK) -> torch.Tensor:
+    """weight [N, K] -> K / ``chunk`` chunks of k's (the last one shorter), each [N / 16, k's, 16]
+    (each panel's 16 columns of one k in one 64-byte line), one after another in one flat tensor
+    on huge pages (``hugepages``): the order the C kernel streams it. Shaped [N, K] like the
+    weight, so that shapes can be checked, but not a weight: only ``linear`` reads it."""
     n, k = weight.shape
-    return weight.detach().reshape(n // PANEL, PANEL, k).transpose(1, 2).contiguous()
+    w = weight.detach()
+    out = hugepages.empty((n * k,), weight.dtype, aligned=True)
+    for c0 in range(0, k, chunk):
+        ks = min(chunk, k - c0)
+        out[c0 * n:(c0 + ks) * n].view(n // PANEL, ks, PANEL).copy_(w[:, c0:c0 + ks].reshape(n // PANEL, PANEL, ks)
+                                                                   .transpose(1, 2))
+    return out.view(n, k)
 
 
 def linear(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -69,9 +80,12 @@ def linear(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None) -> 
     fn = kernel()
     if fn is None:
         raise RuntimeError(f"the decode GEMM kernel is not available: {LIBRARY.why_not}")
+    n, k = panels.shape
+    if x.dim() != 2 or x.shape[1] != k:
+        raise ValueError(f"decode GEMM: x {tuple(x.shape)} does not match the packed weight [{n}, {k}]")
     x = x.contiguous()
-    m, k = x.shape
-    n = panels.shape[0] * PANEL
+    m = x.shape[0]
     out = torch.empty(m, n, dtype=x.dtype)
-    fn(x.data_ptr(), m, k, panels.data_ptr(), n, None if bias is None else bias.data_ptr(), out.data_ptr())
+    if fn(x.data_ptr(), m, k, panels.data_ptr(), n, None if bias is None else bias.data_ptr(), out.data_ptr()):
+        raise MemoryError(f"decode GEMM: no memory for a copy of x [{m}, {k}]")
     return out
