@@ -94,6 +94,7 @@ static __thread int64_t xbuf_floats;
  * Returns 0, or -1 when the copy of x could not be allocated (y untouched). */
 int decode_linear_f32(const float *x, int64_t m, int64_t k, const float *packed, int64_t n, const float *bias,
                       float *y) {
+    if (m <= 0 || k <= 0) return 0;  /* no rows (a step that samples nothing): nothing to write */
     if (m * k > xbuf_floats) {
         float *grown = aligned_alloc(64, (size_t)((m * k * 4 + 63) / 64 * 64));
         if (!grown) return -1;

@@ -56,7 +56,7 @@ def kernel() -> ctypes._CFuncPtr | None:
 def can_pack(weight: torch.Tensor) -> bool:
     """Whether ``pack`` applies to this weight here (float32 on the CPU, rows % 16, the kernel builds)."""
     return (weight.device.type == "cpu" and weight.dtype == torch.float32 and weight.dim() == 2
-            and weight.shape[0] % PANEL == 0 and weight.shape[0] > 0 and kernel() is not None)
+            and weight.shape[0] % PANEL == 0 and weight.shape[0] > 0 and weight.shape[1] > 0 and kernel() is not None)
 
 
 def pack(weight: torch.Tensor, chunk: int = CHUNK) -> torch.Tensor:
