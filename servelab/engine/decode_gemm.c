@@ -15,13 +15,19 @@
  * 6, with 8 left split 4 + 4.
  *
  * x is first copied per call into the order the groups read it ([k block][row group][k][row]),
- * so a group's broadcasts walk one contiguous run. Read in place, x's rows are K floats apart,
- * and at K = 1,024 (4 KiB) every row's line k falls in the same L1 set: the 32 rows of a k block
- * contended for the set's 8 ways. And the weight's next block is asked for (prefetch) a few lines
- * at a time by every row group of the current block, not by the first group alone: one group's
- * k loop asks for a line every 6 cycles, twice what one core reads from memory here. Issue 27,
- * alternated in one process against the kernel before (x read in place, the first group
- * prefetching 128 lines ahead), 32 rows, median GFLOP/s: see decode_gemm.py.
+ * so a group's broadcasts walk one contiguous run: read in place, x's rows are K floats apart,
+ * and at K = 1,024 (4 KiB) every row's line k falls in the same L1 set, so the 32 rows of a k
+ * block contended for the set's 8 ways. The weight's next block is asked for (prefetch) a few
+ * lines at a time by every row group of the current block, not by the first group alone (whose
+ * k loop wants a line every 6 cycles, twice what one core reads from memory here). K is cut
+ * into chunks of KS k's, each packed panel after panel, so that x's part for one chunk (128 KiB
+ * at 32 rows) stays in L2 while the chunk's panels stream by: down's x (32 x 2,816, 352 KiB)
+ * and its 176 KiB panels did not fit L2 together.
+ * Issue 27, AMD Zen 3 under load 4-5 (nice 19), the weights cold (a new copy each call), 32
+ * rows, against the kernel before (x in place, the first group prefetching), alternated call by
+ * call, medians of 60: qkv 75 vs 68 GFLOP/s, gate_up 66 vs 62, o and down within the machine's
+ * noise (+-5%); a whole bench-200m decode step (batch 32, context 1,152) 380 vs 403 ms (medians
+ * of 8 alternated rounds, load 4.2-4.3).
  */
 #include <immintrin.h>
 #include <stdint.h>

@@ -3,8 +3,9 @@
 Why: on the AVX2 EPYC the projections were most of a decode step (batch 32, context 1,152:
 ~330 of ~560 ms, docs/benchmarks/decode_kernels.md), and at 32 rows MKL (``F.linear``) and
 oneDNN's packed weights multiply at 25-55 GFLOP/s on one core. The C loop streams a weight
-packed once at load into 16-column panels, with the next lines asked for ahead, while the rows
-stay in cache; it matched or beat the oneDNN-packed weights from 1 to 512 rows when probed
+packed once at load into 16-column panels (in chunks of ``CHUNK`` k's, on huge pages:
+``hugepages``), with the next block asked for ahead, while a copy of the rows in the order the
+register tiles read them stays in cache; it matched or beat the oneDNN-packed weights from 1 to 512 rows when probed
 (issue 27), so on such a CPU it replaces the oneDNN copy rather than adding a third copy of the
 weights.
 
