@@ -40,3 +40,11 @@ def test_switched_off_by_environment_says_why_and_still_allocates(fresh, monkeyp
     assert hugepages.why_not() == "SERVELAB_HUGEPAGES=0"
     t = hugepages.empty((1 << 21,), torch.float32, aligned=True)
     assert t.shape == (1 << 21,) and not hugepages.advise(t)
+
+
+def test_kv_cache_on_either_kind_of_page_starts_zeroed():
+    from servelab.engine.kv_cache import PagedKVCache  # noqa: PLC0415
+    for huge in (True, False):
+        cache = PagedKVCache(2, 300, 16, 4, 64, huge_pages=huge)  # 2 x 2 x 300 blocks of 16 KiB: 19 MiB
+        assert cache.kv.shape == (2, 2, 300, 16, 4, 64) and cache.kv.is_contiguous()
+        assert not cache.kv.any()
