@@ -41,6 +41,20 @@ void rms_norm_f32(const float *x, int64_t rows, int64_t dim, int64_t row_stride,
     }
 }
 
+/* h[r] = x[r] + a[r], and out[r] = RMSNorm(h[r]) as rms_norm_f32 (the decoder layer's residual
+ * add and the norm after it, one pass instead of a torch add and a norm). All [rows][dim]. */
+void add_rms_norm_f32(const float *x, const float *a, int64_t rows, int64_t dim, const float *weight, float eps,
+                      float *h, float *out) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * dim, *ar = a + r * dim;
+        float *hr = h + r * dim;
+        int64_t i = 0;
+        for (; i + 8 <= dim; i += 8) _mm256_storeu_ps(hr + i, _mm256_add_ps(_mm256_loadu_ps(xr + i), _mm256_loadu_ps(ar + i)));
+        for (; i < dim; i++) hr[i] = xr[i] + ar[i];
+        rms_norm_f32(hr, 1, dim, dim, weight, eps, out + r * dim);  /* the row just written, still in L1 */
+    }
+}
+
 /* RoPE in place, HF Llama's rotate-half convention: for each row r and head h of x (rows
  * row_stride floats apart, heads d apart), x1 = x[:d/2], x2 = x[d/2:] become
  * (x1 cos1 - x2 sin1, x2 cos2 + x1 sin2), with cos and sin [rows][d] (the same for every head). */

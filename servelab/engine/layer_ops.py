@@ -31,6 +31,8 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.rms_norm_f32.argtypes = [ptr, i64, i64, i64, ptr, f32, ptr]
     lib.rope_f32.argtypes = [ptr, i64, i64, i64, i64, ptr, ptr]
     lib.silu_mul_f32.argtypes = [ptr, i64, i64, i64, ptr]
+    lib.add_rms_norm_f32.argtypes = [ptr, ptr, i64, i64, ptr, f32, ptr, ptr]
+    lib.add_rms_norm_f32.restype = None
     lib.rms_norm_f32.restype = lib.rope_f32.restype = lib.silu_mul_f32.restype = None
 
 
@@ -57,6 +59,21 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     out = torch.empty(rows, dim, dtype=torch.float32)
     library().rms_norm_f32(x.data_ptr(), rows, dim, x.stride(0), weight.data_ptr(), eps, out.data_ptr())
     return out
+
+
+def add_rms_norm(x: torch.Tensor, a: torch.Tensor, weight: torch.Tensor, eps: float
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + a, RMSNorm(x + a)) for x, a [T, dim] contiguous (``applies`` to both), in one pass: the
+    decoder layer's residual add and the norm after it."""
+    rows, dim = x.shape
+    if a.shape != x.shape or not (x.is_contiguous() and a.is_contiguous()):
+        raise ValueError(f"add_rms_norm: x {tuple(x.shape)} and a {tuple(a.shape)} must be one contiguous shape")
+    if weight.shape != (dim,) or weight.dtype != torch.float32 or not weight.is_contiguous():
+        raise ValueError(f"add_rms_norm: weight must be float32 [{dim}] contiguous, got {tuple(weight.shape)}")
+    h, out = torch.empty(rows, dim, dtype=torch.float32), torch.empty(rows, dim, dtype=torch.float32)
+    library().add_rms_norm_f32(x.data_ptr(), a.data_ptr(), rows, dim, weight.data_ptr(), eps, h.data_ptr(),
+                               out.data_ptr())
+    return h, out
 
 
 def rope_(x: torch.Tensor, heads: int, head_dim: int, cos: torch.Tensor, sin: torch.Tensor) -> None:

@@ -66,6 +66,43 @@ def test_silu_mul_matches_torch(rows, inter, pad, scale, seed):
 
 
 @needs_library
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(0, 20), dim=st.integers(1, 300), seed=st.integers(0, 2**16))
+def test_add_rms_norm_matches_an_add_then_the_torch_norm(rows, dim, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x, a = torch.randn(rows, dim, generator=gen) * 3, torch.randn(rows, dim, generator=gen)
+    norm = RMSNorm(dim, 1e-6).requires_grad_(False)
+    norm.weight.copy_(torch.randn(dim, generator=gen))
+    h, out = layer_ops.add_rms_norm(x, a, norm.weight, norm.eps)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(layer_ops, "applies", lambda _: False)
+        reference = norm(x + a)
+    assert torch.equal(h, x + a)
+    torch.testing.assert_close(out, reference, rtol=2e-6, atol=2e-6)
+
+
+@needs_library
+def test_decoder_layer_with_the_fused_add_and_norm_matches_its_torch_path():
+    from servelab.engine.model import DecoderLayer  # noqa: PLC0415
+    config = ModelConfig(hidden_size=32, intermediate_size=44)
+    torch.manual_seed(0)
+    layer = DecoderLayer(config).requires_grad_(False)
+    x = torch.randn(5, 32)
+
+    class Meta:  # attention stand-in: the layer's own arithmetic around it is what is compared
+        @staticmethod
+        def attend(kv, q, k, v, scale):
+            return q * 0.5
+
+    cos, sin = torch.ones(5, 1, config.head_dim), torch.zeros(5, 1, config.head_dim)
+    fused = layer(x, cos, sin, None, Meta())
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(layer_ops, "applies", lambda _: False)
+        reference = layer(x, cos, sin, None, Meta())
+    torch.testing.assert_close(fused, reference, rtol=1e-5, atol=1e-5)
+
+
+@needs_library
 def test_mlp_with_the_fused_activation_matches_its_torch_path():
     config = ModelConfig(hidden_size=32, intermediate_size=44)  # 44: a vector body and a scalar tail
     torch.manual_seed(0)
