@@ -8,7 +8,10 @@ and where the kernel's THP mode is ``madvise`` (as on the project's machine) the
 MiB pages. ``empty`` marks a new tensor's memory ``MADV_HUGEPAGE`` before anything touches it.
 Measured (issue 27, AMD Zen 3, a machine at load 5): the C decode attention over one layer of a
 16-layer cache at a time, 32 rows x 1,152, 9.15 ms a layer on 4 KiB pages against 7.75 on huge
-pages, alternated in one process (medians of 5 rounds of 16 layers).
+pages, alternated in one process (medians of 5 rounds of 16 layers). A whole bench-200m decode
+step did not confirm it at that context: 299.2 ms against 300.2 on 4 KiB pages, at context 256
+215.7 against 266.7 (docs/benchmarks/decode_kernels.md, one run at load 2-3.5, 3 alternated
+rounds): kept as cheap and never slower there, its gain at 1,152 unproven.
 
 Linux only; ``SERVELAB_HUGEPAGES=0`` or THP off leave torch's plain allocation (``why_not()``).
 The advice covers the 2 MiB-aligned inside of the allocation; its ends stay on small pages.
