@@ -13,7 +13,8 @@
    alternated round by round in one process, against this
    CPU's roofline: max(bytes a step must read / measured read bandwidth, FLOPs / the best
    measured single-core GEMM rate); the engine's kernel also with oneDNN-packed projections
-   instead of the decode GEMM, alternated with it.
+   instead of the decode GEMM, and with its KV cache on 4 KiB pages instead of huge pages,
+   alternated with it.
 4. Where the engine's step at batch 32, context 1,152 spends its CPU time, part by part
    (``step_breakdown``: module hooks, CPU time).
 All timings are CPU time of one thread, medians.
@@ -35,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "docs" / "benchmarks" / "decode_kernels.md"
 
-from servelab.engine import attention, decode_gemm, step_breakdown  # noqa: E402
+from servelab.engine import attention, decode_gemm, hugepages, step_breakdown  # noqa: E402
 from servelab.engine.attention import GatherWorkspace  # noqa: E402
 from servelab.engine.device import cpu_description, cpu_has_bf16  # noqa: E402
 from servelab.engine.bench import (  # noqa: E402
@@ -169,12 +170,12 @@ def engine_projections(model) -> str:
     return "decode GEMM" if any(isinstance(m, Linear) and m.panels is not None for m in model.modules()) else "oneDNN"
 
 
-def step_runner(model, batch: int, context: int, kernel: str = "split-kv"):
+def step_runner(model, batch: int, context: int, kernel: str = "split-kv", huge_pages: bool = True):
     """A runner over a cache of random K/V with scattered blocks, and the step's chunks."""
     c = model.config
     per = -(-(context + 2) // BLOCK)
     cache = PagedKVCache(c.num_layers, batch * per, BLOCK, c.num_kv_heads, c.head_dim,
-                         dtype=model.embed_tokens.weight.dtype)
+                         dtype=model.embed_tokens.weight.dtype, huge_pages=huge_pages)
     cache.kv.normal_()
     order = torch.randperm(batch * per).tolist()
     runner = ModelRunner(model, cache, decode_kernel=kernel)
@@ -182,8 +183,8 @@ def step_runner(model, batch: int, context: int, kernel: str = "split-kv"):
 
 
 def decode_step_ms(model, batch: int, context: int, kernel: str, repeats: int, flash: bool | str = False,
-                   projections: str | None = None) -> float:
-    runner, chunks = step_runner(model, batch, context, kernel)
+                   projections: str | None = None, huge_pages: bool = True) -> float:
+    runner, chunks = step_runner(model, batch, context, kernel, huge_pages)
     engine = engine_projections(model)
     use_projections(model, projections or engine)
     _flash_splits(flash)
@@ -224,8 +225,10 @@ def main() -> int:
              f"thread, CPU time, medians of {args.repeats}; torch {torch.__version__}. Machine: {cpu_description()}, "
              f"shared with other sessions (1-minute load average {load0:.2f} at the start", "LOADEND", "",
              "## 1. Projections: F.linear, oneDNN-packed weights and the decode GEMM (GFLOP/s)", "",
-             "`decode GEMM (C)`: `engine/decode_gemm.c`, the weight packed once into 16-column panels, 6 x 16 "
-             "register tiles, the panel's next lines asked for ahead; the engine multiplies with it up to "
+             "`decode GEMM (C)`: `engine/decode_gemm.c`, the weight packed once into 16-column panels (in chunks of "
+             f"{decode_gemm.CHUNK} k's, on huge pages where `engine/hugepages.py` can), 6 x 16 register tiles, x "
+             "copied per call into the row groups' order, the weight's next block asked for by every row group; the "
+             "engine multiplies with it up to "
              f"{model_mod.PACKED_MAX_ROWS} rows where it runs (float32, AVX2, one torch thread: "
              f"{'here' if decode_gemm.kernel() is not None else 'not here: ' + str(decode_gemm.LIBRARY.why_not)}), with "
              "oneDNN's packed weights where it does not, and with F.linear above that.", "",
@@ -269,8 +272,11 @@ def main() -> int:
               + ", ".join(f"{n} in {str(d).removeprefix('torch.')}" for d, n in
                           ((d, _engine_split(d)) for d in dtypes()))
               + " (`attention.cpu_inplace_decode`, else `attention.cpu_split_bmm`), its projections with the "
-              "decode GEMM where it runs; `oneDNN projections`: the engine's step with oneDNN-packed weights instead "
-              "(the engine before issue 27), alternated with it. FLOPs against the best rate of "
+              "decode GEMM where it runs, its KV cache on transparent huge pages ("
+              + (f"not here: {hugepages.why_not()}" if hugepages.why_not() else "here: `engine/hugepages.py`")
+              + "); `oneDNN projections`: the engine's step with oneDNN-packed weights instead "
+              "(the engine before issue 27), alternated with it; `KV on 4 KiB pages`: the engine's step with its cache "
+              "on small pages, alternated with it. FLOPs against the best rate of "
               "section 1 in the step's dtype (any column, fastest call). `roofline`: max(bytes / BW, FLOPs / "
               "peak) over the whole step, the classic bound; `per-op "
               "bound`: the same bound taken separately for the projections (weights, their FLOPs) and the attention "
@@ -293,16 +299,19 @@ def main() -> int:
             per_op = (max(w_bytes / bandwidth, w_flops / (peak_d * 1e9))
                       + max((nbytes - w_bytes) / bandwidth, (flops - w_flops) / (peak_d * 1e9))) * 1e3
             engine = engine_projections(model)
-            variants = [("split-kv", "in place", engine), ("split-kv", False, engine), ("split-kv", True, engine),
-                        ("padded", False, engine)]
+            variants = [("split-kv", "in place", engine, True), ("split-kv", False, engine, True),
+                        ("split-kv", True, engine, True), ("padded", False, engine, True)]
+            if hugepages.why_not() is None:  # the engine's step with its cache on 4 KiB pages, alternated with it
+                variants.insert(1, ("split-kv", "in place", engine, False))
             if engine == "decode GEMM":  # the engine's step with its earlier projections, alternated with it
-                variants.insert(1, ("split-kv", "in place", "oneDNN"))
-            rounds = [[decode_step_ms(model, 32, context, kernel, args.repeats, flash, proj)
-                       for kernel, flash, proj in variants] for _ in range(args.rounds)]
-            for (kernel, flash, proj), times in zip(variants, zip(*rounds)):
+                variants.insert(1, ("split-kv", "in place", "oneDNN", True))
+            rounds = [[decode_step_ms(model, 32, context, kernel, args.repeats, flash, proj, huge)
+                       for kernel, flash, proj, huge in variants] for _ in range(args.rounds)]
+            for (kernel, flash, proj, huge), times in zip(variants, zip(*rounds)):
                 ms = statistics.median(times)
-                label = _label(kernel, flash) + ("" if proj == engine else f", {proj} projections")
-                if proj == engine and (kernel, flash) == ("split-kv", "in place"):
+                label = _label(kernel, flash) + ("" if proj == engine else f", {proj} projections") + (
+                    "" if huge else ", KV on 4 KiB pages")
+                if proj == engine and huge and (kernel, flash) == ("split-kv", "in place"):
                     label = f"**{label}** (the engine)"
                 lines.append(f"| {name} | {context} | {label} | {ms:.1f} | {32e3 / ms:.1f} | {nbytes / 1e9:.3f} GB | "
                              f"{nbytes / bandwidth * 1e3:.0f} | {flops / peak_d / 1e6:.0f} | {roof / ms:.0%} | "

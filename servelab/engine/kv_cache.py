@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 import torch
 
+from servelab.engine import hugepages
+
 
 def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int,
                     dtype: torch.dtype = torch.float32) -> int:
@@ -32,7 +34,7 @@ def num_blocks_for_budget(budget_bytes: int, num_layers: int, block_size: int, n
 class PagedKVCache:
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu", *,
-                 num_host_blocks: int = 0) -> None:
+                 num_host_blocks: int = 0, huge_pages: bool = True) -> None:
         for name, value in (("num_layers", num_layers), ("num_blocks", num_blocks), ("block_size", block_size),
                             ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
             if value < 1:
@@ -47,8 +49,11 @@ class PagedKVCache:
         self.dtype = dtype
         self.device = torch.device(device)
         shape = (num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)
-        # kv: [L, 2, num_blocks, block_size, kv_heads, head_dim]
-        self.kv = torch.zeros(shape, dtype=dtype, device=self.device)
+        # kv: [L, 2, num_blocks, block_size, kv_heads, head_dim]; on the CPU on huge pages (``hugepages``:
+        # a decode step reads its blocks scattered over the whole cache, too many 4 KiB pages for the TLB)
+        # (``huge_pages=False``: 4 KiB pages, to measure what the huge pages bring)
+        self.kv = (hugepages.empty(shape, dtype, self.device) if huge_pages
+                   else torch.empty(shape, dtype=dtype, device=self.device)).zero_()
         self.host: torch.Tensor | None = None
         if num_host_blocks:
             pin = self.device.type == "cuda"

@@ -41,6 +41,20 @@ void rms_norm_f32(const float *x, int64_t rows, int64_t dim, int64_t row_stride,
     }
 }
 
+/* h[r] = x[r] + a[r], and out[r] = RMSNorm(h[r]) as rms_norm_f32 (the decoder layer's residual
+ * add and the norm after it, one pass instead of a torch add and a norm). All [rows][dim]. */
+void add_rms_norm_f32(const float *x, const float *a, int64_t rows, int64_t dim, const float *weight, float eps,
+                      float *h, float *out) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * dim, *ar = a + r * dim;
+        float *hr = h + r * dim;
+        int64_t i = 0;
+        for (; i + 8 <= dim; i += 8) _mm256_storeu_ps(hr + i, _mm256_add_ps(_mm256_loadu_ps(xr + i), _mm256_loadu_ps(ar + i)));
+        for (; i < dim; i++) hr[i] = xr[i] + ar[i];
+        rms_norm_f32(hr, 1, dim, dim, weight, eps, out + r * dim);  /* the row just written, still in L1 */
+    }
+}
+
 /* RoPE in place, HF Llama's rotate-half convention: for each row r and head h of x (rows
  * row_stride floats apart, heads d apart), x1 = x[:d/2], x2 = x[d/2:] become
  * (x1 cos1 - x2 sin1, x2 cos2 + x1 sin2), with cos and sin [rows][d] (the same for every head). */
@@ -65,5 +79,42 @@ void rope_f32(float *x, int64_t rows, int64_t row_stride, int64_t heads, int64_t
                 x2[i] = b * c[half + i] + a * s[half + i];
             }
         }
+    }
+}
+
+/* e^x for x in [-87, 88] (clamped there): 2^n * 2^f, f in [-0.5, 0.5], the Taylor series of 2^f
+ * to degree 7 (relative error below 1e-7). */
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
+    const __m256 t = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
+    const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_sub_ps(t, n);
+    __m256 p = _mm256_set1_ps(1.5252733804059840e-5f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.5403530393381608e-4f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* The MLP's activation: out[r] = silu(gate) * up, gate and up the two halves of gate_up[r]
+ * ([rows][2 * inter], rows row_stride floats apart), out [rows][inter]; silu(g) = g / (1 + e^-g).
+ * One pass instead of torch's chunk, silu and mul over a [rows, inter] intermediate. */
+void silu_mul_f32(const float *gate_up, int64_t rows, int64_t inter, int64_t row_stride, float *out) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    for (int64_t r = 0; r < rows; r++) {
+        const float *g = gate_up + r * row_stride, *u = g + inter;
+        float *o = out + r * inter;
+        int64_t i = 0;
+        for (; i + 8 <= inter; i += 8) {
+            const __m256 gv = _mm256_loadu_ps(g + i);
+            const __m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, gv))));
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+        }
+        for (; i < inter; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     }
 }

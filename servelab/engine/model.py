@@ -178,7 +178,10 @@ class MLP(nn.Module):
         self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        gate_up = self.gate_up_proj(x)
+        if layer_ops.applies(gate_up):  # one fused pass (float32, one thread)
+            return self.down_proj(layer_ops.silu_mul(gate_up))
+        gate, up = gate_up.chunk(2, dim=-1)
         return self.down_proj(F.silu(gate).mul_(up))  # in place: one fewer [T, intermediate] tensor
 
 
@@ -192,8 +195,14 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_layer: torch.Tensor,
                 meta: RaggedMetadata | PaddedMetadata) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_layer, meta)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        a = self.self_attn(self.input_layernorm(x), cos, sin, kv_layer, meta)
+        norm = self.post_attention_layernorm
+        if layer_ops.applies(x) and layer_ops.applies(a) and x.is_contiguous() and a.is_contiguous():
+            x, h = layer_ops.add_rms_norm(x, a, norm.weight, norm.eps)  # the add and the norm in one pass
+        else:
+            x = x + a
+            h = norm(x)
+        return x + self.mlp(h)
 
 
 class Model(nn.Module):

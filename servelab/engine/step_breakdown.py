@@ -6,7 +6,9 @@ of a norm, of RoPE and of the MLP's activation look alike). Here each projection
 attention module, the MLP, the decoder layer, the model and the runner's step are timed with
 ``time.process_time`` on entry and exit; the parts that are not modules (RoPE with the q/k/v
 split and views, the MLP's activation, the residual adds and the per-layer Python, embedding and
-logits gather, batch building and sampling) are the parent's time less its timed children. The
+logits gather, batch building and sampling) are the parent's time less its timed children. Where
+``layer_ops`` fuses the residual add after attention with the norm after it (float32, one
+thread), that norm is no module call and counts with the residual adds. The
 hooks cost a few microseconds each (about 330 a step at 16 layers), which lands in the parent's
 remainder; callers report the plain step beside the sum so the reader sees that cost.
 """
@@ -27,7 +29,7 @@ PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 # The rows of a breakdown, in order; "projection: X" per name in PROJECTIONS
 PARTS = (*(f"projection: {p}" for p in PROJECTIONS), "attention kernel (KV write + attend)",
          "RoPE, q/k/v split and views", "norms (RMSNorm)", "MLP activation (silu x up)",
-         "residual adds and per-layer Python", "embedding, RoPE table, logits gather",
+         "residual adds (+ fused add and norm) and per-layer Python", "embedding, RoPE table, logits gather",
          "batch building and sampling (runner)")
 
 
@@ -57,7 +59,8 @@ def _parts(t: dict[str, float]) -> dict[str, float]:
     parts["RoPE, q/k/v split and views"] = t["attention"] - proj["qkv_proj"] - proj["o_proj"] - t["attend"]
     parts["norms (RMSNorm)"] = t["norm"]
     parts["MLP activation (silu x up)"] = t["mlp"] - proj["gate_up_proj"] - proj["down_proj"]
-    parts["residual adds and per-layer Python"] = t["layer"] - t["layer_norms"] - t["attention"] - t["mlp"]
+    parts["residual adds (+ fused add and norm) and per-layer Python"] = (t["layer"] - t["layer_norms"] - t["attention"]
+                                                                          - t["mlp"])
     parts["embedding, RoPE table, logits gather"] = (t["model"] - t["layer"] - proj["lm_head"]
                                                      - (t["norm"] - t["layer_norms"]))
     parts["batch building and sampling (runner)"] = t["run"] - t["model"]

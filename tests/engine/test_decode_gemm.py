@@ -28,18 +28,20 @@ def _reference(x, w, b):
 
 
 def _close(got, want, k):
-    scale = want.abs().max().item() + 1.0
+    assert got.shape == want.shape
+    scale = (want.abs().max().item() if want.numel() else 0.0) + 1.0
     assert torch.allclose(got, want, rtol=0, atol=1e-6 * scale * max(k, 16) ** 0.5 * 4), \
         f"max error {(got - want).abs().max().item():.3g}"
 
 
 @needs_kernel
 @settings(max_examples=40, deadline=None)
-@given(m=st.integers(1, 70), k=st.integers(1, 600), panels=st.integers(1, 6), bias=st.booleans(),
-       seed=st.integers(0, 2**16))
+@given(m=st.integers(0, 70), k=st.one_of(st.integers(1, 600), st.integers(900, 2600)), panels=st.integers(1, 6),
+       bias=st.booleans(), seed=st.integers(0, 2**16))
 def test_kernel_matches_reference_at_any_row_count_and_depth(m, k, panels, bias, seed):
-    """Row counts cover every row-group split (groups of 6, 8 as 4 + 4, tails 1-5) and depths
-    cover partial k-blocks (KC = 256) and depths below a vector."""
+    """Row counts cover none (a step that samples no row), every row-group split (groups of 6, 8
+    as 4 + 4, tails 1-5) and depths cover partial k-blocks (KC = 256), depths below a vector, and the packed weight's chunks of
+    ``CHUNK`` k's (one, two, three, the last one partial)."""
     gen = torch.Generator().manual_seed(seed)
     n = panels * decode_gemm.PANEL
     w, x = torch.randn(n, k, generator=gen), torch.randn(m, k, generator=gen)
@@ -83,6 +85,15 @@ def test_linear_uses_panels_and_falls_back_where_they_do_not_apply(monkeypatch):
     assert calls == [1]
     clone = copy.deepcopy(layer)  # KunServe's layer moves: the copy computes from its weight
     assert clone.panels is None
+
+
+@needs_kernel
+def test_a_row_width_other_than_the_weight_depth_is_refused():
+    """The C loop reads raw memory: x must have the packed weight's K columns."""
+    panels = decode_gemm.pack(torch.randn(32, 64))
+    assert panels.shape == (32, 64)
+    with pytest.raises(ValueError, match="does not match the packed weight"):
+        decode_gemm.linear(torch.randn(4, 65), panels, None)
 
 
 def test_weights_the_panels_cannot_hold_keep_the_other_paths():
