@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -22,9 +23,16 @@ from typing import Callable
 from servelab.core.user_cache import cache_dir
 
 
+def _local_includes(source: Path) -> bytes:
+    """The bytes of the ``#include "..."`` files next to ``source`` (one level), so that an edited
+    shared header (``engine/simd_exp.h``) changes the tag and rebuilds every library using it."""
+    names = re.findall(rb'^\s*#include\s+"([^"]+)"', source.read_bytes(), flags=re.M)
+    return b"".join(name + b"\0" + (source.parent / name.decode()).read_bytes() for name in names)
+
+
 def build_shared_library(source: Path, flags: tuple[str, ...], libs: tuple[str, ...] = ()) -> Path:
     """The built library's path; OSError (one line) without a compiler or when it fails."""
-    text = source.read_bytes()
+    text = source.read_bytes() + _local_includes(source)
     compiler = os.environ.get("CC") or "cc"
     tag = hashlib.sha256(text + " ".join((compiler, *flags)).encode()).hexdigest()[:16]
     target = cache_dir() / f"{source.stem}-{tag}.so"
