@@ -31,7 +31,6 @@ PANEL = 16  # output columns per packed panel (the C kernel's register tile widt
 CHUNK = 1024  # k's per chunk of the packed weight (the C kernel's KS)
 
 
-
 def _needs_avx2_only() -> str | None:
     capability = torch.backends.cpu.get_cpu_capability()
     return None if capability == "AVX2" else \

@@ -72,7 +72,7 @@ def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str
     ``aligned``: start the tensor on a 2 MiB boundary of a 2 MiB larger allocation, so that all of
     it, not only its aligned inside, is on huge pages (for tensors of a few MiB, such as one
     projection's packed weight); the tensor is then a view into that allocation."""
-    numel, item = math.prod(shape), torch.empty((), dtype=dtype).element_size()
+    numel, item = math.prod(shape), dtype.itemsize
     if not aligned or torch.device(device).type != "cpu" or numel * item < HUGE or why_not() is not None:
         t = torch.empty(shape, dtype=dtype, device=device)
         advise(t)

@@ -20,7 +20,6 @@ SOURCE = Path(__file__).with_name("layer_ops.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fPIC", "-shared")
 
 
-
 def _needs_avx2() -> str | None:
     capability = torch.backends.cpu.get_cpu_capability()
     return None if capability in ("AVX2", "AVX512") else f"CPU capability {capability} (needs AVX2 and FMA)"

@@ -29,7 +29,6 @@ FLAGS = ("-O3", "-mavx2", "-mfma", "-fPIC", "-shared")
 PROFILER_LABEL = "servelab::paged_decode"
 
 
-
 def _needs_avx2() -> str | None:
     capability = torch.backends.cpu.get_cpu_capability()
     return None if capability in ("AVX2", "AVX512") else f"CPU capability {capability} (needs AVX2 and FMA)"
