@@ -25,10 +25,10 @@ from servelab.engine.ray_backend.config import RayConfig
 def start_ray(cfg: RayConfig) -> None:
     import ray
 
+    if cfg.address is not None:  # named but unreachable is an error even with a Ray already up here
+        _check_reachable(cfg.address)
     if ray.is_initialized():
         return
-    if cfg.address is not None:
-        _check_reachable(cfg.address)
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
     try:
         if cfg.address is None:

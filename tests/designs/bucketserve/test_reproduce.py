@@ -51,7 +51,15 @@ def two_runs(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_same_seed_same_text_apart_from_measured_lines(two_runs):
+def test_two_tiny_runs_same_text_committed_structure_files_and_operating_points(two_runs):
+    """The three checks of the module's two runs in one test: as three tests, xdist's workers each
+    built the pair (up to three times, 29 CPU-s a suite run for nothing)."""
+    same_seed_same_text_apart_from_measured_lines(two_runs)
+    structure_matches_the_committed_report(two_runs)
+    report_files_and_operating_points(two_runs)
+
+
+def same_seed_same_text_apart_from_measured_lines(two_runs):
     _, first, second, _ = two_runs
     assert without_timings(first) == without_timings(second)
     assert "simulated" in first.lower()
@@ -60,12 +68,12 @@ def test_same_seed_same_text_apart_from_measured_lines(two_runs):
     assert "| 3.580 | 9.023 | 8.639 |" in first  # the paper and the before numbers sit next to ours
 
 
-def test_structure_matches_the_committed_report(two_runs):
+def structure_matches_the_committed_report(two_runs):
     _, first, _, _ = two_runs
     assert structure(first) == structure(COMMITTED.read_text())
 
 
-def test_report_files_and_operating_points(two_runs):
+def report_files_and_operating_points(two_runs):
     results, _, _, folder = two_runs
     for fig in results["figures"]:
         assert (folder / fig).stat().st_size > 0

@@ -50,13 +50,6 @@ class ViaPoolRouter(Router):
 
 
 @pytest.fixture(scope="module")
-def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def loaded(make_checkpoint):
     return load_checkpoint(make_checkpoint())
 

@@ -19,13 +19,6 @@ ENGINE = EngineConfig(kv_budget_bytes=8 << 20, block_size=4, max_num_seqs=16)
 PROMPTS = ["Natalia sold clips to", "Weng earns 12 an hour", "Betty is saving money for", "James writes a letter"]
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
-
-
 def _completions(checkpoint, loaded, **kwargs) -> list[str]:
     config = ServerConfig(model=checkpoint, port=0, served_model_name="tiny", engine=ENGINE, policy="distserve",
                           num_instances=2, **kwargs)
