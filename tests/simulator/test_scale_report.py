@@ -3,6 +3,7 @@ the one-instance runs around them in its process, and the targets are judged on 
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -50,3 +51,24 @@ def test_the_command_line_names_the_points_when_not_the_default(report, tmp_path
     args.instances = report.DEFAULT_INSTANCES
     report.write([_row(1), _row(32, [0.9])], {}, args)
     assert "Written by `python scripts/scale_report.py`;" in (tmp_path / "scale.md").read_text()
+
+
+def test_the_host_section_reads_the_absolute_target_against_the_trace_benchmark_here(report, tmp_path, monkeypatch):
+    """The 1.5 M target was set where the trace benchmark ran at 2.02 M: on a host where it runs at
+    1.0 M the largest point needs 0.74 of it, and the reference revision's own run there gives the
+    host's factor apart from the code."""
+    monkeypatch.setattr(report, "OUT", tmp_path / "scale.md")
+    args = SimpleNamespace(quick=False, small_runs=3, compare_with=None, compare_rev="?", one_repeats=16,
+                           host_tree=Path("/x"))
+    big = {**_row(32, [0.9]), "tokens_per_cpu_s": 800_000.0}
+    host = {"tokens_per_cpu_s": 1_000_000.0, "runs": [0.9e6, 1.0e6, 1.1e6], "load": [0.5, 0.6]}
+    old = {"tokens_per_cpu_s": 808_000.0, "runs": [8.08e5], "load": [0.5, 0.5]}
+    report.write([_row(1), big], {}, args, host, old)
+    text = (tmp_path / "scale.md").read_text()
+    assert "--host-tree TREE-OF-15f3719" in text
+    assert "this host runs that code 2.5x slower than the host that measured 2.02 M" in text
+    assert "the largest point ran at 0.80 of this revision's benchmark (0.80 M of 1.00 M): **met**" in text
+    report.write([_row(1), {**big, "tokens_per_cpu_s": 700_000.0}], {}, args, host, None)
+    text = (tmp_path / "scale.md").read_text()
+    assert "0.70 of this revision's benchmark" in text and "**not met** on that reading" in text
+    assert "own code on this host" not in text
