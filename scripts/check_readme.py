@@ -60,7 +60,7 @@ FAST_REWRITES: tuple[tuple[str, str], ...] = (
     # claim row of the same code on the tests' tiny sizes (~15 CPU-s)
     (r"(servelab reproduce bucketserve --reduced)", r"\1 --no-engine --smoke"),
     # the reduced DynaServe run walks a rate grid over 3 seeds (~780 CPU-s, issue 26); --smoke runs
-    # every step and claim row of the same code on tiny sizes, one seed (~30 CPU-s)
+    # every step and claim row of the same code on tiny sizes, one seed (~20 CPU-s)
     (r"(servelab reproduce dynaserve --reduced)", r"\1 --seeds 1 --smoke"),
     (r"(servelab reproduce all)$", r"\1 --only multibin"),
     (r"(servelab calibrate .*)", r"\1 --grid reduced"),

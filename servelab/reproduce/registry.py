@@ -107,7 +107,7 @@ REPRODUCTIONS: tuple[Entry, ...] = (
           "against servelab's variants, goodput, Table 1/2/4, Figs. 5/11, chunked transfer and scheduler time vs PD "
           "colocation (sarathi) and 1P1D disaggregation, with the gap tests (simulated).",
           {"reduced": 780, "full": 5000}, seeds=True,
-          options=(Option("smoke", False, "Sizes so small the numbers mean nothing (about 30 CPU-s a seed): every "
+          options=(Option("smoke", False, "Sizes so small the numbers mean nothing (about 20 CPU-s a seed): every "
                                           "step and claim row runs, to check the command works here."),)),
     Entry("alignedserve", "AlignedServe", "alignedserve.md", "servelab.designs.alignedserve.reproduce.run",
           "AlignedServe: Figs. 1/3 (simulated, and measured on the CPU engine), 7-15, the batch-switch share, pool "

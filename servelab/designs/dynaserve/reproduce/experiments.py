@@ -39,6 +39,9 @@ class Sizes:
     anchor_rel_tol: float = 0.15  # the anchor's bisection (one seed, coarse: it only places the grid)
     variant_workloads: tuple[str, ...] = ("azure-code", "mini-reasoning")  # where the variants are measured
     gap_workloads: tuple[str, ...] = ("azure-code", "burstgpt")  # the overhead-off gap test
+    # the paper-colocation gap test's capacities with a per-step cost added: Table 2's workload and
+    # Fig. 9's most prefill-heavy (paper_coloc.py)
+    coloc_gap_workloads: tuple[str, ...] = ("hybrid", "azure-code")
 
 
 CAPACITY_LO = 0.05

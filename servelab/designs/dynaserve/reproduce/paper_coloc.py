@@ -41,7 +41,6 @@ from servelab.designs.dynaserve.reproduce import setting as st
 
 PAPER_HYBRID = {"coloc": 4.6, "disagg": 5.9, "dynaserve": 7.4}  # Table 2, req/s
 BIG_DELTA_S = 0.030
-CAPACITY_WORKLOADS = ("hybrid", "azure-code")  # Table 2's, and Fig. 9's most prefill-heavy
 SCALE = 1.15
 # (what the paper measured, model, decodes, context, prefill tokens, the paper's ms); decodes by Little's law
 PAPER_STEPS = (
@@ -152,7 +151,8 @@ def paper_coloc(setting: st.Setting, sizes: ex.Sizes, seeds: Sequence[int], hybr
     pure = max(math.ceil(max(r["excess_ms"] for r in check if r["pure"])), 1) / 1e3
     loose = max(math.ceil(max(r["excess_ms"] for r in check)), 1) / 1e3
     deltas = tuple(sorted({pure, loose, BIG_DELTA_S}))
-    capacity = [r for wl in CAPACITY_WORKLOADS for r in capacity_with_delta(setting, sizes, seeds, (0.0,) + deltas, wl)]
+    capacity = [r for wl in sizes.coloc_gap_workloads
+                for r in capacity_with_delta(setting, sizes, seeds, (0.0,) + deltas, wl)]
     return {"step_check": check, "delta_pure_s": pure, "delta_loose_s": loose,
             "points": operating_points(setting, sizes, seeds, hybrid_grid, deltas), "capacity": capacity,
             "handoff": hg.handoff_gap(setting, sizes, seeds, hg.rates_for(capacity), (0.0, loose, BIG_DELTA_S))}

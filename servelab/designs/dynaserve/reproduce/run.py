@@ -36,13 +36,14 @@ REDUCED = ex.Sizes(num_requests=120, min_duration_s=45.0, max_requests=600, capa
                    split_fractions=(-0.25, 0.0, 0.3, 0.6), split_requests=120, sigmas=(0.0, 100.0),
                    queue_sizes=(10, 100), queue_repeats=100, timing_runs=1, anchor_rel_tol=0.25,
                    gap_workloads=("azure-code",))
-# every step and claim row on sizes so small the numbers mean nothing (~30 CPU-s a seed, against
+# every step and claim row on sizes so small the numbers mean nothing (~20 CPU-s a seed, against
 # ~780 reduced): a check that the command runs here (the README check at --fast sizes, the tests)
 SMOKE = ex.Sizes(num_requests=30, min_duration_s=5.0, max_requests=60, capacity_rel_tol=0.6, capacity_hi=10.0,
                  goodput_rates={"fractions": (1.0,)}, models=("14B",), capacity_workloads=("azure-code",),
                  chunks=(256,), table1_requests=20, split_fractions=(0.0, 0.3), split_requests=20,
                  sigmas=(0.0, 100.0), queue_sizes=(10,), queue_repeats=10, grid=(0.8, 1.0, 1.25),
-                 anchor_rel_tol=0.6, variant_workloads=("azure-code",), gap_workloads=("azure-code",))
+                 anchor_rel_tol=0.6, variant_workloads=("azure-code",), gap_workloads=("azure-code",),
+                 coloc_gap_workloads=("hybrid",))
 # the hybrid workload's DynaServe number where the paper's deployment has none: servelab's defaults
 HYBRID_VARIANTS = {"servelab defaults": st.DYNASERVE_VARIANTS["servelab defaults"]}
 CDF_POINTS_MS = [float(x) for x in range(0, 301, 10)]
