@@ -294,13 +294,13 @@ def write(rows: list[dict], before: dict[int, dict], args, host: dict | None = N
                  f"**{'met' if big['tokens_per_cpu_s'] >= TARGET_TOK_S else 'not met'}**), peak RSS "
                  f"{big['peak_rss_gb']:.2f} GB (target < {TARGET_RSS_GB:g} GB: "
                  f"**{'met' if big['peak_rss_gb'] < TARGET_RSS_GB else 'not met'}**).")
-    if host:
-        lines += _host_lines(host, host_old, big)
     if big["requests"] < 1_000_000:
         per_req = (big["peak_rss_gb"] - big["rss_gb_before_run"]) / big["requests"]
         lines.append(f"- 1M requests did not run here; extrapolated (linear in requests, from the largest point): "
                      f"peak RSS about {big['rss_gb_before_run'] + per_req * 1e6:.1f} GB. *Extrapolated, not "
                      "measured.*")
+    if host:  # after the targets' list, which the extrapolation above still belongs to
+        lines += _host_lines(host, host_old, big)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines) + "\n")
     print(f"wrote {OUT}")
