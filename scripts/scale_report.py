@@ -102,27 +102,28 @@ def _load(r: dict) -> str:
     return f"{load[0]:.1f}-{load[1]:.1f}" if load else "-"
 
 
+def tree_env(tree: Path) -> dict[str, str]:
+    """The environment that runs another source tree's code on this tree's data (profiles, traces)."""
+    return {**os.environ, "PYTHONPATH": str(tree),
+            "SERVELAB_DATA_DIR": os.environ.get("SERVELAB_DATA_DIR", str(ROOT.parent / "shared" / "data"))}
+
+
 def run_compare(tree: Path, n: int, requests: int, rate: float, repeats: int) -> dict:
     print(f"running the same point in {tree}: {n} instances", flush=True)
-    env = {**os.environ, "PYTHONPATH": str(tree),  # data (profiles) from this tree's default place
-           "SERVELAB_DATA_DIR": os.environ.get("SERVELAB_DATA_DIR", str(ROOT.parent / "shared" / "data"))}
     load0 = os.getloadavg()[0]
     out = subprocess.run([sys.executable, "-c", COMPARE, str(n), str(requests), str(rate), str(repeats)], cwd=tree,
-                         env=env, check=True, capture_output=True, text=True).stdout
+                         env=tree_env(tree), check=True, capture_output=True, text=True).stdout
     return {**json.loads(out), "load": [load0, os.getloadavg()[0]]}
 
 
 def host_speed(tree: Path | None = None) -> dict:
     """``servelab perf simulator`` (the whole Azure conv trace, one instance, 3 runs) on this host,
     with this tree's code or ``tree``'s: what the absolute target's 2.0 M reads as here."""
-    env = dict(os.environ)
-    if tree is not None:
-        env.update(PYTHONPATH=str(tree),
-                   SERVELAB_DATA_DIR=os.environ.get("SERVELAB_DATA_DIR", str(ROOT.parent / "shared" / "data")))
     print(f"running perf simulator in {tree or ROOT}", flush=True)
     load0 = os.getloadavg()[0]
     out = subprocess.run([sys.executable, "-m", "servelab.cli.main", "perf", "simulator", "--repeats", "3"],
-                         cwd=tree or ROOT, env=env, check=True, capture_output=True, text=True).stdout
+                         cwd=tree or ROOT, env=tree_env(tree) if tree is not None else None, check=True,
+                         capture_output=True, text=True).stdout
     res = json.loads(out)
     return {"tokens_per_cpu_s": res["median_tokens_per_cpu_s"],
             "runs": [r["tokens_per_cpu_s"] for r in res["runs"]], "load": [load0, os.getloadavg()[0]]}

@@ -219,9 +219,8 @@ ROWS = [
 
 def cell(point: dict, key: str) -> str:
     values = [r.get(key, 0.0) for r in point["runs"]]
-    mean = sum(values) / len(values)
     spread = f" ({min(values):.2f}-{max(values):.2f})" if len(values) > 1 else ""
-    return f"{mean:.2f}{spread}"
+    return f"{mean(point, key):.2f}{spread}"
 
 
 def table(points: list[dict]) -> list[str]:
@@ -237,6 +236,13 @@ def mean(point: dict, key: str) -> float:
     return sum(r.get(key, 0.0) for r in point["runs"]) / len(point["runs"])
 
 
+def foreign(point: dict) -> float:
+    """Records, cuts and settles per 1k tokens caused by anything but the instance's own arrivals
+    and requests (router reads, other instances, moves)."""
+    return (mean(point, "records: settled by a read") + mean(point, "runs cut by a move or transfer")
+            + mean(point, "reads of an instance in a run (settle it)"))
+
+
 def verdict(points: list[dict]) -> list[str]:
     one = points[0]
 
@@ -247,8 +253,6 @@ def verdict(points: list[dict]) -> list[str]:
     for p in points:
         if p["router"] != "least_loaded" or p["instances"] == 1:
             continue
-        foreign = mean(p, "records: settled by a read") + mean(p, "runs cut by a move or transfer") + mean(
-            p, "reads of an instance in a run (settle it)")
         out.append(
             f"- {p['instances']:,} instances: step records {dm(p, 'records'):+.2f} per 1k tokens "
             f"({dm(p, 'records') / mean(one, 'records'):+.0%}) while the simulated steps change by "
@@ -262,7 +266,7 @@ def verdict(points: list[dict]) -> list[str]:
             f"{dm(p, 'records: run end'):+.2f} and their parts settled when an arrival cut them "
             f"{dm(p, 'records: settled when cut'):+.2f} (runs cut by an arrival "
             f"{dm(p, 'runs cut by an arrival placed here'):+.2f}). Records, cuts or settles caused by anything but "
-            f"the instance's own arrivals and requests (router reads, other instances, moves): {foreign:.2f}.")
+            f"the instance's own arrivals and requests (router reads, other instances, moves): {foreign(p):.2f}.")
     for p in points:
         if p["router"] == "random":
             out.append(f"- Control, {p['instances']:,} instances routed at random (the same cluster machinery, "
@@ -273,8 +277,7 @@ def verdict(points: list[dict]) -> list[str]:
                        f"{mean(p, 'rows per decode step'):.1f} against {mean(one, 'rows per decode step'):.1f}.")
     ll = [p for p in points if p["router"] == "least_loaded" and p["instances"] > 1]
     control = [p for p in points if p["router"] == "random"]
-    own_only = all(mean(p, "records: settled by a read") + mean(p, "runs cut by a move or transfer")
-                   + mean(p, "reads of an instance in a run (settle it)") == 0 for p in points)
+    own_only = all(foreign(p) == 0 for p in points)
     like_one = bool(control) and all(abs(mean(p, "records") / mean(one, "records") - 1) < 0.03 for p in control)
     grows = bool(ll) and all(mean(p, "records") > mean(one, "records") * 1.03 for p in ll)
     if own_only and like_one and grows:

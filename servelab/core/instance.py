@@ -91,10 +91,7 @@ class InstanceRuntime(InstanceQueues):
         row_ids, row_tokens = plan.request_ids, plan.num_tokens
         group, group_rows = self.group, 0
         if plan.group is not None:  # the group decodes as one, named by reference: its rows cost O(1)
-            if plan.group.group is not group or not plan.group.is_current:
-                raise PlanError(f"instance {self.instance_id}: the plan's decode group rows are not this "
-                                "instance's current group")
-            group_rows = plan.group.n
+            group_rows = self._current_group_rows(plan.group)
         if len(row_ids) + group_rows > self.max_num_seqs:
             raise PlanError(f"instance {self.instance_id}: {len(row_ids) + group_rows} rows > max_num_seqs "
                             f"{self.max_num_seqs}")
@@ -148,10 +145,7 @@ class InstanceRuntime(InstanceQueues):
             ctx_sum += sum(decode_context)
             ctx_max = max(ctx_max, max(decode_context))
         if group_rows:
-            try:
-                group.reserve_step()
-            except MemoryError as exc:
-                raise PlanError(f"instance {self.instance_id}: {exc}") from None
+            self._reserve_group_step()
             num_decodes += group_rows
             ctx_sum += group.context_sum_next()
             ctx_max = max(ctx_max, group.context_max_next())
@@ -172,22 +166,31 @@ class InstanceRuntime(InstanceQueues):
         moves, no padding): the same checks, reservation and shape without the general path's
         per-kind bookkeeping, which cost about a tenth of a simulated step (issue 29)."""
         rows, group = plan.group, self.group
-        if rows.group is not group or not rows.is_current:
-            raise PlanError(f"instance {self.instance_id}: the plan's decode group rows are not this "
-                            "instance's current group")
-        n = rows.n
+        n = self._current_group_rows(rows)
         if n > self.max_num_seqs:
             raise PlanError(f"instance {self.instance_id}: {n} rows > max_num_seqs {self.max_num_seqs}")
-        try:
-            group.reserve_step()
-        except MemoryError as exc:
-            raise PlanError(f"instance {self.instance_id}: {exc}") from None
+        self._reserve_group_step()
         self._inflight_group = n
         if n > self.max_batch_tokens:
             raise PlanError(f"instance {self.instance_id}: a step of {n} tokens > max_batch_tokens "
                             f"{self.max_batch_tokens}")
         shape = StepShape((), (), n, group.context_sum_next(), group.context_max_next(), None, 0)
         return AppliedStep(shape, [], [], [], plan, n, rows)
+
+    def _current_group_rows(self, rows) -> int:
+        """The rows a plan names by reference (``GroupRows``), refused unless they are this
+        instance's decode group at its current membership."""
+        if rows.group is not self.group or not rows.is_current:
+            raise PlanError(f"instance {self.instance_id}: the plan's decode group rows are not this "
+                            "instance's current group")
+        return rows.n
+
+    def _reserve_group_step(self) -> None:
+        """The decode group's KV slots for this step; a shortage is the plan's error."""
+        try:
+            self.group.reserve_step()
+        except MemoryError as exc:
+            raise PlanError(f"instance {self.instance_id}: {exc}") from None
 
     def _reserve(self, req: Request, n: int) -> None:
         if req.status.is_terminal or req.status is RequestStatus.SWAPPED:
